@@ -1,0 +1,64 @@
+# pygrid: set-up and entry points.
+#
+#   make run    create .venv if missing, install pygrid, run the Wilson Dslash benchmark
+#   make test   create .venv if missing, install pygrid[test], run the test suite
+#   make clean  remove caches and build leftovers (keeps .venv)
+#   make distclean  clean, and remove .venv too
+#
+# Extra arguments: make run ARGS="--grid 16.16.16.32 --threads 8"
+#                  make test PYTEST_ARGS="-k config"
+
+SHELL  := /bin/bash
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+PIP    := $(VPY) -m pip install --quiet --disable-pip-version-check
+
+# The installation is redone only when pyproject.toml changes.
+HASH := $(shell (sha256sum pyproject.toml 2>/dev/null || shasum -a 256 pyproject.toml) | cut -c1-12)
+STAMP_RUN  := $(VENV)/.installed-$(HASH)-run
+STAMP_TEST := $(VENV)/.installed-$(HASH)-test
+
+CACHE_DIR  := $(CURDIR)/.pygrid-cache
+TEST_ENV   := PYGRID_CACHE_DIR=$(CACHE_DIR) NUMBA_CACHE_DIR=$(CACHE_DIR)/numba
+
+ARGS        ?=
+PYTEST_ARGS ?=
+
+.PHONY: run test clean distclean
+
+run: $(STAMP_RUN)
+	$(VENV)/bin/pygrid benchmark wilson $(ARGS)
+
+test: $(STAMP_TEST)
+	@mkdir -p $(CACHE_DIR)/numba
+	$(TEST_ENV) $(VPY) -m pytest -q -x --durations=15 $(PYTEST_ARGS) tests
+
+$(VPY):
+	@echo "Creating $(VENV) with $(PYTHON)"
+	$(PYTHON) -m venv $(VENV)
+
+# Drop the stamps of an older pyproject.toml, so a stale one cannot match later.
+define drop_stale_stamps
+	@find $(VENV) -maxdepth 1 -name '.installed-*' ! -name '.installed-$(HASH)-*' -delete
+endef
+
+$(STAMP_RUN): | $(VPY)
+	@echo "Installing pygrid into $(VENV) (quiet; takes a minute the first time)"
+	$(PIP) -e .
+	$(drop_stale_stamps)
+	@touch $@
+
+# [test] includes everything `run` needs, so it satisfies both stamps.
+$(STAMP_TEST): | $(VPY)
+	@echo "Installing pygrid[test] into $(VENV) (quiet; takes a minute the first time)"
+	$(PIP) -e '.[test]'
+	$(drop_stale_stamps)
+	@touch $@ $(STAMP_RUN)
+
+clean:
+	rm -rf .pygrid-cache .pytest_cache .hypothesis build *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,123 @@
+"""The backends: one launch interface over numpy, OpenMP (numba) and, later, GPUs.
+
+A backend runs lowered kernel IR on arrays that the memory manager handed out
+for its memory space, and computes reductions there.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import BackendError
+from . import numpy_backend
+
+
+class NumpyBackend:
+    """The plain numpy evaluator (``--accelerator numpy``): the test oracle."""
+
+    name = "numpy"
+    device = "unified"
+
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
+        numpy_backend.run_ir(ir, out, inputs, shifts, coefs)
+
+    def set_threads(self, n):
+        pass
+
+    # reductions over (osites, ncomp, 2, nsimd) buffers, accumulated in double
+    def inner_product(self, a, b):
+        a = a.astype(np.float64, copy=False)
+        b = b.astype(np.float64, copy=False)
+        re = np.sum(a[:, :, 0] * b[:, :, 0]) + np.sum(a[:, :, 1] * b[:, :, 1])
+        im = np.sum(a[:, :, 0] * b[:, :, 1]) - np.sum(a[:, :, 1] * b[:, :, 0])
+        return complex(re, im)
+
+    def norm2(self, a):
+        a = a.astype(np.float64, copy=False).reshape(-1)
+        return float(np.dot(a, a))
+
+    def site_sum(self, a):
+        """Sum over outer sites and lanes: complex array (ncomp,)."""
+        s = a.astype(np.float64, copy=False).sum(axis=(0, 3))
+        return s[:, 0] + 1j * s[:, 1]
+
+
+class OpenMPBackend(NumpyBackend):
+    """CPU cores and SIMD through numba (``parallel=True``): the default."""
+
+    name = "openmp"
+
+    def __init__(self):
+        try:
+            import numba  # noqa: F401
+        except ImportError as e:  # pragma: no cover - numba is a hard dependency
+            raise BackendError("the openmp backend needs numba: pip install numba") from e
+        self._kernels = {}
+        self._threads = None
+
+    def set_threads(self, n):
+        import numba
+
+        if n is not None:
+            n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+            numba.set_num_threads(n)
+        self._threads = numba.get_num_threads()
+
+    def threads(self):
+        import numba
+
+        return numba.get_num_threads()
+
+    def kernel(self, ir, nsimd, alias):
+        key = (ir.key(), nsimd, alias)
+        k = self._kernels.get(key)
+        if k is None:
+            from .codegen_numba import kernel_source
+            from .compile_cache import load_module
+
+            k = load_module(kernel_source(ir, nsimd, alias), "pygrid_omp").kernel
+            self._kernels[key] = k
+        return k
+
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
+        k = self.kernel(ir, nsimd, alias)
+        rdt = out.dtype
+        tables = [t if t.dtype.kind == "i" else t.astype(rdt) for t in ir.tables]
+        cf = np.empty(2 * len(coefs) if len(coefs) else 2, dtype=rdt)
+        cf[0:2 * len(coefs):2] = coefs.real
+        cf[1:2 * len(coefs):2] = coefs.imag
+        flat_shifts = [x for s in shifts for x in s]
+        nchunk = min(out.shape[0], 8 * self.threads())
+        k(nchunk, out, *inputs, *flat_shifts, *tables, cf)
+
+
+_backends = {}
+_current = None
+
+
+def get_backend(name=None):
+    global _current
+    if name is None:
+        if _current is None:
+            _current = get_backend(os.environ.get("PYGRID_ACCELERATOR") or "openmp")
+        return _current
+    if name not in _backends:
+        if name == "numpy":
+            _backends[name] = NumpyBackend()
+        elif name in ("openmp", "auto"):
+            _backends[name] = OpenMPBackend()
+        elif name in ("cuda", "hip", "sycl"):
+            raise BackendError(
+                f"the {name} backend is not available in this version of pygrid; "
+                "use --accelerator openmp (CPU) or numpy"
+            )
+        else:
+            raise BackendError(f"unknown backend {name!r}; choose one of openmp, numpy")
+    return _backends[name]
+
+
+def set_backend(name):
+    global _current
+    _current = get_backend(name)
+    return _current

@@ -1,0 +1,537 @@
+"""Start-up configuration: Grid-style command-line flags and environment variables.
+
+A program built on pygrid accepts the same start-up flags as a Grid program::
+
+    python my_program.py --grid 16.16.16.32 --mpi 1.1.1.2 --device-mem 2048 --log debug
+
+``parse_args(argv)`` consumes the flags it knows and hands back every other
+argument, in order, for the program's own parser. Values come, highest
+priority first, from the command line, from environment variables
+(``PYGRID_THREADS``, ``OMP_NUM_THREADS``, ``PYGRID_ACCELERATOR``,
+``PYGRID_DEVICE_MEM``) and from the defaults of :class:`Config`.
+
+Every bad value raises :class:`pygrid.errors.ConfigError` with a one-line
+message naming where the value came from (the flag, the environment variable
+or the keyword), the bad value and the accepted form.
+
+This module depends only on the standard library and ``pygrid.errors``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import operator
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from pygrid.errors import ConfigError
+
+__all__ = [
+    "ACCELERATORS",
+    "LOG_LEVELS",
+    "FLAGS",
+    "Config",
+    "FlagSpec",
+    "parse_args",
+    "config_from_env",
+    "make_config",
+    "current",
+    "set_current",
+    "flags_help",
+]
+
+#: Backends ``--accelerator`` accepts. ``auto`` picks the best one available at init.
+ACCELERATORS = ("openmp", "numpy", "cuda", "hip", "sycl", "auto")
+
+#: Log levels ``--log`` accepts, from least to most verbose.
+LOG_LEVELS = ("error", "warning", "message", "iterative", "debug")
+
+#: Dimensions of ``--grid`` and ``--mpi``.
+NDIM = 4
+
+_GRID_FORM = "expected 4 positive integers separated by dots, like 8.8.8.8"
+_MPI_FORM = "expected 4 positive integers separated by dots, like 1.1.1.2"
+_POSITIVE_INT_FORM = "expected a positive integer, like 8"
+_DEVICE_MEM_FORM = (
+    "expected a non-negative number of megabytes, like 2048 (or 'none' for no limit)"
+)
+_BOOL_FORM = "expected true or false"
+
+
+# ---------------------------------------------------------------------------
+# Value parsers. Each takes the raw value (a string from the command line or the
+# environment, or any Python object from a keyword) and a label saying where it
+# came from ("--grid 8.8.8", "PYGRID_DEVICE_MEM=-1", "device_mem=-1"), and
+# returns the normalised value or raises ConfigError("<label>: <accepted form>").
+# ---------------------------------------------------------------------------
+
+
+def _fail(label: str, form: str) -> ConfigError:
+    return ConfigError(f"{label}: {form}")
+
+
+def _as_int(value: Any) -> int | None:
+    """The integer ``value`` stands for, or None if it is not an integer."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        # int() also accepts "1_000" and "+5"; keep to plain decimal digits.
+        body = text[1:] if text[:1] == "-" else text
+        if not body.isdigit() or not body.isascii():
+            return None
+        return int(text)
+    try:
+        return operator.index(value)  # int, numpy integers, ...
+    except TypeError:
+        return None
+
+
+def _parse_dims(value: Any, label: str, form: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts: list[Any] = value.strip().split(".")
+    else:
+        try:
+            parts = list(value)
+        except TypeError:
+            raise _fail(label, form) from None
+    dims = [_as_int(p) for p in parts]
+    if len(dims) != NDIM or any(d is None or d <= 0 for d in dims):
+        raise _fail(label, form)
+    return tuple(dims)  # type: ignore[arg-type]
+
+
+def _parse_grid(value: Any, label: str) -> tuple[int, ...] | None:
+    return _parse_dims(value, label, _GRID_FORM)
+
+
+def _parse_mpi(value: Any, label: str) -> tuple[int, ...] | None:
+    return _parse_dims(value, label, _MPI_FORM)
+
+
+def _parse_positive_int(value: Any, label: str) -> int:
+    n = _as_int(value)
+    if n is None or n <= 0:
+        raise _fail(label, _POSITIVE_INT_FORM)
+    return n
+
+
+def _parse_threads(value: Any, label: str) -> int | None:
+    if value is None:
+        return None
+    return _parse_positive_int(value, label)
+
+
+def _parse_omp_num_threads(value: Any, label: str) -> int:
+    # OpenMP allows a comma-separated list, one entry per nesting level; the
+    # outermost level is the one that matters here.
+    if isinstance(value, str) and "," in value:
+        value = value.split(",", 1)[0]
+    return _parse_positive_int(value, label)
+
+
+def _parse_device_mem(value: Any, label: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() == "none":
+        return None
+    n = _as_int(value)
+    if n is None or n < 0:
+        raise _fail(label, _DEVICE_MEM_FORM)
+    return n
+
+
+def _parse_choice(value: Any, label: str, choices: tuple[str, ...], what: str) -> str:
+    if isinstance(value, str):
+        name = value.strip().lower()
+        if name in choices:
+            return name
+    raise _fail(label, f"{what}; choose one of {', '.join(choices)}")
+
+
+def _parse_accelerator(value: Any, label: str) -> str:
+    return _parse_choice(value, label, ACCELERATORS, "unknown backend")
+
+
+def _parse_log(value: Any, label: str) -> str:
+    return _parse_choice(value, label, LOG_LEVELS, "unknown log level")
+
+
+def _parse_bool(value: Any, label: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
+    if _as_int(value) in (0, 1) and not isinstance(value, str):
+        return bool(value)
+    raise _fail(label, _BOOL_FORM)
+
+
+# ---------------------------------------------------------------------------
+# The configuration record
+# ---------------------------------------------------------------------------
+
+_FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
+    "grid": _parse_grid,
+    "mpi": _parse_mpi,
+    "threads": _parse_threads,
+    "accelerator": _parse_accelerator,
+    "accelerator_threads": _parse_positive_int,
+    "device_mem": _parse_device_mem,
+    "debug_mem": _parse_bool,
+    "emulate_device": _parse_bool,
+    "log": _parse_log,
+}
+
+
+def _kw_label(name: str, value: Any) -> str:
+    return f"{name}={value!r}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The start-up configuration of a pygrid program.
+
+    Fields (see :func:`flags_help` for the matching flags):
+
+    grid
+        Global lattice size ``(X, Y, Z, T)``, or None to let the program choose.
+    mpi
+        MPI process grid ``(X, Y, Z, T)``, or None to let the communicator choose.
+    threads
+        CPU threads for the OpenMP backend, or None for every core available to
+        this process (see :meth:`resolved_threads`).
+    accelerator
+        Backend name, one of :data:`ACCELERATORS`.
+    accelerator_threads
+        Threads per block on a GPU backend.
+    device_mem
+        High watermark of the device memory cache in MB (Grid's ``--device-mem``),
+        or None for no limit.
+    debug_mem
+        Print the memory manager's counters (transfers, evictions).
+    emulate_device
+        On the CPU, keep a separate "device" copy of every field so that the
+        memory manager's cache is exercised for real.
+    log
+        Log level, one of :data:`LOG_LEVELS`.
+
+    The constructor validates and normalises every field (lists become tuples,
+    names become lower case), raising :class:`ConfigError` on a bad value. A
+    Config is immutable; use :func:`make_config` or :func:`dataclasses.replace`
+    to derive a changed one.
+    """
+
+    grid: tuple[int, ...] | None = None
+    mpi: tuple[int, ...] | None = None
+    threads: int | None = None
+    accelerator: str = "openmp"
+    accelerator_threads: int = 128
+    device_mem: int | None = 128
+    debug_mem: bool = False
+    emulate_device: bool = False
+    log: str = "message"
+
+    def __post_init__(self) -> None:
+        for name, parse in _FIELD_PARSERS.items():
+            value = getattr(self, name)
+            object.__setattr__(self, name, parse(value, _kw_label(name, value)))
+        _check_layout(self.grid, self.mpi, "grid", "mpi")
+
+    # -- derived values -----------------------------------------------------
+
+    def resolved_threads(self) -> int:
+        """``threads``, or the number of cores this process may run on if None."""
+        if self.threads is not None:
+            return self.threads
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            return max(1, os.cpu_count() or 1)
+
+    @property
+    def device_mem_bytes(self) -> int | None:
+        """``device_mem`` in bytes (None for no limit)."""
+        return None if self.device_mem is None else self.device_mem * 1024 * 1024
+
+    def log_enabled(self, level: str) -> bool:
+        """Whether a message at ``level`` is printed under this config's ``log`` level."""
+        level = _parse_log(level, f"log level {level!r}")
+        return LOG_LEVELS.index(level) <= LOG_LEVELS.index(self.log)
+
+    def to_argv(self) -> list[str]:
+        """The flags that reproduce this config (every field that is not the default).
+
+        ``parse_args(cfg.to_argv(), env={})[0] == cfg`` holds for every Config.
+        """
+        default = Config()
+        argv: list[str] = []
+        for spec in FLAGS:
+            value = getattr(self, spec.field)
+            if value == getattr(default, spec.field):
+                continue
+            if spec.takes_value:
+                argv += [spec.flag, spec.format(value)]
+            elif value:
+                argv.append(spec.flag)
+        return argv
+
+
+def _check_layout(
+    grid: tuple[int, ...] | None, mpi: tuple[int, ...] | None, grid_label: str, mpi_label: str
+) -> None:
+    if grid is None or mpi is None:
+        return
+    for mu, (g, p) in enumerate(zip(grid, mpi)):
+        if g % p:
+            raise ConfigError(
+                f"{grid_label} {_dotted(grid)} with {mpi_label} {_dotted(mpi)}: "
+                f"the lattice extent {g} in dimension {mu} is not divisible by "
+                f"the {p} processes in that dimension"
+            )
+
+
+def _dotted(dims: Iterable[int]) -> str:
+    return ".".join(str(d) for d in dims)
+
+
+# ---------------------------------------------------------------------------
+# Flags
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One start-up flag: its name, the Config field it sets and its help text."""
+
+    flag: str
+    field: str
+    metavar: str | None  # None for a switch that takes no value
+    help: str
+    default: str
+    env: tuple[str, ...] = ()
+
+    @property
+    def takes_value(self) -> bool:
+        return self.metavar is not None
+
+    def format(self, value: Any) -> str:
+        """``value`` written the way the flag accepts it."""
+        if value is None:
+            return "none"
+        if isinstance(value, tuple):
+            return _dotted(value)
+        return str(value)
+
+
+FLAGS: tuple[FlagSpec, ...] = (
+    FlagSpec("--grid", "grid", "X.Y.Z.T",
+             "global lattice size", "chosen by the program"),
+    FlagSpec("--mpi", "mpi", "X.Y.Z.T",
+             "MPI process grid; must divide --grid", "all ranks, laid out automatically"),
+    FlagSpec("--threads", "threads", "N",
+             "CPU threads for the openmp backend", "all cores",
+             env=("PYGRID_THREADS", "OMP_NUM_THREADS")),
+    FlagSpec("--accelerator", "accelerator", "NAME",
+             "backend: " + ", ".join(ACCELERATORS), "openmp",
+             env=("PYGRID_ACCELERATOR",)),
+    FlagSpec("--accelerator-threads", "accelerator_threads", "N",
+             "threads per block on a GPU backend", "128"),
+    FlagSpec("--device-mem", "device_mem", "MB",
+             "device memory cache limit in MB, or 'none' for no limit", "128",
+             env=("PYGRID_DEVICE_MEM",)),
+    FlagSpec("--debug-mem", "debug_mem", None,
+             "print the memory manager's transfer and eviction counts", "off"),
+    FlagSpec("--emulate-device", "emulate_device", None,
+             "keep a separate device copy on the CPU (tests the cache)", "off"),
+    FlagSpec("--log", "log", "LEVEL",
+             "log level: " + ", ".join(LOG_LEVELS), "message"),
+)
+
+_FLAG_BY_NAME = {spec.flag: spec for spec in FLAGS}
+
+# What to say when a flag is given without its value.
+_MISSING_FORMS = {
+    "grid": _GRID_FORM,
+    "mpi": _MPI_FORM,
+    "threads": _POSITIVE_INT_FORM,
+    "accelerator": "choose one of " + ", ".join(ACCELERATORS),
+    "accelerator_threads": _POSITIVE_INT_FORM,
+    "device_mem": _DEVICE_MEM_FORM,
+    "log": "choose one of " + ", ".join(LOG_LEVELS),
+}
+
+# Environment variables, in increasing priority: a later one wins over an earlier one.
+_ENV_VARS: tuple[tuple[str, str, Callable[[Any, str], Any]], ...] = (
+    ("OMP_NUM_THREADS", "threads", _parse_omp_num_threads),
+    ("PYGRID_THREADS", "threads", _parse_positive_int),
+    ("PYGRID_ACCELERATOR", "accelerator", _parse_accelerator),
+    ("PYGRID_DEVICE_MEM", "device_mem", _parse_device_mem),
+)
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for var, field, parse in _ENV_VARS:
+        raw = env.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        values[field] = parse(raw, f"{var}={raw}")
+    return values
+
+
+def config_from_env(env: Mapping[str, str] | None = None) -> Config:
+    """The Config given by the environment alone (``os.environ`` by default)."""
+    return Config(**_env_values(os.environ if env is None else env))
+
+
+def parse_args(
+    argv: Iterable[str], env: Mapping[str, str] = os.environ
+) -> tuple[Config, list[str]]:
+    """Consume pygrid's start-up flags from ``argv``.
+
+    Returns ``(config, remaining)`` where ``remaining`` is every argument that
+    was not consumed, in its original order. Pass ``sys.argv[1:]`` (or all of
+    ``sys.argv``: an unknown first element is simply handed back). Each flag
+    accepts both ``--flag value`` and ``--flag=value``; a repeated flag takes
+    its last value. A lone ``--`` ends flag parsing: it and everything after it
+    are returned untouched. Environment variables in ``env`` fill in the flags
+    that are absent.
+    """
+    argv = list(argv)
+    values = _env_values(env)
+    remaining: list[str] = []
+    labels: dict[str, str] = {}  # field -> how it was given, for the layout check
+
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            remaining.extend(argv[i:])
+            break
+        name, eq, inline = arg.partition("=")
+        spec = _FLAG_BY_NAME.get(name)
+        if spec is None:
+            remaining.append(arg)
+            i += 1
+            continue
+
+        if not spec.takes_value:
+            if eq:
+                raise ConfigError(f"{arg}: {spec.flag} is a switch and takes no value")
+            values[spec.field] = True
+            i += 1
+            continue
+
+        if eq:
+            raw, i = inline, i + 1
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            raw, i = argv[i + 1], i + 2
+        else:
+            raw = ""
+            i += 1
+        if raw.strip() == "":
+            raise ConfigError(f"{spec.flag}: missing value; {_MISSING_FORMS[spec.field]}")
+        label = f"{spec.flag} {raw}"
+        values[spec.field] = _FIELD_PARSERS[spec.field](raw, label)
+        labels[spec.field] = label
+
+    _check_layout(
+        values.get("grid"),
+        values.get("mpi"),
+        "--grid" if "grid" in labels else "grid",
+        "--mpi" if "mpi" in labels else "mpi",
+    )
+    return Config(**values), remaining
+
+
+def make_config(base: Config | None = None, /, **overrides: Any) -> Config:
+    """A Config from Python keywords, validated like the flags.
+
+    ``base`` (default: the config given by the environment) supplies every
+    field not overridden. Used by ``pg.init(device_mem=512)``::
+
+        make_config(grid=[8, 8, 8, 16], accelerator="numpy")
+        make_config(cfg, log="debug")
+
+    Sequences or dotted strings are accepted for ``grid`` and ``mpi``, and
+    numeric strings for the integer fields.
+    """
+    if base is None:
+        base = config_from_env()
+    elif not isinstance(base, Config):
+        raise ConfigError(
+            f"make_config: the base must be a pygrid Config, not {type(base).__name__}"
+        )
+    fields = [f.name for f in dataclasses.fields(Config)]
+    values = {name: getattr(base, name) for name in fields}
+    for name, value in overrides.items():
+        if name not in values:
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(
+                f"{name}={value!r}: unknown option; {hint}choose one of {', '.join(fields)}"
+            )
+        values[name] = _FIELD_PARSERS[name](value, _kw_label(name, value))
+    return Config(**values)
+
+
+# ---------------------------------------------------------------------------
+# The active configuration
+# ---------------------------------------------------------------------------
+
+_current: Config | None = None
+_lock = threading.Lock()
+
+
+def current() -> Config:
+    """The active Config; built from the environment on first use."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = config_from_env()
+        return _current
+
+
+def set_current(cfg: Config | None) -> Config | None:
+    """Make ``cfg`` the active Config and return the previous one.
+
+    ``set_current(None)`` forgets the active config, so the next
+    :func:`current` builds a fresh one from the environment.
+    """
+    global _current
+    if cfg is not None and not isinstance(cfg, Config):
+        raise ConfigError(
+            f"set_current: expected a pygrid Config, not {type(cfg).__name__}"
+        )
+    with _lock:
+        previous, _current = _current, cfg
+    return previous
+
+
+# ---------------------------------------------------------------------------
+# Help
+# ---------------------------------------------------------------------------
+
+
+def flags_help(indent: int = 2) -> str:
+    """Help text for the start-up flags: one entry per flag with its default."""
+    pad = " " * indent
+    heads = [spec.flag + (f" {spec.metavar}" if spec.metavar else "") for spec in FLAGS]
+    width = max(len(h) for h in heads) + 2
+    lines = ["pygrid start-up flags (also --flag=value):"]
+    for head, spec in zip(heads, FLAGS):
+        extra = f"default: {spec.default}"
+        if spec.env:
+            extra += "; env: " + ", ".join(spec.env)
+        lines.append(f"{pad}{head:<{width}}{spec.help} ({extra})")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""Evaluating an expression into a field: checks, lowering, views, launch."""
+from __future__ import annotations
+
+from ..accelerator import get_backend
+from ..cartesian.shift import shift_table
+from ..errors import ConformabilityError, SiteTypeError
+from ..memory import ViewMode
+from .lower import lower
+from .nodes import Leaf, as_expr
+
+
+def check_assignable(e, out):
+    if e.grid is None:
+        raise SiteTypeError("an expression without any field cannot be evaluated on a lattice")
+    if e.grid != out.grid:
+        raise ConformabilityError(f"cannot assign an expression on {e.grid} to a field on {out.grid}")
+    if e.checkerboard != out.checkerboard:
+        names = {None: "full grid", 0: "even", 1: "odd"}
+        raise ConformabilityError(
+            f"cannot assign an {names[e.checkerboard]} expression to an {names[out.checkerboard]} field; "
+            "set the destination's checkerboard first"
+        )
+    if e.precision != out.precision:
+        raise ConformabilityError(
+            f"cannot assign a {e.precision} precision expression to a {out.precision} field; use pg.convert"
+        )
+    if e.site_type.levels != out.site_type.levels:
+        raise SiteTypeError(f"cannot assign a {e.site_type} expression to a {out.site_type} field")
+    if out.site_type.is_real and not e.site_type.is_real:
+        raise SiteTypeError(f"cannot assign a complex expression to the Real field {out}")
+
+
+def evaluate(expr, out, backend=None):
+    """out = expr, as one kernel.  Checks everything before touching ``out``."""
+    e = as_expr(expr)
+    check_assignable(e, out)
+    launch = lower(e, out.site_type.ncomp)
+    backend = backend or get_backend()
+    grid = out.grid
+    tables = []
+    for slot, disp in launch.shifts:
+        f = launch.fields[slot]
+        nbr, perm, lanes, _ = shift_table(grid, f.checkerboard, disp)
+        tables.append((nbr, perm, lanes))
+    aliased_slot = next((i for i, f in enumerate(launch.fields) if f is out), None)
+    shifted_alias = aliased_slot is not None and any(s == aliased_slot for s, _ in launch.shifts)
+    if shifted_alias:
+        # the kernel would read neighbours it already overwrote: evaluate aside, then copy
+        tmp = out.new_like()
+        _run(backend, launch, tmp, tables, False)
+        _run(backend, lower(Leaf(tmp), out.site_type.ncomp), out, [], False)
+        return out
+    _run(backend, launch, out, tables, aliased_slot is not None)
+    return out
+
+
+def _run(backend, launch, out, tables, alias):
+    views = [f.view(ViewMode.AcceleratorRead) for f in launch.fields if f is not out]
+    arrays = {}
+    try:
+        for v in views:
+            arrays[id(v)] = v.__enter__()
+        mode = ViewMode.AcceleratorWrite if alias else ViewMode.AcceleratorWriteDiscard
+        with out.view(mode) as o:
+            inputs = []
+            it = iter(views)
+            for f in launch.fields:
+                inputs.append(o if f is out else arrays[id(next(it))])
+            backend.run(launch.ir, o, inputs, tables, launch.coefs, out.grid.nsimd, alias)
+    finally:
+        for v in views:
+            if id(v) in arrays:
+                v.__exit__(None, None, None)

@@ -1,0 +1,112 @@
+"""Lowering an expression tree to kernel IR, with common-subexpression elimination."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SiteTypeError
+from ..tensors import algebra
+from .ir import KernelIR, Launch
+from .nodes import Compare, Const, Contract, Leaf, LinComb, Mul, Scalar, Unary, Where
+
+
+class _Lowerer:
+    def __init__(self):
+        self.ir = KernelIR()
+        self.memo = {}  # structural key -> value id (CSE)
+        self.slot_of = {}  # id(field) -> slot
+        self.fields = []
+        self.shift_of = {}
+        self.shifts = []
+        self.coefs = []
+        self.table_of = {}
+
+    def emit(self, op):
+        if op in self.memo:
+            return self.memo[op]
+        self.ir.ops.append(op)
+        v = len(self.ir.ops) - 1
+        self.memo[op] = v
+        return v
+
+    def table(self, arr):
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self.table_of:
+            self.ir.tables.append(arr)
+            self.table_of[key] = len(self.ir.tables) - 1
+        return self.table_of[key]
+
+    def coef(self, values):
+        off = len(self.coefs)
+        self.coefs.extend(np.asarray(values, dtype=np.complex128).reshape(-1))
+        return off
+
+    def slot(self, f):
+        k = id(f)
+        if k not in self.slot_of:
+            self.slot_of[k] = len(self.fields)
+            self.fields.append(f)
+            self.ir.slots.append(f.site_type.ncomp)
+        return self.slot_of[k]
+
+    def lower(self, e):
+        if isinstance(e, Leaf):
+            s = self.slot(e.field)
+            sh = -1
+            if any(e.disp):
+                k = (s, e.disp)
+                if k not in self.shift_of:
+                    self.shift_of[k] = len(self.shifts)
+                    self.shifts.append(k)
+                sh = self.shift_of[k]
+            return self.emit(("load", s, sh))
+        if isinstance(e, Mul):
+            a, b = e.children
+            if isinstance(a, Const) or isinstance(b, Const):
+                c, f = (a, b) if isinstance(a, Const) else (b, a)
+                r = algebra.const_product(c.site_type, c.const.values, f.site_type, c is a)
+                return self.remap(self.lower(f), r, False)
+            out, tab = algebra.product(a.site_type, b.site_type)
+            va, vb = self.lower(a), self.lower(b)
+            return self.emit(("contract", va, vb, self.table(tab), False, False, out.ncomp))
+        if isinstance(e, Contract):
+            va, vb = self.lower(e.children[0]), self.lower(e.children[1])
+            return self.emit(("contract", va, vb, self.table(e.table), e.conj_a, e.conj_b, e.site_type.ncomp))
+        if isinstance(e, Unary):
+            return self.remap(self.lower(e.children[0]), e.remap, e.conj)
+        if isinstance(e, LinComb):
+            terms = []
+            for t, scale, sign in e.terms:
+                if isinstance(t, (Scalar, Const)):
+                    val = t.value * algebra.identity_values(e.site_type) if isinstance(t, Scalar) else t.const.values
+                    if t.site_type.levels != e.site_type.levels and isinstance(t, Const):
+                        raise SiteTypeError(f"cannot add the constant {t.const} to a {e.site_type} field")
+                    v = self.emit(("const", self.coef(val), e.site_type.ncomp))
+                else:
+                    v = self.lower(t)
+                c = -1 if scale is None else self.coef([scale])
+                terms.append((v, c, sign))
+            return self.emit(("lincomb", tuple(terms), e.site_type.ncomp))
+        if isinstance(e, Where):
+            m, a, b = (self.lower(c) for c in e.children)
+            return self.emit(("where", m, a, b, e.site_type.ncomp))
+        if isinstance(e, Compare):
+            a, b = (self.lower(c) for c in e.children)
+            return self.emit(("compare", a, b, e.op))
+        if isinstance(e, (Scalar, Const)):
+            raise SiteTypeError("an expression without any field cannot be evaluated on a lattice")
+        raise TypeError(f"cannot lower {type(e).__name__}")
+
+    def remap(self, v, r, conj):
+        rows = self.table(np.ascontiguousarray(r.rows, dtype=np.int32))
+        cf = self.table(np.ascontiguousarray(np.stack([r.coefs.real, r.coefs.imag], axis=1), dtype=np.float64))
+        return self.emit(("remap", v, (rows, cf), conj, r.out_type.ncomp))
+
+
+def lower(expr, out_ncomp):
+    lw = _Lowerer()
+    lw.ir.result = lw.lower(expr)
+    lw.ir.nshifts = len(lw.shifts)
+    lw.ir.out_ncomp = out_ncomp
+    coefs = np.asarray(lw.coefs, dtype=np.complex128)
+    lw.ir.ncoef = 2 * len(coefs)
+    return Launch(lw.ir, lw.fields, lw.shifts, coefs)

@@ -1,0 +1,184 @@
+"""The Lattice container: a field of site tensors on a grid.
+
+A Lattice owns one host buffer laid out as ``real[osites][ncomp][2][nsimd]``
+(DESIGN.md, Data layout), registered with the MemoryManager, which caches
+device copies.  All access goes through views opened by intent.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import memory
+from ..cartesian import GridCartesian
+from ..errors import ConformabilityError, GridError, ShapeError, SiteTypeError
+from ..expr.nodes import Expr, ExprOps, FieldBase
+from ..memory import ViewMode
+from ..tensors import sitetype as st
+
+_REAL = {"double": np.float64, "single": np.float32}
+_CPLX = {"double": np.complex128, "single": np.complex64}
+
+
+class Lattice(FieldBase, ExprOps):
+    """A field on ``grid`` with one ``site_type`` tensor per site.
+
+    ``precision`` is 'double' or 'single'.  On a red-black grid the field holds
+    one checkerboard (``checkerboard`` 0 = even, 1 = odd; default 0).
+    Fields start zeroed.
+    """
+
+    def __init__(self, grid, site_type=st.Complex, precision="double", checkerboard=None, manager=None):
+        if not isinstance(grid, GridCartesian):
+            raise GridError(f"a Lattice needs a grid (pg.GridCartesian), got {type(grid).__name__}")
+        if not isinstance(site_type, st.SiteType):
+            raise SiteTypeError(f"site_type must be a pygrid site type such as pg.ColourMatrix(), got {site_type!r}")
+        if precision not in _REAL:
+            raise ShapeError(f"precision must be 'double' or 'single', got {precision!r}")
+        self.grid = grid
+        self.site_type = site_type
+        self.precision = precision
+        self._cb = None
+        if grid.checkerboarded:
+            self.checkerboard = 0 if checkerboard is None else checkerboard
+        elif checkerboard is not None:
+            raise GridError("checkerboard is only meaningful for fields on a red-black grid")
+        self._buf = np.zeros((grid.osites, site_type.ncomp, 2, grid.nsimd), dtype=_REAL[precision])
+        self._manager = manager or memory.get_manager()
+        self._key = self._manager.register(self, self._buf)
+
+    # ---- properties -----------------------------------------------------------
+    @property
+    def checkerboard(self):
+        return self._cb
+
+    @checkerboard.setter
+    def checkerboard(self, cb):
+        if not self.grid.checkerboarded:
+            raise GridError("checkerboard is only meaningful for fields on a red-black grid")
+        if cb not in (0, 1):
+            raise GridError(f"checkerboard must be 0 (even) or 1 (odd), got {cb!r}")
+        self._cb = cb
+
+    @property
+    def site_shape(self):
+        return self.site_type.shape
+
+    @property
+    def is_real(self):
+        return self.site_type.is_real
+
+    @property
+    def dtype(self):
+        return np.dtype(_REAL[self.precision] if self.is_real else _CPLX[self.precision])
+
+    @property
+    def real_dtype(self):
+        return np.dtype(_REAL[self.precision])
+
+    @property
+    def nbytes(self):
+        return self._buf.nbytes
+
+    def __repr__(self):
+        cb = "" if self._cb is None else f", cb={'even' if self._cb == 0 else 'odd'}"
+        return f"Lattice({self.site_type}, {self.precision}, {self.grid}{cb})"
+
+    # ---- memory ---------------------------------------------------------------
+    def view(self, mode):
+        """A view of the buffer for ``mode`` (a pg.ViewMode): ``with f.view(pg.CpuRead) as a:``.
+
+        The array is shaped (osites, ncomp, 2, nsimd) in the layout of DESIGN.md.
+        """
+        return memory.View(self._manager, self._key, mode)
+
+    def advise(self, advice):
+        self._manager.advise(self._key, advice)
+
+    # ---- numpy interop --------------------------------------------------------
+    def to_numpy(self):
+        """A copy indexed [x, y, z, t, *site] ([s, x, y, z, t, *site] on 5D grids).
+
+        On a red-black grid the first parity dimension is halved: stored site
+        (xh, y, z, t) is the full site x = 2 xh + (cb + y + z + t) % 2.
+        """
+        with self.view(ViewMode.CpuRead) as b:
+            sites = self.grid.buffer_to_sites(b)
+        if self.is_real:
+            out = sites[..., 0].copy()
+        else:
+            out = np.empty(sites.shape[:-1], dtype=self.dtype)
+            out.real = sites[..., 0]
+            out.imag = sites[..., 1]
+        return out.reshape(self.grid.lshape + self.site_shape)
+
+    def from_numpy(self, array):
+        """Set the field from an array shaped like ``to_numpy()``; returns self."""
+        a = np.asarray(array)
+        want = self.grid.lshape + self.site_shape
+        if a.shape != want:
+            raise ShapeError(f"from_numpy: expected an array of shape {want} for {self}, got {a.shape}")
+        if a.dtype.kind not in "biufc":
+            raise ShapeError(f"from_numpy: expected a numeric array, got dtype {a.dtype}")
+        if self.is_real and a.dtype.kind == "c" and np.any(a.imag != 0):
+            raise ShapeError("from_numpy: complex values for a Real field")
+        sites = np.empty(self.grid.lshape + (self.site_type.ncomp, 2), dtype=self.real_dtype)
+        flat = a.reshape(self.grid.lshape + (self.site_type.ncomp,))
+        sites[..., 0] = flat.real
+        sites[..., 1] = flat.imag if a.dtype.kind == "c" else 0
+        with self.view(ViewMode.CpuWrite) as b:
+            self.grid.sites_to_buffer(sites, b)
+        return self
+
+    # ---- assignment -----------------------------------------------------------
+    def assign(self, expr):
+        """Evaluate ``expr`` into this field as one fused kernel; returns self."""
+        from ..expr.evaluate import evaluate
+
+        evaluate(expr, self)
+        return self
+
+    def __imatmul__(self, expr):
+        return self.assign(expr)
+
+    def copy(self):
+        out = self.new_like()
+        return out.assign(self)
+
+    def new_like(self, site_type=None, precision=None):
+        return Lattice(self.grid, site_type or self.site_type, precision or self.precision,
+                       checkerboard=self._cb)
+
+    def fill(self, value):
+        """Set every site to a number (times the unit tensor) or a constant tensor."""
+        return self.assign(value + 0 * self)
+
+    def __iadd__(self, other):
+        return self.assign(self + other)
+
+    def __isub__(self, other):
+        return self.assign(self - other)
+
+    def __imul__(self, other):
+        return self.assign(self * other)
+
+
+def _named(site_factory, doc):
+    def make(grid, precision="double", checkerboard=None, **kw):
+        return Lattice(grid, site_factory(**kw), precision, checkerboard)
+
+    make.__doc__ = doc
+    return make
+
+
+LatticeComplex = _named(lambda: st.Complex, "A field of complex numbers.")
+LatticeReal = _named(lambda: st.Real, "A field of real numbers.")
+LatticeColourVector = _named(lambda nc=3: st.ColourVector(nc), "A field of colour vectors (nc=3).")
+LatticeColourMatrix = _named(lambda nc=3: st.ColourMatrix(nc), "A field of colour matrices (nc=3).")
+LatticeSpinVector = _named(lambda: st.SpinVector(), "A field of spin vectors.")
+LatticeSpinMatrix = _named(lambda: st.SpinMatrix(), "A field of spin matrices.")
+LatticeFermion = _named(lambda nc=3: st.SpinColourVector(nc), "A field of spin-colour vectors (a fermion).")
+LatticeSpinColourVector = LatticeFermion
+LatticePropagator = _named(lambda nc=3: st.SpinColourMatrix(nc), "A field of spin-colour matrices (a propagator).")
+LatticeSpinColourMatrix = LatticePropagator
+LatticeGaugeField = _named(lambda nc=3: st.LorentzColourMatrix(nc), "A gauge field: 4 colour matrices per site.")
+LatticeLorentzColourMatrix = LatticeGaugeField

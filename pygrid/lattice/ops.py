@@ -1,0 +1,256 @@
+"""Operations on fields: shifts, tensor operations, reductions, checkerboards.
+
+Everything that can be fused returns a lazy expression; reductions and
+conversions evaluate their operand first.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..accelerator import get_backend
+from ..cartesian import GridCartesian
+from ..errors import ConformabilityError, GridError, ShapeError, SiteTypeError
+from ..expr import nodes
+from ..expr.evaluate import evaluate
+from ..memory import ViewMode
+from ..tensors import algebra
+from ..tensors.sitetype import LEVELS
+from .lattice import Lattice
+
+
+def eval(expr):  # noqa: A001 - the public name pg.eval mirrors Grid's eval
+    """Evaluate an expression as one fused kernel into a new field."""
+    e = nodes.as_expr(expr)
+    if isinstance(e, nodes.Leaf) and not any(e.disp):
+        return e.field.copy()
+    if e.grid is None:
+        raise SiteTypeError("an expression without any field cannot be evaluated on a lattice")
+    out = Lattice(e.grid, e.site_type, e.precision, checkerboard=e.checkerboard)
+    return evaluate(e, out)
+
+
+def _field(x):
+    """A Lattice for x: x itself, or x evaluated."""
+    if isinstance(x, Lattice):
+        return x
+    return eval(x)
+
+
+def cshift(field, dim, disp):
+    """field(x + disp * e_dim), periodic: a lazy neighbour read, fused into the expression."""
+    return nodes.shift(field, dim, disp)
+
+
+def adj(x):
+    return nodes.unary("adj", x)
+
+
+def conjugate(x):
+    return nodes.unary("conjugate", x)
+
+
+def transpose(x):
+    return nodes.unary("transpose", x)
+
+
+def trace(x):
+    """Trace over every matrix level."""
+    return nodes.unary("trace", x)
+
+
+def trace_colour(x):
+    return nodes.unary("trace", x, levels=("colour",))
+
+
+def trace_spin(x):
+    return nodes.unary("trace", x, levels=("spin",))
+
+
+def transpose_colour(x):
+    return nodes.unary("transpose", x, levels=("colour",))
+
+
+def transpose_spin(x):
+    return nodes.unary("transpose", x, levels=("spin",))
+
+
+def _index(i):
+    return tuple(i) if isinstance(i, (tuple, list)) else (i,)
+
+
+def peek_index(x, level, *index):
+    """The component ``index`` of one level (e.g. peek_index(U, 'lorentz', mu))."""
+    if level not in LEVELS:
+        raise SiteTypeError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
+    idx = index[0] if len(index) == 1 and isinstance(index[0], (tuple, list)) else index
+    return nodes.unary("peek", x, level=level, index=tuple(int(i) for i in idx))
+
+
+def peek_lorentz(x, mu):
+    return peek_index(x, "lorentz", mu)
+
+
+def peek_spin(x, *index):
+    return peek_index(x, "spin", *index)
+
+
+def peek_colour(x, *index):
+    return peek_index(x, "colour", *index)
+
+
+def poke_index(field, value, level, *index):
+    """Set the component ``index`` of one level of ``field`` to ``value`` (in place)."""
+    if not isinstance(field, Lattice):
+        raise SiteTypeError("poke_index needs a Lattice to write into")
+    idx = index[0] if len(index) == 1 and isinstance(index[0], (tuple, list)) else index
+    r = algebra.peek(field.site_type, level, tuple(int(i) for i in idx))
+    v = nodes.as_expr(value)
+    if v.site_type.levels != r.out_type.levels:
+        raise SiteTypeError(f"poke_index: the {level} component of {field.site_type} is a {r.out_type}, "
+                            f"not a {v.site_type}")
+    val = _field(value) if v.grid is not None else None
+    if val is None:
+        raise SiteTypeError("poke_index needs a field value")
+    nodes._conform("poke_index", nodes.Leaf(field), nodes.Leaf(val))
+    with val.view(ViewMode.AcceleratorRead) as src, field.view(ViewMode.AcceleratorWrite) as dst:
+        dst[:, r.rows[:, 1]] = src[:, r.rows[:, 0]]
+    return field
+
+
+def poke_lorentz(field, value, mu):
+    return poke_index(field, value, "lorentz", mu)
+
+
+def poke_spin(field, value, *index):
+    return poke_index(field, value, "spin", *index)
+
+
+def poke_colour(field, value, *index):
+    return poke_index(field, value, "colour", *index)
+
+
+def outer_product(a, b):
+    """a adj(b) per vector level."""
+    return nodes.Contract("outer_product", nodes.as_expr(a), nodes.as_expr(b))
+
+
+def local_inner_product(a, b):
+    """sum over components of conj(a) b, per site: a Complex field."""
+    return nodes.Contract("local_inner_product", nodes.as_expr(a), nodes.as_expr(b))
+
+
+def where(mask, a, b):
+    """Per site: a where mask != 0, else b.  Both branches are evaluated (no divergence)."""
+    a, b = nodes.as_expr(a), nodes.as_expr(b)
+    m = nodes.as_expr(mask)
+    return nodes.Where(m, a, b)
+
+
+# ---- reductions ------------------------------------------------------------
+
+def norm2(x):
+    """sum over sites of |x|^2, as a float (accumulated in double precision)."""
+    f = _field(x)
+    with f.view(ViewMode.AcceleratorRead) as a:
+        return f.grid.comm.sum(get_backend().norm2(a))
+
+
+def inner_product(a, b):
+    """sum over sites of conj(a) . b, as a complex (accumulated in double precision)."""
+    fa, fb = _field(a), _field(b)
+    nodes._conform("inner_product", nodes.Leaf(fa), nodes.Leaf(fb))
+    if fa.site_type.levels != fb.site_type.levels:
+        raise SiteTypeError(f"inner_product of a {fa.site_type} and a {fb.site_type}")
+    with fa.view(ViewMode.AcceleratorRead) as x, fb.view(ViewMode.AcceleratorRead) as y:
+        return fa.grid.comm.sum(get_backend().inner_product(x, y))
+
+
+def sum(x):  # noqa: A001
+    """Sum over all sites: a numpy array of the site shape."""
+    f = _field(x)
+    with f.view(ViewMode.AcceleratorRead) as a:
+        s = f.grid.comm.sum(get_backend().site_sum(a))
+    s = np.asarray(s).reshape(f.site_shape)
+    return s.real.copy() if f.is_real else s
+
+
+def slice_sum(x, dim):
+    """Sums over the sites of each slice x_dim = const: array (L_dim, *site_shape)."""
+    f = _field(x)
+    if f.grid.checkerboarded:
+        raise ConformabilityError("slice_sum needs a full-grid field; combine the checkerboards first")
+    if not 0 <= dim < f.grid.nd:
+        raise ConformabilityError(f"slice_sum: dimension {dim} out of range 0..{f.grid.nd - 1}")
+    a = f.to_numpy()
+    axes = tuple(d for d in range(f.grid.nd) if d != dim)
+    return a.sum(axis=axes)
+
+
+# ---- coordinates, precision, checkerboards ------------------------------------
+
+def coordinate(grid, mu, checkerboard=None):
+    """A Real field holding each site's global coordinate in dimension mu."""
+    if not isinstance(grid, GridCartesian):
+        raise GridError("coordinate needs a grid")
+    if not 0 <= mu < grid.nd:
+        raise GridError(f"coordinate: dimension {mu} out of range 0..{grid.nd - 1}")
+    from ..tensors.sitetype import Real
+
+    cb = (0 if checkerboard is None else checkerboard) if grid.checkerboarded else None
+    out = Lattice(grid, Real, checkerboard=cb)
+    full = grid.full_coords(cb)[..., mu] + grid.lstart[mu]
+    sites = np.zeros(grid.lshape + (1, 2))
+    idx = tuple(grid.stored_coords().reshape(-1, grid.nd).T)
+    sites[idx + (0, 0)] = full.reshape(-1)
+    with out.view(ViewMode.CpuWrite) as b:
+        grid.sites_to_buffer(sites, b)
+    return out
+
+
+def convert(x, precision):
+    """A copy of x in another precision ('single' or 'double')."""
+    f = _field(x)
+    out = Lattice(f.grid, f.site_type, precision, checkerboard=f.checkerboard)
+    with f.view(ViewMode.AcceleratorRead) as a, out.view(ViewMode.AcceleratorWriteDiscard) as b:
+        b[...] = a
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _cb_map(full, cb):
+    rb = full.red_black
+    c = rb.full_coords(cb)  # (osites_rb, nsimd_rb, nd)
+    o, l = full.outer_lane_of(c)
+    return o, l
+
+
+def pick_checkerboard(cb, full_field):
+    """The sites of parity cb of a full-grid field, as a field on the red-black grid."""
+    f = _field(full_field)
+    if f.grid.checkerboarded:
+        raise ConformabilityError("pick_checkerboard needs a full-grid field")
+    if cb not in (0, 1):
+        raise GridError(f"checkerboard must be 0 or 1, got {cb!r}")
+    out = Lattice(f.grid.red_black, f.site_type, f.precision, checkerboard=cb)
+    o, l = _cb_map(f.grid, cb)
+    with f.view(ViewMode.AcceleratorRead) as a, out.view(ViewMode.AcceleratorWriteDiscard) as b:
+        b[...] = a.transpose(0, 3, 1, 2)[o, l].transpose(0, 2, 3, 1)
+    return out
+
+
+def set_checkerboard(full_field, half):
+    """Write a red-black field into the sites of its parity of a full-grid field."""
+    if not isinstance(full_field, Lattice) or full_field.grid.checkerboarded:
+        raise ConformabilityError("set_checkerboard writes into a full-grid Lattice")
+    h = _field(half)
+    if h.grid != full_field.grid.red_black:
+        raise ConformabilityError(f"set_checkerboard: {h} is not on the red-black grid of {full_field.grid}")
+    if h.site_type.levels != full_field.site_type.levels or h.precision != full_field.precision:
+        raise SiteTypeError(f"set_checkerboard: {h} does not match {full_field}")
+    o, l = _cb_map(full_field.grid, h.checkerboard)
+    with h.view(ViewMode.AcceleratorRead) as a, full_field.view(ViewMode.AcceleratorWrite) as b:
+        bt = b.transpose(0, 3, 1, 2)
+        bt[o, l] = a.transpose(0, 3, 1, 2)
+    return full_field

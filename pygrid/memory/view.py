@@ -1,0 +1,35 @@
+"""Views as context managers."""
+
+__all__ = ["View"]
+
+
+class View:
+    """``with View(manager, key, mode) as arr:`` opens a view on enter, closes it on exit.
+
+    The view is closed even when the block raises.  A View object can be entered
+    again after it was closed, but not while it is open.
+    """
+
+    __slots__ = ("manager", "key", "mode", "_open")
+
+    def __init__(self, manager, key, mode):
+        self.manager = manager
+        self.key = key
+        self.mode = mode
+        self._open = False
+
+    def __enter__(self):
+        if self._open:
+            raise RuntimeError(f"View of field {self.key} ({self.mode.name}) is already open")
+        arr = self.manager.open(self.key, self.mode)
+        self._open = True
+        return arr
+
+    def __exit__(self, exc_type, exc, tb):
+        self._open = False
+        self.manager.close(self.key, self.mode)
+        return False
+
+    def __repr__(self):
+        state = "open" if self._open else "closed"
+        return f"View(key={self.key}, mode={self.mode.name}, {state})"
