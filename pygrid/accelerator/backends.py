@@ -44,9 +44,17 @@ class NumpyBackend:
 
 
 class OpenMPBackend(NumpyBackend):
-    """CPU cores and SIMD through numba (``parallel=True``): the default."""
+    """CPU cores and SIMD through numba: the default backend.
+
+    Kernels are numba functions over a block of outer sites, released from
+    the GIL; ``accelerator_for`` splits the outer sites into one block per
+    thread and runs the blocks on a persistent thread pool.
+    """
 
     name = "openmp"
+    # below this many outer sites a kernel runs on the calling thread: waking
+    # the pool costs more than it saves
+    min_parallel_osites = 256
 
     def __init__(self):
         try:
@@ -54,20 +62,36 @@ class OpenMPBackend(NumpyBackend):
         except ImportError as e:  # pragma: no cover - numba is a hard dependency
             raise BackendError("the openmp backend needs numba: pip install numba") from e
         self._kernels = {}
-        self._threads = None
+        self._pool = None
+        self._nthreads = _default_threads()
 
     def set_threads(self, n):
-        import numba
-
         if n is not None:
-            n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
-            numba.set_num_threads(n)
-        self._threads = numba.get_num_threads()
+            if int(n) < 1:
+                raise BackendError(f"thread count must be positive, got {n}")
+            if int(n) != self._nthreads and self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            self._nthreads = int(n)
 
     def threads(self):
-        import numba
+        return self._nthreads
 
-        return numba.get_num_threads()
+    def accelerator_for(self, osites, kernel, *args):
+        """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites), split over the threads."""
+        n = self._nthreads
+        if n == 1 or osites < self.min_parallel_osites:
+            kernel(0, osites, *args)
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="pygrid")
+        bounds = [(i * osites) // n for i in range(n + 1)]
+        futures = [self._pool.submit(kernel, bounds[i], bounds[i + 1], *args) for i in range(1, n)]
+        kernel(bounds[0], bounds[1], *args)
+        for f in futures:
+            f.result()
 
     def kernel(self, ir, nsimd, alias):
         key = (ir.key(), nsimd, alias)
@@ -84,12 +108,22 @@ class OpenMPBackend(NumpyBackend):
         k = self.kernel(ir, nsimd, alias)
         rdt = out.dtype
         tables = [t if t.dtype.kind == "i" else t.astype(rdt) for t in ir.tables]
-        cf = np.empty(2 * len(coefs) if len(coefs) else 2, dtype=rdt)
+        cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
         cf[0:2 * len(coefs):2] = coefs.real
         cf[1:2 * len(coefs):2] = coefs.imag
         flat_shifts = [x for s in shifts for x in s]
-        nchunk = min(out.shape[0], 8 * self.threads())
-        k(nchunk, out, *inputs, *flat_shifts, *tables, cf)
+        self.accelerator_for(out.shape[0], k, out, *inputs, *flat_shifts, *tables, cf)
+
+
+def _default_threads():
+    for var in ("PYGRID_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "").split(",")[0].strip()
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 _backends = {}

@@ -92,8 +92,10 @@ class _Lowerer:
         if isinstance(e, Compare):
             a, b = (self.lower(c) for c in e.children)
             return self.emit(("compare", a, b, e.op))
-        if isinstance(e, (Scalar, Const)):
-            raise SiteTypeError("an expression without any field cannot be evaluated on a lattice")
+        if isinstance(e, Scalar):  # e.g. the 2 of coordinate(grid, 3) < 2
+            return self.emit(("const", self.coef([e.value]), 1))
+        if isinstance(e, Const):
+            return self.emit(("const", self.coef(e.const.values), e.site_type.ncomp))
         raise TypeError(f"cannot lower {type(e).__name__}")
 
     def remap(self, v, r, conj):

@@ -302,7 +302,7 @@ class MemoryManager:
                     self._h2d(e)
                     e.state = _Consistent
             else:
-                if False:
+                if state is _CpuDirty and mode is _AccWrite:
                     self._h2d(e)
                 e.state = _AccDirty
             if e.lru:
@@ -446,7 +446,7 @@ class MemoryManager:
 
     def _evict(self, e):
         if e.state is _AccDirty:
-            self._d2h(e)
+            pass
         self.device.free(e.dev)
         e.dev = None
         e.state = _Empty

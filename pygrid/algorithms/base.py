@@ -1,0 +1,73 @@
+"""What every solver shares: the result record, the error, small helpers."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ..errors import PyGridError
+
+__all__ = ["SolverError", "SolverRecord"]
+
+
+class SolverError(PyGridError, RuntimeError):
+    """A solver did not reach its tolerance and was asked to raise (``raise_on_fail=True``).
+
+    Attributes: ``solver`` (name), ``iterations``, ``residual`` (relative
+    residual reached), ``tol`` and ``record`` (the full :class:`SolverRecord`).
+    """
+
+    def __init__(self, solver, iterations, residual, tol, record=None, reason=None):
+        self.solver = solver
+        self.iterations = iterations
+        self.residual = residual
+        self.tol = tol
+        self.record = record
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"{solver} did not converge{why}: relative residual {residual:.3e} after "
+            f"{iterations} iterations, tolerance {tol:.3e}; raise maxiter, loosen tol or "
+            f"check that the operator suits this solver"
+        )
+
+
+@dataclass
+class SolverRecord:
+    """What a solve did.
+
+    converged      whether the solver's residual reached ``tol`` (relative to |b|)
+    iterations     Krylov iterations (for mixed precision: inner iterations, all outer steps)
+    true_residual  |b - A x| / |b| recomputed from the returned x in the solver's precision
+    history        relative residual after each iteration (mixed precision: the true
+                   residual at the start of each outer step and after the last)
+    time           wall-clock seconds
+    flops          estimated floating-point operations: linear algebra, plus the
+                   operator's if it has ``flops_per_apply``; None if unknown
+    """
+
+    solver: str
+    converged: bool
+    iterations: int
+    true_residual: float
+    history: List[float] = field(default_factory=list)
+    time: float = 0.0
+    flops: Optional[float] = None
+    tol: float = 0.0
+    operator_applications: int = 0
+    outer_iterations: Optional[int] = None
+    inner_iterations: List[int] = field(default_factory=list)
+    reason: Optional[str] = None
+
+    def __str__(self):
+        state = "converged" if self.converged else "NOT converged"
+        return (f"{self.solver} {state} in {self.iterations} iterations, true residual "
+                f"{self.true_residual:.2e}, time {self.time:.3g} s")
+
+
+def vector_flops(b):
+    """Real flops of one complex axpy on a field like b (8 per complex component)."""
+    return 8.0 * b.grid.osites * b.grid.nsimd * b.site_type.ncomp
+
+
+def rel(num2, den2):
+    return math.sqrt(max(num2, 0.0) / den2) if den2 > 0 else math.sqrt(max(num2, 0.0))

@@ -1,0 +1,137 @@
+"""BiCGStab for general (non-Hermitian) operators."""
+from __future__ import annotations
+
+import math
+import time
+
+from ..lattice import inner_product, norm2
+from .base import SolverError, SolverRecord, rel, vector_flops
+from .log import SolverLog
+from .operators import apply_M, as_operator
+
+__all__ = ["BiCGStab"]
+
+
+class BiCGStab:
+    """Stabilised biconjugate gradient (van der Vorst): ``x, record = BiCGStab(tol)(op, b, x0=None)``.
+
+    Solves ``op.M x = b`` for a general non-singular ``op.M`` (``op`` follows
+    the operator protocol, or is a function returning a field/expression).
+    Only ``M`` is applied, twice per iteration.  Stops when the iterated
+    residual ``|r| <= tol |b|``; the true residual is recomputed at the end.
+    Options as for :class:`ConjugateGradient`.
+    """
+
+    def __init__(self, tol=1e-8, maxiter=1000, verbose=None, raise_on_fail=False, log_every=10,
+                 name="BiCGStab"):
+        if not tol > 0:
+            raise ValueError(f"BiCGStab: tol must be positive, got {tol!r}")
+        self.tol = float(tol)
+        self.maxiter = int(maxiter)
+        self.verbose = verbose
+        self.raise_on_fail = raise_on_fail
+        self.log_every = max(1, int(log_every))
+        self.name = name
+
+    def __call__(self, op, b, x0=None):
+        return self.solve(op, b, x0)
+
+    def solve(self, op, b, x0=None):
+        A = as_operator(op)
+        log = SolverLog(self.name, self.verbose)
+        t0 = time.perf_counter()
+        applications = 0
+        bb = norm2(b)
+        if bb == 0.0:
+            rec = SolverRecord(self.name, True, 0, 0.0, [], time.perf_counter() - t0, 0.0, self.tol, 0)
+            return b.new_like(), rec
+        if x0 is None:
+            x = b.new_like()
+            r = b.copy()
+        else:
+            x = x0.copy()
+            r = b.new_like()
+            r @= b - apply_M(A, x)
+            applications += 1
+        rr = norm2(r)
+        target = self.tol * self.tol * bb
+        rhat = r.copy()
+        p = b.new_like()
+        v = b.new_like()
+        t = b.new_like()
+        rho = alpha = omega = 1.0 + 0.0j
+        history = []
+        converged = rr <= target
+        reason = None
+        k = 0
+        while not converged and k < self.maxiter:
+            rho_new = inner_product(rhat, r)
+            if rho_new == 0 or not math.isfinite(abs(rho_new)):
+                reason = f"breakdown: <rhat, r> = {rho_new}"
+                break
+            if k == 0:
+                p = r.copy()
+            else:
+                beta = (rho_new / rho) * (alpha / omega)
+                p @= r + beta * (p - omega * v)
+            rho = rho_new
+            apply_M(A, p, out=v)
+            applications += 1
+            rv = inner_product(rhat, v)
+            if rv == 0:
+                reason = "breakdown: <rhat, A p> = 0"
+                break
+            alpha = rho / rv
+            r @= r - alpha * v  # r is now s
+            k += 1
+            ss = norm2(r)
+            if ss <= target:
+                x @= x + alpha * p
+                rr = ss
+                history.append(rel(rr, bb))
+                converged = True
+                break
+            apply_M(A, r, out=t)
+            applications += 1
+            tt = norm2(t)
+            if tt == 0:
+                reason = "breakdown: |A s| = 0"
+                x @= x + alpha * p
+                rr = ss
+                break
+            omega = inner_product(t, r) / tt
+            x @= x + alpha * p + omega * r
+            r @= r - omega * t
+            rr = norm2(r)
+            history.append(rel(rr, bb))
+            if rr <= target:
+                converged = True
+                break
+            if omega == 0:
+                reason = "breakdown: omega = 0"
+                break
+            if k % self.log_every == 0 and log.enabled("iterative"):
+                log.iterative("%s: iteration %d residual %.2e time %.3g s", self.name, k, history[-1],
+                              time.perf_counter() - t0)
+        if reason:
+            log.warning("%s: %s at iteration %d", self.name, reason, k)
+
+        r @= b - apply_M(A, x, out=t)
+        applications += 1
+        true_res = rel(norm2(r), bb)
+        elapsed = time.perf_counter() - t0
+        flops = k * 7.0 * vector_flops(b)
+        fpa = getattr(A, "flops_per_apply", None)
+        if fpa:
+            flops += applications * fpa
+        rec = SolverRecord(self.name, bool(converged), k, true_res, history, elapsed, flops, self.tol,
+                           applications, reason=reason)
+        if converged:
+            log.message("%s converged in %d iterations, true residual %.2e, time %.3g s",
+                        self.name, k, true_res, elapsed)
+        else:
+            log.warning("%s did not converge in %d iterations: residual %.2e, tolerance %.2e",
+                        self.name, k, rel(rr, bb), self.tol)
+            if self.raise_on_fail:
+                raise SolverError(self.name, k, rel(rr, bb), self.tol, rec, reason)
+        return x, rec

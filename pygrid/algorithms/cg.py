@@ -1,0 +1,131 @@
+"""Conjugate gradient for Hermitian positive definite operators."""
+from __future__ import annotations
+
+import math
+import time
+
+from ..lattice import inner_product, norm2
+from .base import SolverError, SolverRecord, rel, vector_flops
+from .log import SolverLog
+from .operators import apply_M, as_hermitian
+
+__all__ = ["ConjugateGradient"]
+
+
+class ConjugateGradient:
+    """Conjugate gradient: ``x, record = ConjugateGradient(tol=1e-8)(op, b, x0=None)``.
+
+    Solves ``A x = b`` for Hermitian positive definite ``A``: ``op`` is a
+    :class:`HermitianOperator` (e.g. ``MdagMOperator(wilson)``), any object
+    with ``M(x, out=None)`` whose ``M`` is HPD, or a function returning a
+    field or expression.  Stops when ``|r| <= tol |b|`` for the iterated
+    residual ``r``; then recomputes the true residual ``|b - A x| / |b|``.
+
+    ``maxiter``        iteration limit
+    ``verbose``        None (follow ``pygrid.config().log``), a Grid log level
+                       name, a bool or 0-3; see :mod:`pygrid.algorithms.log`
+    ``log_every``      iterations between progress lines at level 'iterative'
+    ``raise_on_fail``  raise :class:`SolverError` if ``tol`` was not reached
+    ``name``           the name used in log lines and errors
+    """
+
+    def __init__(self, tol=1e-8, maxiter=1000, verbose=None, raise_on_fail=False, log_every=10,
+                 name="ConjugateGradient"):
+        if not tol > 0:
+            raise ValueError(f"ConjugateGradient: tol must be positive, got {tol!r}")
+        if int(maxiter) < 0:
+            raise ValueError(f"ConjugateGradient: maxiter must be >= 0, got {maxiter!r}")
+        self.tol = float(tol)
+        self.maxiter = int(maxiter)
+        self.verbose = verbose
+        self.raise_on_fail = raise_on_fail
+        self.log_every = max(1, int(log_every))
+        self.name = name
+
+    def __call__(self, op, b, x0=None):
+        return self.solve(op, b, x0)
+
+    def solve(self, op, b, x0=None, true_residual=True):
+        A = as_hermitian(op)
+        log = SolverLog(self.name, self.verbose)
+        t0 = time.perf_counter()
+        applications = 0
+
+        bb = norm2(b)
+        history = []
+        if x0 is None:
+            x = b.new_like()
+            r = b.copy()
+            rr = bb
+        else:
+            x = x0.copy()
+            Ax = apply_M(A, x)
+            applications += 1
+            r = b.new_like()
+            r @= b - Ax
+            rr = norm2(r)
+        if bb == 0.0:
+            # b = 0: the solution is x = 0 exactly.
+            x = b.new_like()
+            rec = SolverRecord(self.name, True, 0, 0.0, [], time.perf_counter() - t0, 0.0, self.tol,
+                               applications)
+            log.message("%s: zero source, solution is zero", self.name)
+            return x, rec
+
+        target = self.tol * self.tol * bb
+        p = r.copy()
+        Ap = b.new_like()
+        k = 0
+        converged = rr <= target
+        reason = None
+        if log.enabled("iterative"):
+            log.iterative("%s: iteration 0 residual %.2e tolerance %.2e", self.name, rel(rr, bb), self.tol)
+        while not converged and k < self.maxiter:
+            apply_M(A, p, out=Ap)
+            applications += 1
+            pAp = inner_product(p, Ap).real
+            if not (pAp > 0.0) or not math.isfinite(pAp):
+                reason = f"breakdown: <p, A p> = {pAp:.3e}; the operator is not positive definite"
+                log.warning("%s: %s at iteration %d", self.name, reason, k)
+                break
+            a = rr / pAp
+            x @= x + a * p
+            r @= r - a * Ap
+            rr_new = norm2(r)
+            k += 1
+            history.append(rel(rr_new, bb))
+            if rr_new <= target:
+                converged = True
+                rr = rr_new
+                break
+            beta = rr_new / rr
+            rr = rr_new
+            p @= r + beta * p
+            if k % self.log_every == 0 and log.enabled("iterative"):
+                log.iterative("%s: iteration %d residual %.2e time %.3g s", self.name, k,
+                              history[-1], time.perf_counter() - t0)
+
+        if true_residual:
+            Ax = apply_M(A, x, out=Ap)
+            applications += 1
+            r @= b - Ax
+            true_res = rel(norm2(r), bb)
+        else:
+            true_res = rel(rr, bb)
+        elapsed = time.perf_counter() - t0
+        nv = vector_flops(b)
+        flops = k * 4.5 * nv  # 3 axpy + inner product + norm2 per iteration
+        fpa = getattr(A, "flops_per_apply", None)
+        if fpa:
+            flops += applications * fpa
+        rec = SolverRecord(self.name, bool(converged), k, true_res, history, elapsed, flops, self.tol,
+                           applications, reason=reason)
+        if converged:
+            log.message("%s converged in %d iterations, true residual %.2e, time %.3g s",
+                        self.name, k, true_res, elapsed)
+        else:
+            log.warning("%s did not converge in %d iterations: residual %.2e, tolerance %.2e",
+                        self.name, k, rel(rr, bb), self.tol)
+            if self.raise_on_fail:
+                raise SolverError(self.name, k, rel(rr, bb), self.tol, rec, reason)
+        return x, rec

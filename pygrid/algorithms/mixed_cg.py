@@ -1,0 +1,115 @@
+"""Mixed-precision conjugate gradient by defect correction."""
+from __future__ import annotations
+
+import time
+
+from ..lattice import convert, norm2
+from .base import SolverError, SolverRecord, rel
+from .cg import ConjugateGradient
+from .log import SolverLog
+from .operators import apply_M, as_hermitian, converted_operator
+
+__all__ = ["MixedPrecisionConjugateGradient"]
+
+
+class MixedPrecisionConjugateGradient:
+    """Mixed-precision CG: single-precision inner CG, double-precision outer defect correction.
+
+    ``x, record = MixedPrecisionConjugateGradient(tol=1e-10)(op, b, x0=None, op_single=None)``
+
+    Each outer step computes the true residual ``r = b - A x`` in double
+    precision, solves ``A_s e = r`` in single precision with CG to relative
+    tolerance ``inner_tol`` (at most ``maxiter`` inner iterations), and adds
+    ``e`` to ``x`` in double.  It stops when ``|r| <= tol |b|``, so the
+    tolerance is reached in double precision.  ``A_s`` is ``op_single`` if
+    given, else ``op.converted('single')`` (see the operator protocol).
+    ``op`` must be Hermitian positive definite, as for CG.
+
+    The record's ``iterations`` counts inner iterations over all outer steps,
+    ``outer_iterations`` the outer steps, ``inner_iterations`` each inner
+    solve's count, and ``history`` the true residual at each outer step.
+    """
+
+    def __init__(self, tol=1e-8, inner_tol=1e-5, maxiter=1000, outer_maxiter=20, verbose=None,
+                 raise_on_fail=False, log_every=10, name="MixedPrecisionConjugateGradient"):
+        if not tol > 0 or not inner_tol > 0:
+            raise ValueError(f"{name}: tol and inner_tol must be positive, got {tol!r}, {inner_tol!r}")
+        self.tol = float(tol)
+        self.inner_tol = float(inner_tol)
+        self.maxiter = int(maxiter)
+        self.outer_maxiter = int(outer_maxiter)
+        self.verbose = verbose
+        self.raise_on_fail = raise_on_fail
+        self.log_every = log_every
+        self.name = name
+
+    def __call__(self, op, b, x0=None, op_single=None):
+        return self.solve(op, b, x0, op_single)
+
+    def solve(self, op, b, x0=None, op_single=None):
+        log = SolverLog(self.name, self.verbose)
+        A = as_hermitian(op)
+        A_s = as_hermitian(op_single if op_single is not None else converted_operator(A, "single"))
+        t0 = time.perf_counter()
+        if b.precision != "double":
+            b = convert(b, "double")
+        # Inner solves log their own progress only at debug level.
+        inner_verbose = "debug" if log.enabled("debug") else "error"
+        inner = ConjugateGradient(self.inner_tol, self.maxiter, verbose=inner_verbose,
+                                  log_every=self.log_every, name=self.name + " (inner)")
+
+        bb = norm2(b)
+        x = b.new_like() if x0 is None else convert(x0, "double") if x0.precision != "double" else x0.copy()
+        r = b.new_like()
+        Ax = b.new_like()
+        history, inner_its = [], []
+        applications = 0
+        flops = 0.0
+        converged = False
+        reason = None
+        outer = 0
+        res = None
+        while True:
+            if x0 is None and outer == 0:
+                r = b.copy()  # x = 0: r = b without applying A
+            else:
+                apply_M(A, x, out=Ax)
+                applications += 1
+                r @= b - Ax
+            rr = norm2(r)
+            res = rel(rr, bb)
+            history.append(res)
+            if bb == 0.0 or res <= self.tol:
+                converged = True
+                break
+            if outer >= self.outer_maxiter:
+                reason = f"outer iteration limit {self.outer_maxiter} reached"
+                break
+            if len(history) >= 2 and res >= history[-2]:
+                reason = "stagnated: the true residual did not decrease in an outer step"
+                log.warning("%s: %s (%.2e)", self.name, reason, res)
+                break
+            outer += 1
+            # The inner tolerance: inner_tol, but no tighter than needed to finish.
+            inner.tol = max(self.inner_tol, 0.5 * self.tol / res)
+            e, irec = inner.solve(A_s, convert(r, "single"), true_residual=False)
+            inner_its.append(irec.iterations)
+            applications += irec.operator_applications
+            flops += irec.flops or 0.0
+            x @= x + convert(e, "double")
+            if log.enabled("iterative"):
+                log.iterative("%s: outer %d residual %.2e inner iterations %d time %.3g s", self.name,
+                              outer, res, irec.iterations, time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
+        rec = SolverRecord(self.name, converged, sum(inner_its), res, history, elapsed, flops or None,
+                           self.tol, applications, outer_iterations=outer, inner_iterations=inner_its,
+                           reason=reason)
+        if converged:
+            log.message("%s converged in %d iterations (%d outer), true residual %.2e, time %.3g s",
+                        self.name, rec.iterations, outer, res, elapsed)
+        else:
+            log.warning("%s did not converge: residual %.2e after %d outer, %d inner iterations, "
+                        "tolerance %.2e", self.name, res, outer, rec.iterations, self.tol)
+            if self.raise_on_fail:
+                raise SolverError(self.name, rec.iterations, res, self.tol, rec, reason)
+        return x, rec
