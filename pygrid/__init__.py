@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 from . import config as _config
 from . import memory as _memory
-from .accelerator import get_backend, set_backend
+from .accelerator import accelerator_for, get_backend, set_backend
 from .cartesian import GridCartesian, GridCartesian5D, GridRedBlackCartesian
 from .errors import (
     BackendError, ConfigError, ConformabilityError, DeviceMemoryError, GridError, PyGridError,

@@ -1,3 +1,3 @@
-from .backends import NumpyBackend, OpenMPBackend, get_backend, set_backend
+from .backends import NumpyBackend, OpenMPBackend, accelerator_for, get_backend, set_backend
 
-__all__ = ["NumpyBackend", "OpenMPBackend", "get_backend", "set_backend"]
+__all__ = ["NumpyBackend", "OpenMPBackend", "accelerator_for", "get_backend", "set_backend"]

@@ -25,6 +25,13 @@ class NumpyBackend:
     def set_threads(self, n):
         pass
 
+    def threads(self):
+        return 1
+
+    def accelerator_for(self, osites, kernel, *args):
+        """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites)."""
+        kernel(0, osites, *args)
+
     # reductions over (osites, ncomp, 2, nsimd) buffers, accumulated in double
     def inner_product(self, a, b):
         a = a.astype(np.float64, copy=False)
@@ -63,16 +70,21 @@ class OpenMPBackend(NumpyBackend):
             raise BackendError("the openmp backend needs numba: pip install numba") from e
         self._kernels = {}
         self._pool = None
-        self._nthreads = _default_threads()
+        self._nthreads = None
+        self.set_threads(_default_threads())
 
     def set_threads(self, n):
         if n is not None:
             if int(n) < 1:
                 raise BackendError(f"thread count must be positive, got {n}")
-            if int(n) != self._nthreads and self._pool is not None:
+            if self._nthreads is not None and int(n) != self._nthreads and self._pool is not None:
                 self._pool.shutdown()
                 self._pool = None
             self._nthreads = int(n)
+        import numba
+
+        # hand-written prange kernels (the Dirac operators) follow the same count
+        numba.set_num_threads(min(self._nthreads, numba.config.NUMBA_NUM_THREADS))
 
     def threads(self):
         return self._nthreads
@@ -149,6 +161,15 @@ def get_backend(name=None):
         else:
             raise BackendError(f"unknown backend {name!r}; choose one of openmp, numpy")
     return _backends[name]
+
+
+def accelerator_for(osites, kernel, *args):
+    """The one launch primitive: ``kernel(lo, hi, *args)`` over outer sites [0, osites).
+
+    On the openmp backend the sites are split over the threads; ``kernel``
+    should be a ``numba.njit(nogil=True)`` function so the blocks run in parallel.
+    """
+    get_backend().accelerator_for(osites, kernel, *args)
 
 
 def set_backend(name):

@@ -65,9 +65,10 @@ def resolve_verbosity(verbose):
     """
     if verbose is None:
         try:
-            from .. import config as _config
+            # (pygrid.config the attribute is the function pg.config(); import the module itself)
+            from ..config import current
 
-            return _config.current().log
+            return current().log
         except Exception:  # pragma: no cover - config is optional here
             return "message"
     if isinstance(verbose, bool):
