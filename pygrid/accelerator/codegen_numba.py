@@ -94,21 +94,26 @@ def kernel_source(ir, nsimd, alias):
         elif kind == "const":
             continue
         elif kind == "contract":
-            _, a, b, t, ca, cb, nout = op
+            _, a, b, (out_vars, sum_vars, oi, ai, bi), _t, ca, cb, nout = op
             sa = "-" if ca else ""
             sb = "-" if cb else ""
-            _zero(src, d, nout, NS)
-            src(2, f"for k in range(T{t}.shape[0]):")
-            src(3, f"io = T{t}[k, 0]")
-            src(3, f"ia = T{t}[k, 1]")
-            src(3, f"ib = T{t}[k, 2]")
-            src(3, f"for l in range({NS}):")
-            src(4, f"ar = {acc(a, 'ia', 0, 'l')}")
-            src(4, f"ai = {sa}{acc(a, 'ia', 1, 'l')}")
-            src(4, f"br = {acc(b, 'ib', 0, 'l')}")
-            src(4, f"bi = {sb}{acc(b, 'ib', 1, 'l')}")
-            src(4, f"{d('io', 0, 'l')} += ar * br - ai * bi")
-            src(4, f"{d('io', 1, 'l')} += ar * bi + ai * br")
+            ind = 2
+            for var, ext in out_vars:
+                src(ind, f"for {var} in range({ext}):")
+                ind += 1
+            src(ind, f"for l in range({NS}):")
+            src(ind + 1, f"{d(oi, 0, 'l')} = 0.0")
+            src(ind + 1, f"{d(oi, 1, 'l')} = 0.0")
+            for var, ext in sum_vars:
+                src(ind, f"for {var} in range({ext}):")
+                ind += 1
+            src(ind, f"for l in range({NS}):")
+            src(ind + 1, f"ar = {acc(a, ai, 0, 'l')}")
+            src(ind + 1, f"ai = {sa}{acc(a, ai, 1, 'l')}")
+            src(ind + 1, f"br = {acc(b, bi, 0, 'l')}")
+            src(ind + 1, f"bi = {sb}{acc(b, bi, 1, 'l')}")
+            src(ind + 1, f"{d(oi, 0, 'l')} += ar * br - ai * bi")
+            src(ind + 1, f"{d(oi, 1, 'l')} += ar * bi + ai * br")
         elif kind == "remap":
             _, a, (rt, ct), conj, nout = op
             sa = "-" if conj else ""

@@ -34,7 +34,7 @@ def run_ir(ir, out, inputs, shifts, coefs):
             c = coefs[off:off + n]
             vals.append(np.broadcast_to(c[None, :, None], (out.shape[0], n, out.shape[3])))
         elif kind == "contract":
-            _, a, b, t, ca, cb, nout = op
+            _, a, b, _loops, t, ca, cb, nout = op
             tab = ir.tables[t]
             A, B = vals[a], vals[b]
             if ca:

@@ -5,7 +5,10 @@ Values are site tensors of ``ncomp`` complex components (two real planes and
 
   ('load', slot, shift)                       field slot read at x (+ shift table, -1 for none)
   ('const', coef, ncomp)                      constant tensor from the coefficient vector
-  ('contract', a, b, table, conj_a, conj_b, nout)  out[o] += A[i] * B[j] over table rows
+  ('contract', a, b, loops, table, conj_a, conj_b, nout)
+                                              out[o] += A[i] * B[j]: ``loops`` is the loop nest
+                                              (out vars, sum vars, out/a/b index expressions),
+                                              ``table`` the same terms enumerated
   ('remap', a, table, conj, nout)             out[o] += c * A[i]
   ('lincomb', ((v, coef|-1, sign), ...), n)  sum of scaled values
   ('where', mask, a, b, n)                    per lane: a if mask != 0 else b

@@ -5,8 +5,25 @@ import numpy as np
 
 from ..errors import SiteTypeError
 from ..tensors import algebra
+from ..tensors.sitetype import LEVELS
 from .ir import KernelIR, Launch
 from .nodes import Compare, Const, Contract, Leaf, LinComb, Mul, Scalar, Unary, Where
+
+
+def _read_as(e):
+    """An operand of a product read through adj/transpose/conjugate: (operand, conj, transposed levels).
+
+    The product's loops then index the operand transposed and flip the sign of
+    its imaginary part, so adj(U) * psi makes no temporary.
+    """
+    if isinstance(e, Unary) and e.kind in ("adj", "conjugate", "transpose") and not isinstance(e.children[0], Const):
+        child = e.children[0]
+        if e.kind == "adj":
+            return child, True, LEVELS
+        if e.kind == "conjugate":
+            return child, True, ()
+        return child, False, e.levels
+    return e, False, ()
 
 
 class _Lowerer:
@@ -65,12 +82,15 @@ class _Lowerer:
                 c, f = (a, b) if isinstance(a, Const) else (b, a)
                 r = algebra.const_product(c.site_type, c.const.values, f.site_type, c is a)
                 return self.remap(self.lower(f), r, False)
-            out, tab = algebra.product(a.site_type, b.site_type)
+            (a, ca, ta), (b, cb, tb) = _read_as(a), _read_as(b)
+            out, spec = algebra.product_spec(a.site_type, b.site_type, ta, tb)
             va, vb = self.lower(a), self.lower(b)
-            return self.emit(("contract", va, vb, self.table(tab), False, False, out.ncomp))
+            return self.contract(va, vb, spec, ca, cb, out.ncomp)
         if isinstance(e, Contract):
-            va, vb = self.lower(e.children[0]), self.lower(e.children[1])
-            return self.emit(("contract", va, vb, self.table(e.table), e.conj_a, e.conj_b, e.site_type.ncomp))
+            a, b = e.children
+            _, spec = algebra.product_spec(a.site_type, b.site_type, kind=e.kind)
+            va, vb = self.lower(a), self.lower(b)
+            return self.contract(va, vb, spec, e.conj_a, e.conj_b, e.site_type.ncomp)
         if isinstance(e, Unary):
             return self.remap(self.lower(e.children[0]), e.remap, e.conj)
         if isinstance(e, LinComb):
@@ -97,6 +117,12 @@ class _Lowerer:
         if isinstance(e, Const):
             return self.emit(("const", self.coef(e.const.values), e.site_type.ncomp))
         raise TypeError(f"cannot lower {type(e).__name__}")
+
+    def contract(self, va, vb, spec, ca, cb, nout):
+        loops = algebra.spec_loops(spec)
+        loops = (tuple(loops[0]), tuple(loops[1])) + tuple(loops[2:])
+        t = self.table(algebra.spec_table(spec))
+        return self.emit(("contract", va, vb, loops, t, ca, cb, nout))
 
     def remap(self, v, r, conj):
         rows = self.table(np.ascontiguousarray(r.rows, dtype=np.int32))

@@ -183,8 +183,9 @@ class LinComb(Expr):
 class Unary(Expr):
     """A sparse remap of one operand: adj, conjugate, transpose, trace, peek."""
 
-    def __init__(self, kind, a, remap, conj):
+    def __init__(self, kind, a, remap, conj, levels=LEVELS):
         self.kind = kind
+        self.levels = tuple(levels)
         self.children = (a,)
         self.remap = remap
         self.conj = conj
@@ -300,7 +301,7 @@ def _shift(e, dim, disp):
     if isinstance(e, Mul):
         return Mul(*(_shift(c, dim, disp) for c in e.children))
     if isinstance(e, Unary):
-        return Unary(e.kind, _shift(e.children[0], dim, disp), e.remap, e.conj)
+        return Unary(e.kind, _shift(e.children[0], dim, disp), e.remap, e.conj, e.levels)
     if isinstance(e, Contract):
         return Contract(e.kind, *(_shift(c, dim, disp) for c in e.children))
     if isinstance(e, Where):
@@ -331,4 +332,4 @@ def unary(kind, x, **kw):
     if isinstance(e, Const):
         vals = r.apply(np.conj(e.const.values) if conj else e.const.values)
         return Const(ConstTensor(r.out_type, vals))
-    return Unary(kind, e, r, conj)
+    return Unary(kind, e, r, conj, kw.get("levels", LEVELS))

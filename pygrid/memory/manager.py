@@ -446,7 +446,7 @@ class MemoryManager:
 
     def _evict(self, e):
         if e.state is _AccDirty:
-            pass
+            self._d2h(e)
         self.device.free(e.dev)
         e.dev = None
         e.state = _Empty

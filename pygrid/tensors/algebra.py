@@ -210,3 +210,110 @@ def identity_values(t: SiteType):
         if lv.kind == MATRIX:
             vals = np.multiply.outer(vals, np.eye(lv.n)).reshape(-1)
     return vals.reshape(-1)
+
+
+# ---- loop specifications of contractions -------------------------------------
+#
+# The compiled backends do not walk tables for products: they emit small loop
+# nests with compile-time bounds, which LLVM unrolls and keeps in registers.
+# A spec is a tuple with one entry per level: (pattern, n, transpose_a, transpose_b)
+# with pattern one of SS SV VS SM MS MM MV (products), iS iV iM (inner product
+# terms), oS oV (outer product).  ``spec_loops`` turns it into loop variables
+# and index expressions; ``spec_table`` enumerates the same loops into a table.
+
+def _pattern(kind_a, kind_b):
+    return {SCALAR: "S", VECTOR: "V", MATRIX: "M"}[kind_a] + {SCALAR: "S", VECTOR: "V", MATRIX: "M"}[kind_b]
+
+
+@functools.lru_cache(maxsize=None)
+def product_spec(ta: SiteType, tb: SiteType, trans_a=(), trans_b=(), kind="product"):
+    """(result type, loop spec) of ta * tb (or local_inner_product / outer_product).
+
+    trans_a / trans_b name the levels at which an operand is read transposed,
+    so adj(U) * psi needs no temporary.
+    """
+    if kind == "product":
+        out, _ = product(ta, tb)
+        spec = []
+        for name, la, lb in zip(LEVELS, ta.levels, tb.levels):
+            spec.append((_pattern(la.kind, lb.kind), max(la.n, lb.n), name in trans_a, name in trans_b))
+    elif kind == "local_inner_product":
+        out, _ = inner(ta, tb)
+        spec = [("i" + _pattern(la.kind, la.kind)[0], la.n, name in trans_a, name in trans_b)
+                for name, la in zip(LEVELS, ta.levels)]
+    else:
+        out, _ = outer(ta, tb)
+        spec = [("o" + _pattern(la.kind, la.kind)[0], la.n, False, False) for name, la in zip(LEVELS, ta.levels)]
+    return out, tuple(spec)
+
+
+def _mat(i, j, n, t):
+    return f"({j})*{n}+({i})" if t else f"({i})*{n}+({j})"
+
+
+def spec_loops(spec):
+    """Loop variables and flat index expressions of a spec.
+
+    Returns (out_vars, sum_vars, out_index, a_index, b_index): vars are
+    (name, extent) pairs, indices Python expressions over them.
+    """
+    out_vars, sum_vars = [], []
+    parts = {"o": [], "a": [], "b": []}  # per level: (local expr, size)
+    for L, (pat, n, ta, tb) in enumerate(spec):
+        i, j, k = f"i{L}", f"j{L}", f"k{L}"
+        if pat == "SS" or pat in ("iS", "oS"):
+            loc = {"o": ("0", 1), "a": ("0", 1), "b": ("0", 1)}
+        elif pat == "SV":
+            out_vars.append((i, n))
+            loc = {"o": (i, n), "a": ("0", 1), "b": (i, n)}
+        elif pat == "VS":
+            out_vars.append((i, n))
+            loc = {"o": (i, n), "a": (i, n), "b": ("0", 1)}
+        elif pat == "SM":
+            out_vars += [(i, n), (j, n)]
+            loc = {"o": (_mat(i, j, n, False), n * n), "a": ("0", 1), "b": (_mat(i, j, n, tb), n * n)}
+        elif pat == "MS":
+            out_vars += [(i, n), (j, n)]
+            loc = {"o": (_mat(i, j, n, False), n * n), "a": (_mat(i, j, n, ta), n * n), "b": ("0", 1)}
+        elif pat == "MM":
+            out_vars += [(i, n), (j, n)]
+            sum_vars.append((k, n))
+            loc = {"o": (_mat(i, j, n, False), n * n), "a": (_mat(i, k, n, ta), n * n), "b": (_mat(k, j, n, tb), n * n)}
+        elif pat == "MV":
+            out_vars.append((i, n))
+            sum_vars.append((k, n))
+            loc = {"o": (i, n), "a": (_mat(i, k, n, ta), n * n), "b": (k, n)}
+        elif pat == "iV":
+            sum_vars.append((i, n))
+            loc = {"o": ("0", 1), "a": (i, n), "b": (i, n)}
+        elif pat == "iM":
+            sum_vars += [(i, n), (j, n)]
+            loc = {"o": ("0", 1), "a": (_mat(i, j, n, False), n * n), "b": (_mat(i, j, n, False), n * n)}
+        elif pat == "oV":
+            out_vars += [(i, n), (j, n)]
+            loc = {"o": (_mat(i, j, n, False), n * n), "a": (i, n), "b": (j, n)}
+        else:
+            raise SiteTypeError(f"no loop pattern for {pat}")
+        for w in parts:
+            parts[w].append(loc[w])
+
+    def flat(ps):
+        terms, stride = [], 1
+        for expr, size in reversed(ps):
+            if expr != "0":
+                terms.append(f"({expr})*{stride}" if stride != 1 else f"({expr})")
+            stride *= size
+        return " + ".join(reversed(terms)) if terms else "0"
+
+    return out_vars, sum_vars, flat(parts["o"]), flat(parts["a"]), flat(parts["b"])
+
+
+@functools.lru_cache(maxsize=None)
+def spec_table(spec):
+    """The contraction table (rows out, a, b) that the loop nest of ``spec`` walks."""
+    out_vars, sum_vars, oi, ai, bi = spec_loops(spec)
+    names = [v for v, _ in out_vars + sum_vars]
+    ranges = [range(n) for _, n in out_vars + sum_vars]
+    code = compile(f"({oi}, {ai}, {bi})", "<spec>", "eval")
+    rows = [eval(code, {}, dict(zip(names, vals))) for vals in itertools.product(*ranges)]
+    return np.array(rows, dtype=np.int32).reshape(-1, 3)

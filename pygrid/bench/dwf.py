@@ -1,0 +1,95 @@
+"""``pygrid benchmark dwf``: the domain-wall (Shamir) hopping term on a 5D grid.
+
+Uses ``pg.qcd.DomainWallFermion(U, Ls, mass, M5)`` and its ``Dhop(psi, out=chi)``
+(the 4D Wilson hopping term on every s slice).  Counts per 5D site: 1320 flops
+(Grid's count); bytes: 8 neighbour spinors + the result (9 x 24 reals) and the
+8 links shared by the Ls slices (8 x 18 / Ls reals).  Verified once on a 4^4 x
+Ls lattice against the numpy reference of :mod:`pygrid.bench.wilson` applied
+slice by slice.  Until pygrid.qcd provides DomainWallFermion this kind reports
+that and exits with status 2: no numbers are made up.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .common import BenchmarkUnavailable, Kernel, lanes_note, make_grid, measure_copy, new_run, real_bytes
+from .wilson import MASS, VERIFY_DIMS, dhop_reference
+
+FLOPS_PER_SITE = 1320
+M5 = 1.8
+
+
+def reals_per_site(Ls):
+    return 9 * 24 + 8 * 18 / Ls
+
+
+def operator_class():
+    try:
+        import pygrid.qcd as qcd
+    except ImportError as e:
+        raise BenchmarkUnavailable(f"the domain-wall operator is not available: pygrid.qcd missing ({e})") \
+            from None
+    cls = getattr(qcd, "DomainWallFermion", None)
+    if cls is None:
+        raise BenchmarkUnavailable("the domain-wall operator is not available: "
+                                   "pygrid.qcd has no DomainWallFermion yet")
+    return cls
+
+
+def check_available():
+    operator_class()
+
+
+def _setup(grid4, Ls, precision, seed):
+    import pygrid as pg
+    import pygrid.qcd as qcd
+
+    rng = pg.ParallelRNG(grid4, list(seed))
+    U = qcd.random_gauge(grid4, rng, precision)
+    D = operator_class()(U, Ls, MASS, M5)
+    grid5 = getattr(D, "grid", None) or pg.GridCartesian5D(grid4, Ls)
+    rng5 = pg.ParallelRNG(grid5, list(seed))
+    psi, chi = pg.LatticeFermion(grid5, precision), pg.LatticeFermion(grid5, precision)
+    rng5.gaussian(psi)
+    rng5.gaussian(chi)
+    return U, D, psi, chi
+
+
+def verify(precision, ctx):
+    Ls = 4
+    grid4 = make_grid(VERIFY_DIMS, precision, None)
+    U, D, psi, chi = _setup(grid4, Ls, precision, (5, 6, 7, 8))
+    ctx.progress.step(f"dwf {precision}: verifying Dhop on 4^4 x {Ls} against numpy")
+    D.Dhop(psi, out=chi)
+    ref = dhop_reference(U.to_numpy().astype(np.complex128), psi.to_numpy().astype(np.complex128),
+                         lattice_axes=(1, 2, 3, 4))
+    err = float(np.max(np.abs(chi.to_numpy() - ref)) / np.max(np.abs(ref)))
+    return {"precision": precision, "lattice": list(VERIFY_DIMS) + [Ls], "max_rel_error": err,
+            "tolerance": 1e-12 if precision == "double" else 1e-5}
+
+
+def run(dims, precision, ctx):
+    Ls = ctx.Ls
+    grid4 = make_grid(dims, precision, ctx.simd_layout)
+    rb = real_bytes(precision)
+    U, D, psi, chi = _setup(grid4, Ls, precision, ctx.seed)
+    V5 = grid4.gsites * Ls
+    r = new_run("dwf", grid4, precision)
+    note = lanes_note(grid4, precision)
+    if note:
+        r.notes.append(note)
+    ctx.progress.step(f"dwf {precision}: compiling and timing Dhop (Ls={Ls})")
+    t, tmin, it = ctx.timer(lambda: D.Dhop(psi, out=chi), f"dwf {precision} Dhop")
+    r.kernels.append(Kernel("Dhop", "pygrid", t, tmin, it, V5, FLOPS_PER_SITE, reals_per_site(Ls) * rb,
+                            f"DomainWallFermion.Dhop, Ls={Ls}; bytes: 8 spinors + result, links shared by Ls"))
+    Ua, pa = U.to_numpy(), psi.to_numpy()
+    ctx.progress.step(f"dwf {precision}: numpy reference Dhop")
+    t, tmin, it = ctx.timer(lambda: dhop_reference(Ua, pa, (1, 2, 3, 4)), f"dwf {precision} numpy",
+                            target=1.0)
+    r.kernels.append(Kernel("numpy_Dhop", "numpy", t, tmin, it, V5, FLOPS_PER_SITE,
+                            reals_per_site(Ls) * rb, "plain numpy Dhop (np.roll + einsum) per s slice"))
+    r.roofline = measure_copy(V5 * 24 * rb, precision, ctx.timer, f"dwf {precision} copy")
+    r.main, r.baseline = "Dhop", "numpy_Dhop"
+    r.extra["Ls"] = Ls
+    r.extra["M5"] = M5
+    return r

@@ -1,0 +1,125 @@
+"""``pygrid benchmark wilson``: the Wilson hopping term ``Dhop``, against a plain numpy reference.
+
+Uses ``pg.qcd.WilsonFermion(U, mass).Dhop(psi, out=chi)``.  Counts per site:
+1320 flops (Grid's count, 8 Nc (7 + 16 Nc)); bytes with no reuse: 8 neighbour
+spinors (24 reals each), 8 links (18 reals each) and the result (24 reals) =
+360 reals = 2880 B in double, 1440 B in single.  The roofline therefore
+assumes no cache reuse; a kernel that keeps neighbours in cache can pass 100%.
+
+Before timing, the operator is checked once on a 4^4 lattice against
+:func:`dhop_reference`, written here with np.roll and einsum from the
+definition in DESIGN.md, independently of the kernel.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .common import BenchmarkUnavailable, Kernel, lanes_note, make_grid, measure_copy, new_run, real_bytes
+
+FLOPS_PER_SITE = 1320
+REALS_PER_SITE = 8 * 24 + 8 * 18 + 24   # 360
+BYTE_MODEL = "8 neighbour spinors + 8 links + 1 result spinor per site, no reuse"
+VERIFY_DIMS = (4, 4, 4, 4)
+MASS = 0.1
+
+# Grid's chiral basis (DESIGN.md), written out here so the reference does not use pygrid's tables.
+_I = 1j
+GAMMA = np.array([
+    [[0, 0, 0, _I], [0, 0, _I, 0], [0, -_I, 0, 0], [-_I, 0, 0, 0]],   # X
+    [[0, 0, 0, -1], [0, 0, 1, 0], [0, 1, 0, 0], [-1, 0, 0, 0]],       # Y
+    [[0, 0, _I, 0], [0, 0, 0, -_I], [-_I, 0, 0, 0], [0, _I, 0, 0]],   # Z
+    [[0, 0, 1, 0], [0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0]],         # T
+], dtype=complex)
+ONE = np.eye(4, dtype=complex)
+
+
+def dhop_reference(U, psi, lattice_axes=(0, 1, 2, 3)):
+    """Grid's Wilson hopping term in plain numpy.
+
+    ``U``: [x, y, z, t, mu, a, b] complex links; ``psi``: [..., x, y, z, t, spin, colour]
+    with the four lattice axes at ``lattice_axes`` of psi (a leading s axis for 5D).
+    Dhop psi(x) = -1/2 sum_mu [(1 - g_mu) U_mu(x) psi(x+mu) + (1 + g_mu) U_mu(x-mu)^dag psi(x-mu)].
+    """
+    out = np.zeros_like(psi)
+    for mu in range(4):
+        ax = lattice_axes[mu]
+        Umu = U[..., mu, :, :]
+        fwd = np.einsum("...ab,...sb->...sa", Umu, np.roll(psi, -1, axis=ax))
+        out += np.einsum("st,...tc->...sc", ONE - GAMMA[mu], fwd)
+        Ub = np.roll(Umu, 1, axis=mu)
+        bwd = np.einsum("...ba,...sb->...sa", Ub.conj(), np.roll(psi, 1, axis=ax))
+        out += np.einsum("st,...tc->...sc", ONE + GAMMA[mu], bwd)
+    return -0.5 * out
+
+
+def operator_class():
+    """pg.qcd.WilsonFermion, or BenchmarkUnavailable saying why not."""
+    try:
+        import pygrid.qcd as qcd
+    except ImportError as e:
+        raise BenchmarkUnavailable(f"the Wilson operator is not available: pygrid.qcd missing ({e})") from None
+    cls = getattr(qcd, "WilsonFermion", None)
+    if cls is None:
+        raise BenchmarkUnavailable("the Wilson operator is not available: pygrid.qcd has no WilsonFermion")
+    return cls
+
+
+def check_available():
+    operator_class()
+
+
+def _setup(grid, precision, seed):
+    import pygrid as pg
+    import pygrid.qcd as qcd
+
+    rng = pg.ParallelRNG(grid, list(seed))
+    if hasattr(qcd, "random_gauge"):
+        U = qcd.random_gauge(grid, rng, precision)
+    else:
+        U = pg.LatticeGaugeField(grid, precision)
+        rng.random_su3(U)
+    psi, chi = pg.LatticeFermion(grid, precision), pg.LatticeFermion(grid, precision)
+    rng.gaussian(psi)
+    rng.gaussian(chi)   # written before it is timed
+    return U, psi, chi
+
+
+def verify(precision, ctx):
+    """Max relative error of Dhop against dhop_reference on a 4^4 lattice."""
+    W = operator_class()
+    grid = make_grid(VERIFY_DIMS, precision, None)
+    U, psi, chi = _setup(grid, precision, (5, 6, 7, 8))
+    ctx.progress.step(f"wilson {precision}: verifying Dhop on 4^4 against numpy")
+    W(U, MASS).Dhop(psi, out=chi)
+    ref = dhop_reference(U.to_numpy().astype(np.complex128), psi.to_numpy().astype(np.complex128))
+    err = float(np.max(np.abs(chi.to_numpy() - ref)) / np.max(np.abs(ref)))
+    return {"precision": precision, "lattice": list(VERIFY_DIMS), "max_rel_error": err,
+            "tolerance": 1e-12 if precision == "double" else 1e-5}
+
+
+def run(dims, precision, ctx):
+    W = operator_class()
+    grid = make_grid(dims, precision, ctx.simd_layout)
+    V = grid.gsites
+    rb = real_bytes(precision)
+    U, psi, chi = _setup(grid, precision, ctx.seed)
+    D = W(U, MASS)
+    r = new_run("wilson", grid, precision)
+    note = lanes_note(grid, precision)
+    if note:
+        r.notes.append(note)
+    ctx.progress.step(f"wilson {precision}: compiling and timing Dhop")
+    t, tmin, it = ctx.timer(lambda: D.Dhop(psi, out=chi), f"wilson {precision} Dhop")
+    r.kernels.append(Kernel("Dhop", "pygrid", t, tmin, it, V, FLOPS_PER_SITE, REALS_PER_SITE * rb,
+                            "WilsonFermion.Dhop(psi, out=chi); bytes: " + BYTE_MODEL))
+    Ua, pa = U.to_numpy(), psi.to_numpy()
+    ctx.progress.step(f"wilson {precision}: numpy reference Dhop")
+    t, tmin, it = ctx.timer(lambda: dhop_reference(Ua, pa), f"wilson {precision} numpy", target=1.0)
+    r.kernels.append(Kernel("numpy_Dhop", "numpy", t, tmin, it, V, FLOPS_PER_SITE, REALS_PER_SITE * rb,
+                            "plain numpy Dhop (np.roll + einsum) on to_numpy() arrays"))
+    ctx.progress.step(f"wilson {precision}: bandwidth roofline")
+    r.roofline = measure_copy(V * 24 * rb, precision, ctx.timer, f"wilson {precision} copy")
+    r.main, r.baseline = "Dhop", "numpy_Dhop"
+    r.extra["byte_model"] = BYTE_MODEL
+    r.extra["mass"] = MASS
+    return r

@@ -1,0 +1,544 @@
+"""The ``pygrid`` command line.
+
+    pygrid benchmark KIND [flags]     KIND: wilson, dwf, su3, axpy, memory, cache
+    pygrid info [flags]               version, backends, devices, SIMD, threads, caches, MPI
+    pygrid --version | --help
+
+The pygrid start-up flags (``--grid``, ``--mpi``, ``--threads``,
+``--accelerator``, ``--device-mem``, ...) are parsed by :mod:`pygrid.config`
+through ``pg.init``; the benchmark's own flags by argparse.  A bad value
+exits with status 2 and one line on stderr naming the flag and the accepted
+form.  See docs/cli.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import time
+
+import importlib
+
+from .errors import BackendError, ConfigError, PyGridError
+
+# the module, not pygrid.config(): pygrid/__init__.py rebinds the attribute to a function
+_config = importlib.import_module("pygrid.config")
+
+__all__ = ["main", "DEFAULT_GRID"]
+
+#: Lattice of ``pygrid benchmark`` without --grid (and of ``make run``).
+DEFAULT_GRID = (16, 16, 16, 16)
+PRECISIONS = {"double": ("double",), "single": ("single",), "both": ("double", "single")}
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+_KIND_HELP = {
+    "wilson": "Wilson hopping term Dhop (pg.qcd.WilsonFermion), 1320 flop/site, vs a numpy np.roll+einsum Dhop",
+    "dwf": "domain-wall (Shamir) hopping term on Ls slices (pg.qcd.DomainWallFermion), 1320 flop per 5D site",
+    "su3": "colour matrix products z = x*y (198 flop/site) and U*v (66 flop/site), vs np.matmul/np.einsum",
+    "axpy": "z = a*x + y on LatticeFermion (48 flop/site), vs numpy",
+    "memory": "streaming bandwidth: copy and triad, numba parallel and numpy, on written arrays",
+    "cache": "MemoryManager on the emulated device under --device-mem: transfers, evictions, view cost",
+}
+
+_USAGE = """usage: pygrid benchmark KIND [flags]    KIND: wilson, dwf, su3, axpy, memory, cache
+       pygrid info [flags]
+       pygrid --version
+
+pygrid benchmark --help    every flag with its default
+pygrid benchmark KIND --help
+"""
+
+
+class _ArgError(ConfigError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises one-line ConfigErrors instead of printing usage and exiting."""
+
+    def error(self, message):
+        m = re.match(r"argument ([^:]+): (.*)", message)
+        if m:
+            flag = m.group(1).split("/")[-1]
+            inner = m.group(2)
+            message = inner if inner.startswith(flag) else f"{flag}: {inner}"
+        elif message.startswith("unrecognized arguments"):
+            message += "; see pygrid benchmark --help"
+        raise _ArgError(message)
+
+
+def _positive(flag):
+    def parse(text):
+        if not text.isdigit() or int(text) <= 0:
+            raise argparse.ArgumentTypeError(f"{flag} {text}: expected a positive integer, like 8")
+        return int(text)
+    return parse
+
+
+def _non_negative(flag):
+    def parse(text):
+        if not text.isdigit():
+            raise argparse.ArgumentTypeError(f"{flag} {text}: expected a non-negative integer, like 2")
+        return int(text)
+    return parse
+
+
+def _iterations(text):
+    if text.strip().lower() == "auto":
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"--iterations {text}: expected a positive integer, like 100, or 'auto' (about 2 s per kernel)")
+    return int(text)
+
+
+def _precision(text):
+    t = text.strip().lower()
+    if t not in PRECISIONS:
+        raise argparse.ArgumentTypeError(f"--precision {text}: expected single, double or both")
+    return t
+
+
+def _dims(flag, form):
+    def parse(text):
+        try:
+            return _config._parse_dims(text, f"{flag} {text}", form)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def _sweep(text):
+    grids = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        try:
+            grids.append(_config._parse_dims(item, f"--sweep {text}", _SWEEP_FORM))
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    if not grids:
+        raise argparse.ArgumentTypeError(f"--sweep {text!r}: {_SWEEP_FORM}")
+    return grids
+
+
+_SWEEP_FORM = "expected comma-separated lattices X.Y.Z.T, like 8.8.8.8,16.16.16.16"
+
+
+def _benchmark_parser():
+    p = _Parser(
+        prog="pygrid benchmark",
+        usage="pygrid benchmark KIND [flags]",
+        description="Grid-style benchmarks of pygrid kernels, with the numpy baseline and the "
+                    "bandwidth roofline measured in the same run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+    )
+    p.add_argument("kind", nargs="?", metavar="KIND", help="one of " + ", ".join(_KIND_HELP))
+    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    p.add_argument("--Ls", type=_positive("--Ls"), default=8, metavar="N",
+                   help="fifth-dimension extent for dwf (default: 8)")
+    p.add_argument("--precision", type=_precision, default="double", metavar="single|double|both",
+                   help="precision(s) to benchmark (default: double)")
+    p.add_argument("--iterations", type=_iterations, default=None, metavar="N",
+                   help="timed calls per kernel (default: auto, enough for about 2 s, "
+                        "estimated from a first timed call)")
+    p.add_argument("--warmup", type=_non_negative("--warmup"), default=2, metavar="N",
+                   help="untimed calls before timing each kernel (default: 2)")
+    p.add_argument("--json", metavar="FILE", default=None,
+                   help="write every figure, the configuration and the pygrid version as JSON "
+                        "(default: none; keys in docs/cli.md)")
+    p.add_argument("--sweep", type=_sweep, default=None, metavar="A.B.C.D,E.F.G.H,...",
+                   help="run for each of these lattices instead of --grid (default: none)")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="write a PNG of GFlop/s (GB/s for memory/cache) against volume per precision, "
+                        "with the roofline; needs matplotlib (default: none)")
+    p.add_argument("--simd", type=_dims("--simd", "expected 4 positive integers separated by dots "
+                                        "whose product is the SIMD lane count, like 1.1.2.2"),
+                   default=None, metavar="X.Y.Z.T",
+                   help="SIMD layout of the grid (default: chosen for the host, as pg.GridCartesian)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress line on stderr (default: progress shown)")
+    return p
+
+
+def _benchmark_help(kind=None):
+    p = _benchmark_parser()
+    head = p.format_help().rstrip()
+    kinds = "\n".join(f"  {k:<8}{v}" for k, v in _KIND_HELP.items())
+    text = [head, "", "kinds:", kinds, "", _config.flags_help(),
+            f"  (--grid defaults to {'.'.join(map(str, DEFAULT_GRID))} for benchmarks)"]
+    if kind:
+        from .bench import kind_module
+
+        doc = (kind_module(kind).__doc__ or "").strip()
+        text = [f"pygrid benchmark {kind}: {_KIND_HELP[kind]}", "", doc, "", *text]
+    return "\n".join(text) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# pg.init: start-up flags, with errors that name the flag
+# ---------------------------------------------------------------------------
+
+def _init(argv):
+    import pygrid as pg
+
+    try:
+        return pg.init(argv)
+    except BackendError as e:
+        cfg, _ = _config.parse_args(argv)
+        raise ConfigError(f"--accelerator {cfg.accelerator}: {e}") from None
+
+
+def _check_mpi(grids, cfg, label):
+    if cfg.mpi is None:
+        return
+    for g in grids:
+        for mu, (n, p) in enumerate(zip(g, cfg.mpi)):
+            if n % p:
+                raise ConfigError(
+                    f"{label} {'.'.join(map(str, g))} with --mpi {'.'.join(map(str, cfg.mpi))}: "
+                    f"the extent {n} in dimension {mu} is not divisible by {p} processes")
+
+
+# ---------------------------------------------------------------------------
+# pygrid benchmark
+# ---------------------------------------------------------------------------
+
+def _config_block(kind, cfg, args, grids, precisions, numba_threads):
+    import pygrid as pg
+    from .bench.common import dotted, make_grid
+
+    backend = pg.get_backend()
+    mgr = pg.memory.get_manager()
+    dm = "no limit" if cfg.device_mem is None else f"{cfg.device_mem} MB"
+    lines = [f"pygrid {pg.__version__}: benchmark {kind}"]
+    for dims in grids:
+        vol = 1
+        for d in dims:
+            vol *= d
+        extra = f" x Ls {args.Ls}" if kind == "dwf" else ""
+        lines.append(f"  grid            {dotted(dims)}{extra} ({vol * (args.Ls if kind == 'dwf' else 1)} sites)")
+        for prec in precisions:
+            g = make_grid(dims, prec, args.simd)
+            lines.append(f"  simd layout     {prec}: {dotted(g.simd_layout)} (Nsimd {g.nsimd}, "
+                         f"{g.osites} outer sites)")
+    threads = backend.threads() if hasattr(backend, "threads") else 1
+    lines.append(f"  backend         {backend.name}, {threads} threads "
+                 f"(numba parallel loops: {numba_threads})")
+    lines.append(f"  precision       {', '.join(precisions)}")
+    lines.append(f"  device-mem      {dm} ({mgr.device.name} device)")
+    it = "auto (about 2 s per kernel)" if args.iterations is None else str(args.iterations)
+    lines.append(f"  iterations      {it}, warm-up {args.warmup}")
+    if cfg.mpi is not None:
+        lines.append(f"  mpi             {dotted(cfg.mpi)} requested; this version runs on one rank")
+    lines.append(f"  pygrid          {pg.__version__}, python {platform.python_version()}")
+    return "\n".join(lines)
+
+
+def _benchmark(argv):
+    parser = _benchmark_parser()
+    # help first: it must work whatever else is on the line
+    if any(a in ("-h", "--help") for a in argv):
+        kind = next((a for a in argv if a in _KIND_HELP), None)
+        sys.stdout.write(_benchmark_help(kind))
+        return 0
+    rest = _init(argv)
+    cfg = _config.current()
+    args = parser.parse_args(rest)
+    if args.kind is None:
+        raise ConfigError("pygrid benchmark: missing KIND; choose one of " + ", ".join(_KIND_HELP))
+    if args.kind not in _KIND_HELP:
+        raise ConfigError(f"benchmark kind {args.kind!r}: choose one of " + ", ".join(_KIND_HELP))
+    kind = args.kind
+    precisions = PRECISIONS[args.precision]
+    if args.sweep:
+        grids, label = args.sweep, "--sweep"
+    else:
+        grids, label = [cfg.grid or DEFAULT_GRID], "--grid"
+    _check_mpi(grids, cfg, label)
+
+    from .bench import kind_module
+    from .bench import common
+    from .bench.plot import PlotUnavailable, write_plot
+
+    mod = kind_module(kind)
+    if hasattr(mod, "check_available"):
+        mod.check_available()
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise PlotUnavailable("--plot needs matplotlib: pip install matplotlib") from None
+    for dims in grids:  # every grid/layout error before anything runs
+        for prec in precisions:
+            g = common.make_grid(dims, prec, args.simd)
+            if kind == "wilson" or kind == "dwf":
+                try:
+                    g.red_black
+                except PyGridError as e:
+                    raise ConfigError(f"{label} {common.dotted(dims)}: {e}; the Wilson operator needs "
+                                      f"even extents") from None
+
+    numba_threads = common.set_numba_threads(cfg.resolved_threads())
+    progress = common.Progress(quiet=args.quiet)
+    timer = common.Timer(args.iterations, args.warmup, progress=progress)
+    ctx = common.Context(timer, progress, simd_layout=args.simd, Ls=args.Ls)
+
+    print(_config_block(kind, cfg, args, grids, precisions, numba_threads), flush=True)
+    verification = []
+    status = 0
+    if hasattr(mod, "verify"):
+        for prec in precisions:
+            v = mod.verify(prec, ctx)
+            progress.clear()
+            verification.append(v)
+            ok = v["max_rel_error"] <= v["tolerance"]
+            v["passed"] = ok
+            lat = "x".join(map(str, v["lattice"]))
+            print(f"verified against numpy reference: max rel. error {v['max_rel_error']:.1e} "
+                  f"({prec}, {lat})" if ok else
+                  f"VERIFICATION FAILED against numpy reference: max rel. error {v['max_rel_error']:.1e} "
+                  f"> {v['tolerance']:.0e} ({prec}, {lat})", flush=True)
+            if not ok:
+                status = EXIT_FAILED
+    runs = []
+    t0 = time.perf_counter()
+    for dims in grids:
+        for prec in precisions:
+            r = mod.run(dims, prec, ctx)
+            progress.clear()
+            runs.append(r)
+            print()
+            print(common.format_run(r), flush=True)
+            rep = r.extra.get("manager_report")
+            if rep:
+                print("  " + rep.replace("\n", "\n  "))
+    progress.clear()
+    elapsed = time.perf_counter() - t0
+    print(f"\ndone in {elapsed:.1f} s", flush=True)
+
+    run_dicts = [r.to_dict() for r in runs]
+    if args.json:
+        import pygrid as pg
+
+        doc = {
+            "pygrid_version": pg.__version__,
+            "kind": kind,
+            "argv": ["pygrid", "benchmark", *argv],
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "config": _config_dict(cfg, args, grids, precisions, numba_threads),
+            "host": _host_dict(),
+            "verification": verification,
+            "runs": run_dicts,
+            "memory_manager": pg.memory.get_manager().stats(),
+            "elapsed_seconds": elapsed,
+        }
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2, default=str)
+        print(f"wrote {args.json}")
+    if args.plot:
+        write_plot(args.plot, kind, run_dicts)
+        print(f"wrote {args.plot}")
+    return status
+
+
+def _config_dict(cfg, args, grids, precisions, numba_threads):
+    import pygrid as pg
+
+    return {
+        "grids": [list(g) for g in grids],
+        "sweep": args.sweep is not None,
+        "precisions": list(precisions),
+        "simd_layout": list(args.simd) if args.simd else None,
+        "Ls": args.Ls,
+        "iterations": args.iterations,
+        "warmup": args.warmup,
+        "backend": pg.get_backend().name,
+        "threads": cfg.resolved_threads(),
+        "numba_threads": numba_threads,
+        "accelerator": cfg.accelerator,
+        "accelerator_threads": cfg.accelerator_threads,
+        "device_mem_mb": cfg.device_mem,
+        "device": pg.memory.get_manager().device.name,
+        "debug_mem": cfg.debug_mem,
+        "emulate_device": cfg.emulate_device,
+        "mpi": list(cfg.mpi) if cfg.mpi else None,
+    }
+
+
+def _host_dict():
+    import numba
+    import numpy as np
+
+    from .cartesian.simd import default_nsimd, host_simd_bits
+
+    return {
+        "simd_bits": host_simd_bits(),
+        "nsimd_double": default_nsimd("double"),
+        "nsimd_single": default_nsimd("single"),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "machine": platform.machine(),
+    }
+
+
+# ---------------------------------------------------------------------------
+# pygrid info
+# ---------------------------------------------------------------------------
+
+def _try_import(name):
+    import importlib
+
+    try:
+        return importlib.import_module(name), None
+    except ImportError:
+        return None, "not installed"
+    except Exception as e:  # a broken install: say what happened, in one line
+        return None, f"import failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def _backend_lines():
+    lines = []
+    numba, why = _try_import("numba")
+    lines.append(("openmp", f"available (numba {numba.__version__})" if numba else f"numba {why}"))
+    lines.append(("numpy", "available (the reference evaluator)"))
+    cupy, why = _try_import("cupy")
+    if cupy is None:
+        cuda = hip = f"cupy {why}"
+    else:
+        try:
+            n = cupy.cuda.runtime.getDeviceCount()
+            is_hip = bool(getattr(cupy.cuda.runtime, "is_hip", False))
+            dev = f"{n} device(s)" if n else "no device"
+        except Exception as e:
+            dev, is_hip = f"no device ({type(e).__name__})", False
+        msg = f"cupy {cupy.__version__}, {dev}; not available in this version of pygrid"
+        cuda = msg if not is_hip else "cupy is built for ROCm"
+        hip = msg if is_hip else "cupy is built for CUDA"
+    lines.append(("cuda", cuda))
+    lines.append(("hip", hip))
+    dpctl, why = _try_import("dpctl")
+    if dpctl is None:
+        sycl = f"dpctl {why}"
+    else:
+        try:
+            devs = dpctl.get_devices()
+            names = ", ".join(f"{d.backend.name}:{d.device_type.name}" for d in devs) or "no device"
+        except Exception as e:
+            names = f"no device ({type(e).__name__})"
+        sycl = f"dpctl {dpctl.__version__}, devices: {names}; not available in this version of pygrid"
+    lines.append(("sycl", sycl))
+    return lines
+
+
+def _info(argv):
+    if any(a in ("-h", "--help") for a in argv):
+        sys.stdout.write("usage: pygrid info [pygrid start-up flags]\n\n"
+                         "Version, backends and why the others are not available, devices, SIMD width "
+                         "and default layouts, threads, cache directory, MPI library.\n\n"
+                         + _config.flags_help() + "\n")
+        return 0
+    rest = _init(argv)
+    if rest:
+        raise ConfigError(f"pygrid info: unrecognized arguments: {' '.join(rest)}")
+    import numba
+    import numpy as np
+
+    import pygrid as pg
+    from .accelerator.compile_cache import cache_dir
+    from .cartesian.simd import default_nsimd, default_simd_layout, host_simd_bits
+
+    cfg = _config.current()
+    backend = pg.get_backend()
+    out = [f"pygrid {pg.__version__}", f"  python          {sys.version.split()[0]} ({sys.executable})",
+           f"  numpy           {np.__version__}", f"  numba           {numba.__version__}", "backends:"]
+    for name, what in _backend_lines():
+        mark = "*" if name == backend.name else " "
+        out.append(f" {mark}{name:<15}{what}")
+    out.append(f"  (* = active: --accelerator {cfg.accelerator})")
+    mgr = pg.memory.get_manager()
+    dm = "no limit" if cfg.device_mem is None else f"{cfg.device_mem} MB"
+    out.append("devices:")
+    out.append(f"  host CPU        {platform.machine()}, {os.cpu_count()} cores "
+               f"({cfg.resolved_threads()} usable by this process)")
+    out.append(f"  memory device   {mgr.device.name}, device-mem {dm}")
+    bits = host_simd_bits()
+    dims = tuple(cfg.grid or DEFAULT_GRID)
+    out.append("SIMD:")
+    out.append(f"  host width      {bits} bits")
+    for prec in ("double", "single"):
+        n = default_nsimd(prec)
+        out.append(f"  {prec:<16}Nsimd {n}, default layout on {'.'.join(map(str, dims))}: "
+                   f"{'.'.join(map(str, default_simd_layout(dims, n)))}")
+    out.append("threads:")
+    out.append(f"  backend         {backend.threads() if hasattr(backend, 'threads') else 1} "
+               f"(--threads / PYGRID_THREADS / OMP_NUM_THREADS)")
+    out.append(f"  numba           {numba.config.NUMBA_NUM_THREADS} max, threading layer "
+               f"{numba.config.THREADING_LAYER}")
+    out.append("caches:")
+    out.append(f"  kernels         {cache_dir()} (PYGRID_CACHE_DIR)")
+    out.append(f"  numba           {numba.config.CACHE_DIR or '(beside the kernel sources)'} (NUMBA_CACHE_DIR)")
+    mpi4py, why = _try_import("mpi4py")
+    out.append("MPI:")
+    if mpi4py is None:
+        out.append(f"  mpi4py          {why}; pygrid runs on one rank (pip install 'pygrid[mpi]')")
+    else:
+        out.append(f"  mpi4py          {mpi4py.__version__}")
+    print("\n".join(out))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------
+
+def _dispatch(argv):
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        sys.stdout.write(_USAGE)
+        return 0 if argv else EXIT_USAGE
+    if argv[0] in ("--version", "version"):
+        from . import __version__
+
+        print(f"pygrid {__version__}")
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "benchmark":
+        return _benchmark(rest)
+    if cmd == "info":
+        return _info(rest)
+    raise ConfigError(f"unknown command {cmd!r}; choose benchmark or info (pygrid --help)")
+
+
+def main(argv=None):
+    """Entry point of the ``pygrid`` console script; returns (and exits with) the status."""
+    from .bench.common import BenchmarkUnavailable
+    from .bench.plot import PlotUnavailable
+
+    if argv is None:
+        argv = sys.argv[1:]
+    try:
+        status = _dispatch(list(argv))
+    except (PyGridError, BenchmarkUnavailable, PlotUnavailable) as e:
+        sys.stderr.write(f"pygrid: error: {_one_line(e)}\n")
+        status = EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("\npygrid: interrupted\n")
+        status = 130
+    sys.stdout.flush()
+    return status
+
+
+def _one_line(e):
+    text = str(e).strip() or type(e).__name__
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
