@@ -284,6 +284,13 @@ def _benchmark(argv):
                     raise ConfigError(f"{label} {common.dotted(dims)}: {e}; the Wilson operator needs "
                                       f"even extents") from None
 
+    if kind == "cache":
+        from .bench.cache import plan
+
+        for dims in grids:
+            for prec in precisions:
+                plan(common.make_grid(dims, prec, args.simd).gsites * 24 * common.real_bytes(prec),
+                     cfg.device_mem)
     numba_threads = common.set_numba_threads(cfg.resolved_threads())
     progress = common.Progress(quiet=args.quiet)
     timer = common.Timer(args.iterations, args.warmup, progress=progress)

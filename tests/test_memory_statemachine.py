@@ -11,7 +11,7 @@ import gc
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -201,8 +201,8 @@ class CacheMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.device = RecordingDevice()
-        self.mgr = MemoryManager(self.device, 400)
-        self.model = Model(400)
+        self.mgr = MemoryManager(self.device, 256)
+        self.model = Model(256)
         self.owners = {}            # key -> Owner, for fields freed by garbage collection
         self.views = []             # open (key, mode) pairs
         self.rng = np.random.default_rng(0)
@@ -216,11 +216,17 @@ class CacheMachine(RuleBasedStateMachine):
 
     def do_open(self, key, mode):
         """Open in manager and model; returns the array or None if it (correctly) failed."""
+        evictions, hits = self.model.stats["evictions"], self.model.stats["pool_hits"]
         expected = self.model.open(key, mode)
         if expected is not None:
+            event(f"open refused: {expected.__name__}")
             with pytest.raises(expected):
                 self.mgr.open(key, mode)
             return None
+        if self.model.stats["evictions"] > evictions:
+            event("open evicted")
+        if self.model.stats["pool_hits"] > hits:
+            event("pool hit")
         return self.mgr.open(key, mode)
 
     def do_close(self, key, mode):
@@ -240,13 +246,12 @@ class CacheMachine(RuleBasedStateMachine):
             self.model.advise(key, Advise.InfrequentUse)
 
     @precondition(lambda self: self.live_keys())
-    @rule(data=st.data(), mode=st.sampled_from(MODES))
-    def open_view(self, data, mode):
+    @rule(data=st.data(), mode=st.sampled_from(MODES), keep_open=st.booleans())
+    def open_view(self, data, mode, keep_open):
         key = data.draw(st.sampled_from(self.live_keys()))
         arr = self.do_open(key, mode)
         if arr is None:
             return
-        self.views.append((key, mode))
         m = self.model.entries[key]
         if mode is AccWrite:
             # a kernel that writes only part: the rest must have been copied in
@@ -258,6 +263,10 @@ class CacheMachine(RuleBasedStateMachine):
             new = self.fresh(m.data.shape)
             arr[...] = new
             m.data = new
+        if keep_open:
+            self.views.append((key, mode))
+        else:
+            self.do_close(key, mode)
 
     @precondition(lambda self: self.views)
     @rule(data=st.data())
@@ -305,10 +314,28 @@ class CacheMachine(RuleBasedStateMachine):
         for key, mode, _ in reversed(opened):
             self.do_close(key, mode)
 
+    @precondition(lambda self: self.live_keys())
+    @rule(data=st.data(), write=st.booleans())
+    def sweep(self, data, write):
+        """Touch every field on the device in a random order (one short kernel each)."""
+        keys = data.draw(st.permutations(self.live_keys()))
+        mode = AccWrite if write else AccRead
+        for key in keys:
+            arr = self.do_open(key, mode)
+            if arr is not None:
+                if write:
+                    arr *= 2
+                    self.model.entries[key].data = self.model.entries[key].data * 2
+                self.do_close(key, mode)
+
     @precondition(lambda self: self.owners)
-    @rule(data=st.data())
-    def free_by_gc(self, data):
-        key = data.draw(st.sampled_from(sorted(self.owners)))
+    @rule(data=st.data(), prefer_open=st.booleans())
+    def free_by_gc(self, data, prefer_open):
+        candidates = sorted(self.owners)
+        busy = [k for k in candidates if k in {key for key, _ in self.views}]
+        key = data.draw(st.sampled_from(busy if prefer_open and busy else candidates))
+        if self.model.entries[key].cpu or self.model.entries[key].acc:
+            event("freed with open views")
         del self.owners[key]
         gc.collect()
         self.model.release(key)
@@ -332,7 +359,10 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(wm=st.one_of(st.just(0), st.integers(0, 600), st.sampled_from([32, 64, 128, 256])))
     def set_watermark(self, wm):
+        evictions = self.model.stats["evictions"]
         expected = self.model.set_watermark(wm)
+        if self.model.stats["evictions"] > evictions:
+            event("set_watermark evicted")
         if expected is not None:
             before = self.mgr.stats()
             with pytest.raises(expected, match="locked by open views"):
@@ -380,6 +410,6 @@ class CacheMachine(RuleBasedStateMachine):
 
 
 CacheMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None,
+    max_examples=100, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestCacheMachine = CacheMachine.TestCase

@@ -119,12 +119,13 @@ class OpenMPBackend(NumpyBackend):
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
         k = self.kernel(ir, nsimd, alias)
         rdt = out.dtype
-        tables = [t if t.dtype.kind == "i" else t.astype(rdt) for t in ir.tables]
+        tables = [(t if t.dtype.kind == "i" else t.astype(rdt)).reshape(-1) for t in ir.tables]
         cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
         cf[0:2 * len(coefs):2] = coefs.real
         cf[1:2 * len(coefs):2] = coefs.imag
-        flat_shifts = [x for s in shifts for x in s]
-        self.accelerator_for(out.shape[0], k, out, *inputs, *flat_shifts, *tables, cf)
+        flat_shifts = [x.reshape(-1) for s in shifts for x in s]
+        flat = [a.reshape(-1) for a in inputs]
+        self.accelerator_for(out.shape[0], k, out.reshape(-1), *flat, *flat_shifts, *tables, cf)
 
 
 def _default_threads():

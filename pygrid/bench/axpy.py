@@ -5,7 +5,6 @@ flops; bytes: x and y read, z written, 3 * 24 reals.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from .common import lanes_note, make_grid, measure_copy, new_run, real_bytes, Kernel
 

@@ -85,7 +85,7 @@ def run(dims, precision, ctx):
     Ua, pa = U.to_numpy(), psi.to_numpy()
     ctx.progress.step(f"dwf {precision}: numpy reference Dhop")
     t, tmin, it = ctx.timer(lambda: dhop_reference(Ua, pa, (1, 2, 3, 4)), f"dwf {precision} numpy",
-                            target=1.0)
+                            target=1.0, max_warmup=1)
     r.kernels.append(Kernel("numpy_Dhop", "numpy", t, tmin, it, V5, FLOPS_PER_SITE,
                             reals_per_site(Ls) * rb, "plain numpy Dhop (np.roll + einsum) per s slice"))
     r.roofline = measure_copy(V5 * 24 * rb, precision, ctx.timer, f"dwf {precision} copy")

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import Kernel, copy_kernel, measure_copy, real_bytes, real_dtype, touched, triad_kernel, Run
+from .common import Kernel, Run, measure_copy, real_bytes, real_dtype, touched, triad_kernel
 
 
 def run(dims, precision, ctx):
-    from pygrid.cartesian.simd import default_nsimd
 
     from .common import make_grid
 

@@ -32,7 +32,12 @@ def write_plot(path, kind, runs, title_extra=""):
     for r in runs:
         value, roof, unit = _metric(r)
         main = r["main_kernel"]
-        series[r["precision"]].append((r["volume"], value, roof))
+        base = r.get("baseline_kernel")
+        bval = None
+        if base:
+            bk = r["kernels"][base]
+            bval = bk["gflops"] if unit == "GFlop/s" else bk["gbps"]
+        series[r["precision"]].append((r["volume"], value, roof, bval))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colours = {"double": "tab:blue", "single": "tab:orange"}
     for prec, pts in series.items():
@@ -40,6 +45,8 @@ def write_plot(path, kind, runs, title_extra=""):
         vols = [p[0] for p in pts]
         c = colours.get(prec)
         ax.plot(vols, [p[1] for p in pts], "o-", color=c, label=f"{main} {prec}")
+        if all(p[3] is not None for p in pts):
+            ax.plot(vols, [p[3] for p in pts], "x:", color=c, alpha=0.7, label=f"numpy baseline {prec}")
         if all(p[2] is not None for p in pts):
             ax.plot(vols, [p[2] for p in pts], "--", color=c, alpha=0.7,
                     label=f"bandwidth roofline {prec}")

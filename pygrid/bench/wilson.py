@@ -114,7 +114,7 @@ def run(dims, precision, ctx):
                             "WilsonFermion.Dhop(psi, out=chi); bytes: " + BYTE_MODEL))
     Ua, pa = U.to_numpy(), psi.to_numpy()
     ctx.progress.step(f"wilson {precision}: numpy reference Dhop")
-    t, tmin, it = ctx.timer(lambda: dhop_reference(Ua, pa), f"wilson {precision} numpy", target=1.0)
+    t, tmin, it = ctx.timer(lambda: dhop_reference(Ua, pa), f"wilson {precision} numpy", target=1.0, max_warmup=1)
     r.kernels.append(Kernel("numpy_Dhop", "numpy", t, tmin, it, V, FLOPS_PER_SITE, REALS_PER_SITE * rb,
                             "plain numpy Dhop (np.roll + einsum) on to_numpy() arrays"))
     ctx.progress.step(f"wilson {precision}: bandwidth roofline")

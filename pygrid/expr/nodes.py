@@ -259,6 +259,11 @@ def add(a, b, sign):
     a, b = as_expr(a), as_expr(b)
     if isinstance(a, (Scalar, Const)) and isinstance(b, (Scalar, Const)):
         return as_expr(_const_value(a) + sign * _const_value(b))
+    # a literal 0 is the start of sum(...) or a loop accumulator: no term at all
+    if isinstance(b, Scalar) and b.value == 0:
+        return a
+    if isinstance(a, Scalar) and a.value == 0:
+        return b if sign > 0 else mul(-1.0, b)
     return LinComb(_terms(a) + _terms(b, sign))
 
 

@@ -352,8 +352,14 @@ class MemoryManager:
         if e.cpu_refs == 0 and e.acc_refs == 0:
             if e.released:
                 self._finish_release(e)
-            elif e.dev is not None:
-                self._lru_insert(e)
+            elif e.dev is not None:               # _lru_insert, inlined (hot path)
+                if e.infrequent:
+                    self._lru_inf[key] = e
+                    e.lru = _IN_INFREQUENT
+                else:
+                    self._lru[key] = e
+                    e.lru = _IN_NORMAL
+                self._evictable_bytes += e.nbytes
 
     def _conflict(self, e, mode):
         return ViewConflictError(

@@ -96,11 +96,35 @@ def projection_tables():
     return psrc, pim, psg, rsrc, rim, rsg
 
 
-_SOURCE = '''\
+def _lanes(ind, ns, pairs, tag):
+    """Lane-unrolled statements: every ``target`` (with ``{l}``) gets ``expr`` (with ``{l}``).
+
+    All loads of all lanes come before the first store, so LLVM's SLP vectoriser can
+    merge the NS scalar lanes into vector instructions without alias analysis.
+    """
+    pad = "    " * ind
+    out = []
+    for i, (_, expr) in enumerate(pairs):
+        for l in range(ns):
+            out.append(f"{pad}{tag}{i}_{l} = {expr.format(l=l)}")
+    for i, (tgt, _) in enumerate(pairs):
+        for l in range(ns):
+            out.append(f"{pad}{tgt.format(l=l)} = {tag}{i}_{l}")
+    return "\n".join(out)
+
+
+def _source(ns):
+    """numba source of the hopping kernel for ns lanes (lane loops unrolled at generation time)."""
+    L = functools.partial(_lanes, ns=ns)
+    mul = []
+    for part, expr in ((0, "ul[i, {j}, 0, {{l}}] * hh[a, {j}, 0, {{l}}] - ul[i, {j}, 1, {{l}}] * hh[a, {j}, 1, {{l}}]"),
+                       (1, "ul[i, {j}, 0, {{l}}] * hh[a, {j}, 1, {{l}}] + ul[i, {j}, 1, {{l}}] * hh[a, {j}, 0, {{l}}]")):
+        mul.append((f"uh[a, i, {part}, {{l}}]", " + ".join("(" + expr.format(j=j) + ")" for j in range(3))))
+    src = f"""\
 import numpy as np
 from numba import njit, prange
 
-NS = {NS}
+NS = {ns}
 
 
 @njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")
@@ -131,91 +155,66 @@ def dhop_kernel(nchunk, out, psi, uf, ub, nbr, perm, lanes, Ls,
                 if p < 4:
                     for i in range(3):
                         for j in range(3):
-                            for l in range(NS):
-                                ul[i, j, 0, l] = uf[o, mu * 9 + i * 3 + j, 0, l]
-                                ul[i, j, 1, l] = uf[o, mu * 9 + i * 3 + j, 1, l]
+{L(7, pairs=[("ul[i, j, 0, {l}]", "uf[o, mu * 9 + i * 3 + j, 0, {l}]"), ("ul[i, j, 1, {l}]", "uf[o, mu * 9 + i * 3 + j, 1, {l}]")], tag="a")}
                 elif pm == 0:
                     for i in range(3):
                         for j in range(3):
-                            for l in range(NS):
-                                ul[i, j, 0, l] = ub[n, mu * 9 + j * 3 + i, 0, l]
-                                ul[i, j, 1, l] = -ub[n, mu * 9 + j * 3 + i, 1, l]
+{L(7, pairs=[("ul[i, j, 0, {l}]", "ub[n, mu * 9 + j * 3 + i, 0, {l}]"), ("ul[i, j, 1, {l}]", "-ub[n, mu * 9 + j * 3 + i, 1, {l}]")], tag="b")}
                 else:
+{"".join(f"                    q{l} = lanes[pm, {l}]" + chr(10) for l in range(ns))}\
                     for i in range(3):
                         for j in range(3):
-                            for l in range(NS):
-                                ul[i, j, 0, l] = ub[n, mu * 9 + j * 3 + i, 0, lanes[pm, l]]
-                                ul[i, j, 1, l] = -ub[n, mu * 9 + j * 3 + i, 1, lanes[pm, l]]
+{L(7, pairs=[("ul[i, j, 0, {l}]", "ub[n, mu * 9 + j * 3 + i, 0, q{l}]"), ("ul[i, j, 1, {l}]", "-ub[n, mu * 9 + j * 3 + i, 1, q{l}]")], tag="c")}
                 for s in range(Ls):
-                    ns = s + Ls * n
+                    ns_ = s + Ls * n
                     # spin projection to a half spinor
                     for a in range(2):
                         sp = psrc[p, a]
                         sg = psg[p, a]
                         if pim[p, a] == 0:
                             for c in range(3):
-                                for l in range(NS):
-                                    h[a, c, 0, l] = psi[ns, a * 3 + c, 0, l] + sg * psi[ns, sp * 3 + c, 0, l]
-                                    h[a, c, 1, l] = psi[ns, a * 3 + c, 1, l] + sg * psi[ns, sp * 3 + c, 1, l]
+{L(8, pairs=[("h[a, c, 0, {l}]", "psi[ns_, a * 3 + c, 0, {l}] + sg * psi[ns_, sp * 3 + c, 0, {l}]"), ("h[a, c, 1, {l}]", "psi[ns_, a * 3 + c, 1, {l}] + sg * psi[ns_, sp * 3 + c, 1, {l}]")], tag="d")}
                         else:
                             for c in range(3):
-                                for l in range(NS):
-                                    h[a, c, 0, l] = psi[ns, a * 3 + c, 0, l] - sg * psi[ns, sp * 3 + c, 1, l]
-                                    h[a, c, 1, l] = psi[ns, a * 3 + c, 1, l] + sg * psi[ns, sp * 3 + c, 0, l]
+{L(8, pairs=[("h[a, c, 0, {l}]", "psi[ns_, a * 3 + c, 0, {l}] - sg * psi[ns_, sp * 3 + c, 1, {l}]"), ("h[a, c, 1, {l}]", "psi[ns_, a * 3 + c, 1, {l}] + sg * psi[ns_, sp * 3 + c, 0, {l}]")], tag="e")}
                     # lane permute of a wrapped neighbour
                     if pm != 0:
+{"".join(f"                        q{l} = lanes[pm, {l}]" + chr(10) for l in range(ns))}\
                         for a in range(2):
                             for c in range(3):
-                                for l in range(NS):
-                                    t[a, c, 0, l] = h[a, c, 0, lanes[pm, l]]
-                                    t[a, c, 1, l] = h[a, c, 1, lanes[pm, l]]
+{L(8, pairs=[("t[a, c, 0, {l}]", "h[a, c, 0, q{l}]"), ("t[a, c, 1, {l}]", "h[a, c, 1, q{l}]")], tag="f")}
                         hh = t
                     else:
                         hh = h
                     # colour multiply
                     for a in range(2):
                         for i in range(3):
-                            for l in range(NS):
-                                uh[a, i, 0, l] = (ul[i, 0, 0, l] * hh[a, 0, 0, l] - ul[i, 0, 1, l] * hh[a, 0, 1, l]
-                                                  + ul[i, 1, 0, l] * hh[a, 1, 0, l] - ul[i, 1, 1, l] * hh[a, 1, 1, l]
-                                                  + ul[i, 2, 0, l] * hh[a, 2, 0, l] - ul[i, 2, 1, l] * hh[a, 2, 1, l])
-                                uh[a, i, 1, l] = (ul[i, 0, 0, l] * hh[a, 0, 1, l] + ul[i, 0, 1, l] * hh[a, 0, 0, l]
-                                                  + ul[i, 1, 0, l] * hh[a, 1, 1, l] + ul[i, 1, 1, l] * hh[a, 1, 0, l]
-                                                  + ul[i, 2, 0, l] * hh[a, 2, 1, l] + ul[i, 2, 1, l] * hh[a, 2, 0, l])
+{L(7, pairs=mul, tag="g")}
                     # reconstruct and accumulate
                     for a in range(2):
                         for c in range(3):
-                            for l in range(NS):
-                                acc[s, a * 3 + c, 0, l] += uh[a, c, 0, l]
-                                acc[s, a * 3 + c, 1, l] += uh[a, c, 1, l]
+{L(7, pairs=[("acc[s, a * 3 + c, 0, {l}]", "acc[s, a * 3 + c, 0, {l}] + uh[a, c, 0, {l}]"), ("acc[s, a * 3 + c, 1, {l}]", "acc[s, a * 3 + c, 1, {l}] + uh[a, c, 1, {l}]")], tag="r")}
                     for b in range(2):
                         rs = rsrc[p, b]
                         sg = rsg[p, b]
                         k0 = (2 + b) * 3
                         if rim[p, b] == 0:
                             for c in range(3):
-                                for l in range(NS):
-                                    acc[s, k0 + c, 0, l] += sg * uh[rs, c, 0, l]
-                                    acc[s, k0 + c, 1, l] += sg * uh[rs, c, 1, l]
+{L(8, pairs=[("acc[s, k0 + c, 0, {l}]", "acc[s, k0 + c, 0, {l}] + sg * uh[rs, c, 0, {l}]"), ("acc[s, k0 + c, 1, {l}]", "acc[s, k0 + c, 1, {l}] + sg * uh[rs, c, 1, {l}]")], tag="u")}
                         else:
                             for c in range(3):
-                                for l in range(NS):
-                                    acc[s, k0 + c, 0, l] -= sg * uh[rs, c, 1, l]
-                                    acc[s, k0 + c, 1, l] += sg * uh[rs, c, 0, l]
+{L(8, pairs=[("acc[s, k0 + c, 0, {l}]", "acc[s, k0 + c, 0, {l}] - sg * uh[rs, c, 1, {l}]"), ("acc[s, k0 + c, 1, {l}]", "acc[s, k0 + c, 1, {l}] + sg * uh[rs, c, 0, {l}]")], tag="v")}
             # write the result
             for s in range(Ls):
                 os_ = s + Ls * o
                 if alpha != 0:
                     for k in range(12):
-                        for l in range(NS):
-                            out[os_, k, 0, l] = scale * acc[s, k, 0, l] + alpha * diag[os_, k, 0, l]
-                            out[os_, k, 1, l] = scale * acc[s, k, 1, l] + alpha * diag[os_, k, 1, l]
+{L(6, pairs=[("out[os_, k, 0, {l}]", "scale * acc[s, k, 0, {l}] + alpha * diag[os_, k, 0, {l}]"), ("out[os_, k, 1, {l}]", "scale * acc[s, k, 1, {l}] + alpha * diag[os_, k, 1, {l}]")], tag="w")}
                 else:
                     for k in range(12):
-                        for l in range(NS):
-                            out[os_, k, 0, l] = scale * acc[s, k, 0, l]
-                            out[os_, k, 1, l] = scale * acc[s, k, 1, l]
-'''
+{L(6, pairs=[("out[os_, k, 0, {l}]", "scale * acc[s, k, 0, {l}]"), ("out[os_, k, 1, {l}]", "scale * acc[s, k, 1, {l}]")], tag="x")}
+"""
+    return src
 
 
 _kernels = {}
@@ -225,7 +224,13 @@ def kernel_for(nsimd):
     """The compiled kernel for a lane count (source generated once, cached on disk)."""
     k = _kernels.get(nsimd)
     if k is None:
-        k = load_module(_SOURCE.format(NS=int(nsimd)), "pygrid_wilson").dhop_kernel
+        import numba
+
+        # the lane-unrolled statements vectorise only with LLVM's SLP vectoriser, which numba
+        # enables with NUMBA_SLP_VECTORIZE=1 (default off); the flag is part of the source so
+        # that numba's on-disk cache keeps the two builds apart
+        src = f"# numba SLP_VECTORIZE={int(numba.config.SLP_VECTORIZE)}\n" + _source(int(nsimd))
+        k = load_module(src, "pygrid_wilson").dhop_kernel
         _kernels[nsimd] = k
     return k
 

@@ -120,7 +120,12 @@ class Stencil:
         return s.pop()
 
     def face_sites(self, p):
-        """Outer sites whose neighbour for point p wraps around the local volume (permuted or, with MPI, remote)."""
+        """Outer sites whose neighbour for point p lies in another virtual node (a lane permute).
+
+        With MPI, the sites whose neighbour leaves the rank are a subset of these
+        when the dimension is SIMD-split; the halo builder will compute them from
+        the coordinates instead.
+        """
         return np.nonzero(self.permutes[p] != 0)[0]
 
     def __repr__(self):

@@ -1,0 +1,142 @@
+"""Shared fixtures and helpers for the core test suite.
+
+Every numeric check goes through an independent path: the numpy evaluator
+(``pg.set_backend('numpy')`` runs the same IR with plain numpy) and, for many
+tests, a direct numpy formula on ``to_numpy()`` arrays (np.roll, np.einsum).
+
+Compile time dominates these tests (each distinct expression shape compiles a
+numba kernel once), so grids are tiny and shared, and the helpers below reuse
+fields across tests.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import numpy as np
+import pytest
+
+import pygrid as pg
+
+TOL = {"double": 1e-12, "single": 1e-5}
+GAMMA = {name: np.array(getattr(pg.Gamma, name).array()) for name in ("X", "Y", "Z", "T", "Five", "Identity")}
+
+
+# ---- grids -------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def grid(dims=(4, 4, 4, 4), simd=None, precision="double"):
+    """A cached grid (grids are compared by value, so caching only saves time)."""
+    return pg.GridCartesian(list(dims), simd_layout=simd, precision=precision)
+
+
+@functools.lru_cache(maxsize=None)
+def grid5(Ls=4, dims=(4, 4, 4, 4), simd=None):
+    return pg.GridCartesian5D(grid(dims, simd), Ls)
+
+
+@pytest.fixture
+def g4():
+    return grid()
+
+
+@pytest.fixture
+def g48():
+    return grid((4, 4, 4, 8))
+
+
+# ---- backends ------------------------------------------------------------------
+
+@contextlib.contextmanager
+def backend(name):
+    old = pg.get_backend().name
+    pg.set_backend(name)
+    try:
+        yield
+    finally:
+        pg.set_backend(old)
+
+
+@pytest.fixture(autouse=True)
+def _openmp_backend():
+    """Every test starts (and ends) on the openmp backend."""
+    pg.set_backend("openmp")
+    yield
+    pg.set_backend("openmp")
+
+
+def eval_both(expr):
+    """Evaluate ``expr`` on the openmp and on the numpy backend: (openmp array, numpy array)."""
+    with backend("openmp"):
+        a = pg.eval(expr).to_numpy()
+    with backend("numpy"):
+        b = pg.eval(expr).to_numpy()
+    return a, b
+
+
+def scale_of(*arrays):
+    return max([1.0] + [float(np.max(np.abs(a))) for a in arrays if np.size(a)])
+
+
+def assert_close(got, want, precision="double", scale=None, what=""):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    s = scale if scale is not None else scale_of(want)
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    assert err <= TOL[precision] * s, f"{what}: max abs error {err:.3g} > {TOL[precision]:.0e} * {s:.3g}"
+
+
+def check_both(expr, precision="double", want=None, scale=None):
+    """Assert openmp == numpy evaluator (== ``want`` if given); returns the openmp array."""
+    a, b = eval_both(expr)
+    assert_close(a, b, precision, scale, "openmp vs numpy backend")
+    if want is not None:
+        assert_close(a, want, precision, scale if scale is not None else scale_of(want), "openmp vs numpy formula")
+    return a
+
+
+# ---- fields ---------------------------------------------------------------------
+
+_seed = [0]
+
+
+def random_field(g, site_type, precision="double", checkerboard=None, kind="gaussian", seed=None):
+    """A fresh field filled by pg.ParallelRNG (a new seed per call unless given)."""
+    if seed is None:
+        _seed[0] += 1
+        seed = [7, _seed[0]]
+    f = pg.Lattice(g, site_type, precision, checkerboard=checkerboard)
+    rng = pg.ParallelRNG(g, seed)
+    if kind == "su3":
+        rng.random_su3(f)
+    elif kind == "uniform":
+        rng.uniform(f)
+    else:
+        rng.gaussian(f)
+    return f
+
+
+@functools.lru_cache(maxsize=None)
+def pool_field(g, site_type, precision, i=0):
+    """Cached random fields: tests that only read them can share them."""
+    return random_field(g, site_type, precision, seed=[11, i, site_type.ncomp, int(site_type.is_real), len(precision)])
+
+
+# ---- numpy formulas on to_numpy() arrays -------------------------------------------
+
+def roll(a, mu, disp):
+    """cshift(x, mu, disp)(x) = x(x + disp e_mu)  <=>  np.roll(a, -disp, axis=mu)."""
+    return np.roll(a, -disp, axis=mu)
+
+
+def dagger(a, nlat, matrix_axes):
+    """adj on a to_numpy array: conj, and swap each pair of matrix axes (site axes counted after nlat)."""
+    a = np.conj(a)
+    for i, j in matrix_axes:
+        a = np.swapaxes(a, nlat + i, nlat + j)
+    return a
+
+
+def spin_mul(G, a, nlat, spin_axis=0):
+    """Apply a 4x4 spin matrix G on the left to the spin index (site axis spin_axis)."""
+    return np.moveaxis(np.tensordot(G, a, axes=([1], [nlat + spin_axis])), 0, nlat + spin_axis)

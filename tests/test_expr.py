@@ -1,0 +1,268 @@
+"""Expressions, one by one: arithmetic, in-place assignment (with aliasing),
+peek/poke, traces, outer and inner products, where, gamma matrices; each
+checked on both backends and against a numpy formula on to_numpy() arrays."""
+import numpy as np
+import pytest
+
+import pygrid as pg
+
+from conftest import GAMMA, assert_close, check_both, grid, pool_field, random_field, roll, spin_mul
+
+EIN_MM = "xyztab,xyztbc->xyztac"
+EIN_MV = "xyztab,xyztsb->xyztsa"
+
+
+@pytest.fixture
+def fields():
+    g = grid((4, 4, 4, 4))
+    U = random_field(g, pg.ColourMatrix(), kind="su3")
+    psi = random_field(g, pg.SpinColourVector())
+    chi = random_field(g, pg.SpinColourVector())
+    return g, U, psi, chi
+
+
+def test_issue_example(fields):
+    g, U, psi, _ = fields
+    ua, pa = U.to_numpy(), psi.to_numpy()
+    chi = pg.eval(U * psi + 0.5 * pg.cshift(psi, 3, -1))
+    want = np.einsum(EIN_MV, ua, pa) + 0.5 * roll(pa, 3, -1)
+    assert_close(chi.to_numpy(), want)
+    chi @= pg.adj(U) * chi
+    want = np.einsum("xyztba,xyztsb->xyztsa", ua.conj(), want)
+    assert_close(chi.to_numpy(), want)
+    # SU(3): U^dag U = 1, so this is psi + 0.5 U^dag psi(x - t)
+    assert_close(chi.to_numpy(), pa + 0.5 * np.einsum("xyztba,xyztsb->xyztsa", ua.conj(), roll(pa, 3, -1)), scale=10)
+    assert_close(pg.norm2(chi), np.vdot(want, want).real, scale=abs(pg.norm2(chi)))
+
+
+def test_linear_combinations_real_and_complex_numbers(fields):
+    _, _, psi, chi = fields
+    pa, ca = psi.to_numpy(), chi.to_numpy()
+    check_both(2 * psi - chi / 4 + (0.5 - 1.5j) * chi - psi * 3j, want=2 * pa - ca / 4 + (0.5 - 1.5j) * ca - 3j * pa)
+    check_both(-psi + chi, want=-pa + ca)
+    check_both(np.float64(2.5) * psi + np.complex128(1j) * chi, want=2.5 * pa + 1j * ca)
+
+
+def test_number_plus_matrix_means_unit_matrix(fields):
+    _, U, _, _ = fields
+    ua = U.to_numpy()
+    check_both(2.0 + U, want=ua + 2.0 * np.eye(3))
+    check_both(U - 1j, want=ua - 1j * np.eye(3))
+    g = U.grid
+    P = pool_field(g, pg.SpinColourMatrix(), "double")
+    check_both(1 - P, want=np.eye(12).reshape(4, 3, 4, 3).transpose(0, 2, 1, 3) - P.to_numpy())
+
+
+def test_in_place_aliasing_unshifted(fields):
+    _, U, _, chi = fields
+    ua, ca = U.to_numpy(), chi.to_numpy()
+    chi @= pg.adj(U) * chi
+    assert_close(chi.to_numpy(), np.einsum("xyztba,xyztsb->xyztsa", ua.conj(), ca))
+    V = U.copy()
+    V @= V * V + pg.adj(V)
+    assert_close(V.to_numpy(), np.einsum(EIN_MM, ua, ua) + np.swapaxes(ua.conj(), -1, -2))
+
+
+def test_in_place_shifted_aliasing(fields):
+    _, _, psi, _ = fields
+    pa = psi.to_numpy()
+    psi @= pg.cshift(psi, 0, 1)
+    assert np.array_equal(psi.to_numpy(), roll(pa, 0, 1))
+    psi @= psi + pg.cshift(psi, 3, -1)
+    p1 = roll(pa, 0, 1)
+    assert_close(psi.to_numpy(), p1 + roll(p1, 3, -1))
+
+
+def test_augmented_assignment(fields):
+    _, U, psi, chi = fields
+    pa, ca, ua = psi.to_numpy(), chi.to_numpy(), U.to_numpy()
+    x = psi.copy()
+    x += chi
+    assert_close(x.to_numpy(), pa + ca)
+    x -= 2 * psi
+    assert_close(x.to_numpy(), ca - pa)
+    x *= 1.5j
+    assert_close(x.to_numpy(), 1.5j * (ca - pa))
+    y = psi.copy()
+    y.assign(U * y)
+    assert_close(y.to_numpy(), np.einsum(EIN_MV, ua, pa))
+    assert np.array_equal(psi.to_numpy(), pa)  # copy() is a copy
+
+
+def test_matrix_products_and_unary_ops(fields):
+    g, U, _, _ = fields
+    V = pool_field(g, pg.ColourMatrix(), "double")
+    ua, va = U.to_numpy(), V.to_numpy()
+    check_both(U * V * pg.adj(U), want=np.einsum("xyztab,xyztbc,xyztdc->xyztad", ua, va, ua.conj()))
+    check_both(pg.conjugate(V) + pg.transpose(U), want=va.conj() + np.swapaxes(ua, -1, -2))
+    c = check_both(pg.trace(U * V), want=np.einsum("xyztab,xyztba->xyzt", ua, va))
+    assert c.shape == (4, 4, 4, 4)
+    # adj(U) U = 1 on SU(3)
+    check_both(pg.adj(U) * U, want=np.broadcast_to(np.eye(3), ua.shape), scale=10)
+
+
+def test_complex_field_times_anything(fields):
+    g, U, psi, _ = fields
+    c = pool_field(g, pg.Complex, "double")
+    r = pool_field(g, pg.Real, "double")
+    ca, ra, pa = c.to_numpy(), r.to_numpy(), psi.to_numpy()
+    assert r.to_numpy().dtype == np.float64
+    check_both(c * psi + psi * r, want=ca[..., None, None] * pa + pa * ra[..., None, None])
+    rr = pg.eval(r * r + 1.0)
+    assert rr.site_type.is_real and rr.to_numpy().dtype == np.float64
+    assert_close(rr.to_numpy(), ra * ra + 1)
+
+
+def test_propagator_traces(fields):
+    g, U, _, _ = fields
+    P = pool_field(g, pg.SpinColourMatrix(), "double")
+    pa = P.to_numpy()  # [x, y, z, t, s, s', c, c']
+    ts = check_both(pg.trace_spin(P), want=np.einsum("...ssab->...ab", pa))
+    assert ts.shape == (4, 4, 4, 4, 3, 3)
+    tc = check_both(pg.trace_colour(P), want=np.einsum("...staa->...st", pa))
+    assert tc.shape == (4, 4, 4, 4, 4, 4)
+    check_both(pg.trace(P), want=np.einsum("...ssaa->...", pa))
+    # trace(g5 P g5) = trace(P)
+    check_both(pg.trace(pg.Gamma.Five * P * pg.Gamma.Five), want=np.einsum("...ssaa->...", pa))
+    # U * P acts on colour only
+    check_both(U * P, want=np.einsum("...ab,...stbc->...stac", U.to_numpy(), pa))
+    check_both(pg.adj(P), want=pa.conj().transpose(0, 1, 2, 3, 5, 4, 7, 6))
+    check_both(pg.transpose_colour(P), want=pa.swapaxes(-1, -2))
+
+
+def test_peek_and_poke(fields):
+    g = fields[0]
+    Ug = random_field(g, pg.LorentzColourMatrix(), kind="su3")
+    ua = Ug.to_numpy()
+    for mu in range(4):
+        check_both(pg.peek_lorentz(Ug, mu), want=ua[..., mu, :, :])
+    psi = fields[2]
+    pa = psi.to_numpy()
+    check_both(pg.peek_spin(psi, 2), want=pa[..., 2, :])
+    check_both(pg.peek_colour(psi, 1), want=pa[..., 1])
+    P = pool_field(g, pg.SpinColourMatrix(), "double")
+    check_both(pg.peek_index(P, "spin", 1, 3), want=P.to_numpy()[..., 1, 3, :, :])
+    # poke: replace one direction of the gauge field
+    V = random_field(g, pg.ColourMatrix())
+    W = Ug.copy()
+    pg.poke_lorentz(W, V, 2)
+    want = ua.copy()
+    want[..., 2, :, :] = V.to_numpy()
+    assert np.array_equal(W.to_numpy(), want)
+    # poke an expression into a spin component
+    f = psi.copy()
+    pg.poke_spin(f, 2.0 * pg.peek_spin(psi, 0), 3)
+    want = pa.copy()
+    want[..., 3, :] = 2.0 * pa[..., 0, :]
+    assert_close(f.to_numpy(), want)
+
+
+def test_outer_and_local_inner_product(fields):
+    g, _, psi, chi = fields
+    pa, ca = psi.to_numpy(), chi.to_numpy()
+    check_both(pg.local_inner_product(psi, chi), want=np.einsum("xyztsa,xyztsa->xyzt", pa.conj(), ca))
+    op = check_both(pg.outer_product(psi, chi), want=np.einsum("xyztsa,xyztrb->xyztsrab", pa, ca.conj()))
+    assert op.shape == (4, 4, 4, 4, 4, 4, 3, 3)
+    v = pool_field(g, pg.ColourVector(), "double")
+    va = v.to_numpy()
+    check_both(pg.outer_product(v, v), want=np.einsum("xyzta,xyztb->xyztab", va, va.conj()))
+    lip = pg.eval(pg.local_inner_product(psi, psi)).to_numpy()
+    assert_close(lip.sum(), pg.norm2(psi), scale=pg.norm2(psi))
+
+
+def test_where_with_coordinate_masks(fields):
+    g, U, psi, chi = fields
+    pa, ca = psi.to_numpy(), chi.to_numpy()
+    t = np.indices(g.lshape)[3]
+    two = pg.eval(0 * pg.coordinate(g, 3) + 2.0)  # a field as the bound; numbers in the next test
+    check_both(pg.where(pg.coordinate(g, 3) < two, psi, chi),
+               want=np.where((t < 2)[..., None, None], pa, ca))
+    x = np.indices(g.lshape)[0]
+    check_both(pg.where(pg.coordinate(g, 0) >= pg.coordinate(g, 1), psi, 2 * chi),
+               want=np.where((x >= np.indices(g.lshape)[1])[..., None, None], pa, 2 * ca))
+    r = pool_field(g, pg.Real, "double")
+    check_both(pg.where(r, U, pg.adj(U)), want=np.where((r.to_numpy() != 0)[..., None, None], U.to_numpy(),
+                                                          np.swapaxes(U.to_numpy().conj(), -1, -2)))
+
+
+def test_where_compare_with_number(fields):
+    g, _, psi, chi = fields
+    t = np.indices(g.lshape)[3]
+    check_both(pg.where(pg.coordinate(g, 3) < 2, psi, chi),
+               want=np.where((t < 2)[..., None, None], psi.to_numpy(), chi.to_numpy()))
+
+
+def test_coordinate(fields):
+    g = fields[0]
+    for mu in range(4):
+        c = pg.coordinate(g, mu).to_numpy()
+        assert c.dtype == np.float64
+        assert np.array_equal(c, np.indices(g.lshape)[mu])
+    rb = g.red_black
+    for cb in (0, 1):
+        full = np.zeros(g.lshape)
+        h = pg.coordinate(rb, 0, checkerboard=cb)
+        ff = pg.Lattice(g, pg.Real)
+        pg.set_checkerboard(ff, h)
+        idx = np.indices(g.lshape)
+        par = idx.sum(axis=0) % 2 == cb
+        full[par] = idx[0][par]
+        assert np.array_equal(ff.to_numpy(), full)
+
+
+def test_gamma_algebra_constants():
+    I4 = np.eye(4)
+    for mu in range(4):
+        for nu in range(4):
+            a = GAMMA["XYZT"[mu]] @ GAMMA["XYZT"[nu]] + GAMMA["XYZT"[nu]] @ GAMMA["XYZT"[mu]]
+            assert np.allclose(a, 2 * I4 * (mu == nu))
+            c = (pg.Gamma.mu[mu] * pg.Gamma.mu[nu] + pg.Gamma.mu[nu] * pg.Gamma.mu[mu]).array()
+            assert np.allclose(c, 2 * I4 * (mu == nu))
+    five = (pg.Gamma.X * pg.Gamma.Y * pg.Gamma.Z * pg.Gamma.T).array()
+    assert np.allclose(five, pg.Gamma.Five.array())
+    assert np.allclose(pg.Gamma.Five.array(), np.diag([1, 1, -1, -1]))
+    # Grid's chiral basis (DESIGN.md)
+    assert np.allclose(GAMMA["X"], [[0, 0, 0, 1j], [0, 0, 1j, 0], [0, -1j, 0, 0], [-1j, 0, 0, 0]])
+    assert np.allclose(GAMMA["T"], [[0, 0, 1, 0], [0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0]])
+    assert np.allclose((1 - pg.Gamma.X).array(), I4 - GAMMA["X"])
+    assert np.allclose((pg.Gamma.X * pg.Gamma.Five).array(), GAMMA["X"] @ GAMMA["Five"])
+
+
+def test_gamma_on_fields(fields):
+    g, _, psi, _ = fields
+    pa = psi.to_numpy()
+    for mu in range(4):
+        G = GAMMA["XYZT"[mu]]
+        check_both(pg.Gamma.mu[mu] * psi, want=spin_mul(G, pa, 4))
+    # g5 = X Y Z T on a field; anticommutation {g_mu, g_nu} psi = 2 delta psi
+    check_both(pg.Gamma.X * (pg.Gamma.Y * (pg.Gamma.Z * (pg.Gamma.T * psi))), want=spin_mul(GAMMA["Five"], pa, 4))
+    for mu, nu in [(0, 0), (0, 1), (2, 3), (3, 3)]:
+        e = pg.Gamma.mu[mu] * (pg.Gamma.mu[nu] * psi) + pg.Gamma.mu[nu] * (pg.Gamma.mu[mu] * psi)
+        check_both(e, want=2 * pa * (mu == nu))
+    P = pool_field(g, pg.SpinColourMatrix(), "double")
+    pp = P.to_numpy()
+    right = np.einsum("xyztsrab,rq->xyztsqab", pp, GAMMA["Five"] @ GAMMA["Y"])
+    check_both(P * (pg.Gamma.Five * pg.Gamma.Y), want=right)
+    check_both((1 + pg.Gamma.Five) * psi * 0.5, want=0.5 * (pa + spin_mul(GAMMA["Five"], pa, 4)))
+
+
+def test_threads_do_not_change_results(fields):
+    import numba
+
+    _, U, psi, _ = fields
+    e = U * pg.cshift(psi, 1, 1) + pg.adj(U) * pg.cshift(psi, 2, -1)
+    n0 = numba.get_num_threads()
+    try:
+        res = []
+        for n in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(n)
+            res.append(pg.eval(e).to_numpy())
+    finally:
+        numba.set_num_threads(n0)
+    assert all(np.array_equal(res[0], r) for r in res)
+
+
+def test_eval_of_field_copies(fields):
+    _, _, psi, _ = fields
+    c = pg.eval(psi)
+    assert c is not psi and np.array_equal(c.to_numpy(), psi.to_numpy())

@@ -1,0 +1,251 @@
+"""The Wilson operator against plain numpy, and its algebraic properties (Grid's conventions)."""
+import numpy as np
+import pytest
+
+import pygrid as pg
+import pygrid.qcd  # noqa: F401  (pg.qcd)
+from pygrid.qcd import kernels_wilson as kw
+from pygrid.tensors.constant import Gamma
+
+G = [Gamma.mu[mu].array() for mu in range(4)]
+G5 = Gamma.Five.array()
+
+DOUBLE_LAYOUTS = {(4, 4, 4, 4): [None, (2, 1, 2, 1)], (4, 4, 4, 8): [None, (1, 2, 1, 2)]}
+SINGLE_LAYOUTS = {(4, 4, 4, 4): [None, (2, 2, 2, 1)], (4, 4, 4, 8): [None, (2, 1, 2, 2)]}
+CASES = [(dims, lay, "double") for dims, lays in DOUBLE_LAYOUTS.items() for lay in lays] + \
+        [(dims, lay, "single") for dims, lays in SINGLE_LAYOUTS.items() for lay in lays]
+TOL = {"double": 1e-12, "single": 1e-5}
+MASS = 0.1
+
+
+# ---- the independent implementation: np.roll and einsum on to_numpy arrays ----
+def dhop_ref(U, psi, dag=False):
+    """-1/2 sum_mu [(1 -+ g_mu) U_mu(x) psi(x+mu) + (1 +- g_mu) U_mu(x-mu)^dag psi(x-mu)]."""
+    U = U.astype(np.complex128)
+    psi = psi.astype(np.complex128)
+    sgn = 1.0 if dag else -1.0
+    res = np.zeros_like(psi)
+    for mu in range(4):
+        Umu = U[..., mu, :, :]
+        t = np.einsum("...ab,...sb->...sa", Umu, np.roll(psi, -1, axis=mu))
+        res += t + sgn * np.einsum("st,...tc->...sc", G[mu], t)
+        Ub = np.roll(Umu, 1, axis=mu)
+        t = np.einsum("...ba,...sb->...sa", Ub.conj(), np.roll(psi, 1, axis=mu))
+        res += t - sgn * np.einsum("st,...tc->...sc", G[mu], t)
+    return -0.5 * res
+
+
+def m_ref(U, psi, mass, dag=False):
+    return (4 + mass) * psi.astype(np.complex128) + dhop_ref(U, psi, dag)
+
+
+def g5(a):
+    return np.einsum("st,...tc->...sc", G5, a)
+
+
+def setup(dims, layout, prec, seed=(1, 2, 3, 4)):
+    grid = pg.GridCartesian(dims, simd_layout=layout, precision=prec)
+    rng = pg.ParallelRNG(grid, list(seed))
+    U = pg.qcd.random_gauge(grid, rng, precision=prec)
+    psi = pg.LatticeFermion(grid, prec)
+    rng.gaussian(psi)
+    return grid, rng, U, psi
+
+
+def relerr(a, b):
+    return np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)
+
+
+# ---- spin projection tables ----------------------------------------------------
+def test_projection_tables_reproduce_one_minus_gamma():
+    psrc, pim, psg, rsrc, rim, rsg = kw.projection_tables()
+    rng = np.random.default_rng(7)
+    for dag in (0, 1):
+        for p in range(8):
+            mu = p % 4
+            s = (-1.0 if p < 4 else 1.0) * (-1.0 if dag else 1.0)
+            psi = rng.normal(size=4) + 1j * rng.normal(size=4)
+            want = (np.eye(4) + s * G[mu]) @ psi
+            h = np.empty(2, complex)
+            for a in range(2):
+                c = psg[dag, p, a] * (1j if pim[dag, p, a] else 1)
+                h[a] = psi[a] + c * psi[psrc[dag, p, a]]
+            got = np.empty(4, complex)
+            got[:2] = h
+            for b in range(2):
+                d = rsg[dag, p, b] * (1j if rim[dag, p, b] else 1)
+                got[2 + b] = d * h[rsrc[dag, p, b]]
+            np.testing.assert_allclose(got, want, atol=1e-14)
+
+
+def test_gamma_basis_is_grids_chiral_basis():
+    np.testing.assert_allclose(G5, np.diag([1, 1, -1, -1]))
+    for mu in range(4):
+        np.testing.assert_allclose(G[mu] @ G[mu], np.eye(4), atol=1e-15)
+        for nu in range(mu):
+            np.testing.assert_allclose(G[mu] @ G[nu] + G[nu] @ G[mu], 0, atol=1e-15)
+
+
+# ---- against numpy ---------------------------------------------------------------
+@pytest.mark.parametrize("dims,layout,prec", CASES)
+def test_dhop_and_m_against_numpy(dims, layout, prec):
+    grid, rng, U, psi = setup(dims, layout, prec)
+    D = pg.qcd.WilsonFermion(U, MASS)
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    assert relerr(D.Dhop(psi).to_numpy(), dhop_ref(Un, pn)) < TOL[prec]
+    assert relerr(D.Dhop(psi, dag=True).to_numpy(), dhop_ref(Un, pn, dag=True)) < TOL[prec]
+    assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < TOL[prec]
+    assert relerr(D.Mdag(psi).to_numpy(), m_ref(Un, pn, MASS, dag=True)) < TOL[prec]
+    chi = pg.LatticeFermion(grid, prec)
+    r = D.M(psi, out=chi)
+    assert r is chi
+    assert relerr(chi.to_numpy(), m_ref(Un, pn, MASS)) < TOL[prec]
+    # aliasing: out is the input
+    p2 = psi.copy()
+    D.M(p2, out=p2)
+    assert relerr(p2.to_numpy(), m_ref(Un, pn, MASS)) < TOL[prec]
+
+
+@pytest.mark.parametrize("prec", ["double", "single"])
+def test_gamma5_hermiticity_and_adjoint(prec):
+    grid, rng, U, psi = setup((4, 4, 4, 8), None, prec)
+    D = pg.qcd.WilsonFermion(U, MASS)
+    chi = pg.LatticeFermion(grid, prec)
+    rng.gaussian(chi)
+    # g5 M g5 = Mdag
+    lhs = pg.eval(Gamma.Five * D.M(pg.eval(Gamma.Five * psi)))
+    assert relerr(lhs.to_numpy(), D.Mdag(psi).to_numpy()) < 10 * TOL[prec]
+    # <chi, M psi> = <Mdag chi, psi>
+    a = pg.inner_product(chi, D.M(psi))
+    b = pg.inner_product(D.Mdag(chi), psi)
+    assert abs(a - b) / abs(a) < 10 * TOL[prec]
+    mm = D.MdagM(psi)
+    assert abs(pg.inner_product(psi, mm) - pg.norm2(D.M(psi))) / pg.norm2(D.M(psi)) < 10 * TOL[prec]
+
+
+def test_gauge_covariance():
+    grid, rng, U, psi = setup((4, 4, 4, 4), None, "double")
+    g = pg.LatticeColourMatrix(grid)
+    rng.random_su3(g)
+    Ug = pg.qcd.gauge_transform(U, g)
+    lhs = pg.qcd.WilsonFermion(Ug, MASS).M(pg.qcd.gauge_transform_fermion(psi, g))
+    rhs = pg.qcd.gauge_transform_fermion(pg.qcd.WilsonFermion(U, MASS).M(psi), g)
+    assert relerr(lhs.to_numpy(), rhs.to_numpy()) < 1e-12
+
+
+@pytest.mark.parametrize("dims", [(4, 4, 4, 4), (4, 4, 4, 8)])
+def test_free_field_plane_wave(dims):
+    grid = pg.GridCartesian(dims)
+    U = pg.qcd.unit_gauge(grid)
+    D = pg.qcd.WilsonFermion(U, MASS)
+    rng = np.random.default_rng(3)
+    n = (1, 0, 3, 2)
+    p = [2 * np.pi * n[mu] / dims[mu] for mu in range(4)]
+    x = np.indices(dims)
+    phase = np.exp(1j * sum(p[mu] * x[mu] for mu in range(4)))
+    u = rng.normal(size=(4, 3)) + 1j * rng.normal(size=(4, 3))
+    psi = pg.LatticeFermion(grid).from_numpy(phase[..., None, None] * u)
+    Mp = MASS * np.eye(4) + sum((1 - np.cos(p[mu])) * np.eye(4) + 1j * np.sin(p[mu]) * G[mu] for mu in range(4))
+    want = phase[..., None, None] * (Mp @ u)
+    assert relerr(D.M(psi).to_numpy(), want) < 1e-12
+    # a constant spinor: M psi = m psi
+    c = pg.LatticeFermion(grid).from_numpy(np.broadcast_to(u, dims + (4, 3)))
+    assert relerr(D.M(c).to_numpy(), MASS * c.to_numpy()) < 1e-12
+
+
+# ---- even-odd ------------------------------------------------------------------------
+@pytest.mark.parametrize("dims,layout,prec", CASES)
+def test_even_odd_pieces_reassemble_m(dims, layout, prec):
+    grid, rng, U, psi = setup(dims, layout, prec)
+    D = pg.qcd.WilsonFermion(U, MASS)
+    pe, po = pg.pick_checkerboard(0, psi), pg.pick_checkerboard(1, psi)
+    for dag, full in ((False, D.M(psi)), (True, D.Mdag(psi))):
+        meo = D.MeooeDag if dag else D.Meooe
+        ev = pg.eval(D.Mooee(pe) + meo(po))
+        od = pg.eval(D.Mooee(po) + meo(pe))
+        assert ev.checkerboard == 0 and od.checkerboard == 1
+        out = pg.LatticeFermion(grid, prec)
+        pg.set_checkerboard(out, ev)
+        pg.set_checkerboard(out, od)
+        assert relerr(out.to_numpy(), full.to_numpy()) < 10 * TOL[prec]
+    dh = D.Dhop(psi)
+    assert relerr(D.DhopEO(po).to_numpy(), pg.pick_checkerboard(0, dh).to_numpy()) < 10 * TOL[prec]
+    assert relerr(D.DhopOE(pe).to_numpy(), pg.pick_checkerboard(1, dh).to_numpy()) < 10 * TOL[prec]
+    one = D.MooeeInv(D.Mooee(po))
+    assert relerr(one.to_numpy(), po.to_numpy()) < 10 * TOL[prec]
+
+
+def test_schur_operator_prepare_and_reconstruct():
+    grid, rng, U, x = setup((4, 4, 4, 8), None, "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    b = D.M(x)
+    S = pg.qcd.SchurDiagMooeeOperator(D)
+    xo = pg.pick_checkerboard(1, x)
+    # the Schur equation Mpc x_o = b_o - Meooe MooeeInv b_e holds for the exact solution
+    src = S.prepare_source(b)
+    assert relerr(S.M(xo).to_numpy(), src.to_numpy()) < 1e-12
+    assert relerr(S.reconstruct(b, xo).to_numpy(), x.to_numpy()) < 1e-12
+    # Mpc^dag is the adjoint of Mpc
+    eta = S.new_fermion()
+    rng.gaussian(eta)
+    a = pg.inner_product(eta, S.M(xo))
+    c = pg.inner_product(S.Mdag(eta), xo)
+    assert abs(a - c) / abs(a) < 1e-12
+    assert abs(pg.inner_product(xo, S.MdagM(xo)) - pg.norm2(S.M(xo))) / pg.norm2(S.M(xo)) < 1e-12
+
+
+def test_single_precision_copy_of_operator():
+    grid, rng, U, psi = setup((4, 4, 4, 4), None, "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    Ds = D.converted("single")
+    assert Ds.precision == "single"
+    r = Ds.M(pg.convert(psi, "single"))
+    assert relerr(r.to_numpy(), D.M(psi).to_numpy()) < 1e-5
+    g1 = pg.GridCartesian((4, 4, 4, 4), precision="single")
+    Dn = D.converted("single", grid=g1)
+    ps = pg.LatticeFermion(g1, "single").from_numpy(psi.to_numpy())
+    assert relerr(Dn.M(ps).to_numpy(), D.M(psi).to_numpy()) < 1e-5
+    with pytest.raises(pg.ConformabilityError):
+        D.M(ps)
+
+
+def test_kernel_on_5d_field_with_4d_links():
+    """The kernel's Ls argument: every s slice of a 5D field gets the 4D hopping term (domain-wall reuse)."""
+    grid, rng, U, _ = setup((4, 4, 4, 4), None, "double")
+    Ls = 3
+    g5d = pg.GridCartesian5D(grid, Ls)
+    psi5 = pg.LatticeFermion(g5d)
+    rng5 = pg.ParallelRNG(g5d, [5, 6, 7, 8])
+    rng5.gaussian(psi5)
+    out5 = pg.LatticeFermion(g5d)
+    D = pg.qcd.WilsonFermion(U, MASS)
+    with psi5.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u, \
+            out5.view(pg.AcceleratorWriteDiscard) as o:
+        kw.dhop(o, p, u, u, D.stencil, Ls)
+    pn, Un, on = psi5.to_numpy(), U.to_numpy(), out5.to_numpy()
+    for s in range(Ls):
+        assert relerr(on[s], dhop_ref(Un, pn[s])) < 1e-12
+    # and on the red-black 5D grid (4D checkerboard of the links)
+    rb5 = g5d.red_black
+    pe5 = pg.pick_checkerboard(0, psi5)
+    oo5 = pg.LatticeFermion(rb5, checkerboard=1)
+    with pe5.view(pg.AcceleratorRead) as p, D.U_cb[1].view(pg.AcceleratorRead) as uf, \
+            D.U_cb[0].view(pg.AcceleratorRead) as ub, oo5.view(pg.AcceleratorWriteDiscard) as o:
+        kw.dhop(o, p, uf, ub, D.stencil_cb[0], Ls)
+    full = pg.LatticeFermion(g5d)
+    pg.set_checkerboard(full, oo5)
+    want = np.stack([dhop_ref(Un, pn[s]) for s in range(Ls)])
+    got = full.to_numpy()
+    par = np.indices((4, 4, 4, 4)).sum(axis=0) % 2 == 1
+    assert relerr(got[:, par], want[:, par]) < 1e-12
+
+
+def test_errors():
+    grid, rng, U, psi = setup((4, 4, 4, 4), None, "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    with pytest.raises(pg.SiteTypeError):
+        D.M(pg.LatticeColourMatrix(grid))
+    with pytest.raises(pg.ConformabilityError):
+        D.M(pg.pick_checkerboard(0, psi))
+    with pytest.raises(pg.SiteTypeError):
+        pg.qcd.WilsonFermion(psi, MASS)
