@@ -10,6 +10,16 @@ import os
 import numpy as np
 
 from ..errors import BackendError
+
+try:
+    import numba
+
+    # numba leaves LLVM's SLP vectoriser off; the fixed-length lane loops of
+    # our kernels need it to become vector instructions
+    if "NUMBA_SLP_VECTORIZE" not in os.environ:
+        numba.config.SLP_VECTORIZE = 1
+except ImportError:  # pragma: no cover - numba is a hard dependency
+    numba = None
 from . import numpy_backend
 
 
@@ -109,9 +119,11 @@ class OpenMPBackend(NumpyBackend):
         key = (ir.key(), nsimd, alias)
         k = self._kernels.get(key)
         if k is None:
-            from .codegen_numba import kernel_source
+            from .codegen_numba import kernel_source, ops_module_name
             from .compile_cache import load_module
+            from .numba_ops import ops_source
 
+            load_module(ops_source(nsimd), module_name=ops_module_name(nsimd))
             k = load_module(kernel_source(ir, nsimd, alias), "pygrid_omp").kernel
             self._kernels[key] = k
         return k

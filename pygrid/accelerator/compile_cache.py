@@ -23,10 +23,13 @@ def cache_dir():
     return os.path.abspath(d)
 
 
-def load_module(source: str, prefix: str):
-    """Import generated source (written once to the disk cache) and return the module."""
-    digest = hashlib.sha1(source.encode()).hexdigest()[:20]
-    name = f"{prefix}_{digest}"
+def load_module(source: str, prefix: str = "pygrid", module_name: str | None = None):
+    """Import generated source (written once to the disk cache) and return the module.
+
+    The module is registered in sys.modules under its name, so other generated
+    modules can import from it.
+    """
+    name = module_name or f"{prefix}_{hashlib.sha1(source.encode()).hexdigest()[:20]}"
     with _lock:
         mod = _memory.get(name)
         if mod is not None:
