@@ -115,22 +115,22 @@ class OpenMPBackend(NumpyBackend):
         for f in futures:
             f.result()
 
-    def kernel(self, ir, nsimd, alias):
-        key = (ir.key(), nsimd, alias)
+    def kernel(self, ir, nsimd, alias, dtype="float64"):
+        key = (ir.key(), nsimd, alias, dtype)
         k = self._kernels.get(key)
         if k is None:
             from .codegen_numba import kernel_source, ops_module_name
             from .compile_cache import load_module
             from .numba_ops import ops_source
 
-            load_module(ops_source(nsimd), module_name=ops_module_name(nsimd))
-            k = load_module(kernel_source(ir, nsimd, alias), "pygrid_omp").kernel
+            load_module(ops_source(nsimd, dtype), module_name=ops_module_name(nsimd, dtype))
+            k = load_module(kernel_source(ir, nsimd, alias, dtype), "pygrid_omp").kernel
             self._kernels[key] = k
         return k
 
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
-        k = self.kernel(ir, nsimd, alias)
         rdt = out.dtype
+        k = self.kernel(ir, nsimd, alias, rdt.name)
         tables = [(t if t.dtype.kind == "i" else t.astype(rdt)).reshape(-1) for t in ir.tables]
         cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
         cf[0:2 * len(coefs):2] = coefs.real

@@ -28,11 +28,11 @@ def kernel_signature(ir):
     return args
 
 
-def ops_module_name(nsimd):
-    return "pygrid_ops_" + hashlib.sha1(ops_source(nsimd).encode()).hexdigest()[:16]
+def ops_module_name(nsimd, dtype):
+    return "pygrid_ops_" + hashlib.sha1(ops_source(nsimd, dtype).encode()).hexdigest()[:16]
 
 
-def kernel_source(ir, nsimd, alias):
+def kernel_source(ir, nsimd, alias, dtype="float64"):
     """Python source of ``kernel(lo, hi, out, in..., shift tables..., tables..., coefs)``.
 
     Every array argument is flat (C order of the (osites, ncomp, 2, nsimd) buffer).
@@ -41,7 +41,7 @@ def kernel_source(ir, nsimd, alias):
     lines = [
         "import numpy as np",
         "from numba import njit",
-        f"from {ops_module_name(NS)} import {', '.join(OP_NAMES)}",
+        f"from {ops_module_name(NS, dtype)} import {', '.join(OP_NAMES)}",
         "",
         "@njit(fastmath=True, cache=True, nogil=True, error_model='numpy', boundscheck=False)",
         f"def kernel({', '.join(kernel_signature(ir))}):",
@@ -68,12 +68,13 @@ def kernel_source(ir, nsimd, alias):
             emit(1, f"fill(v{v}, 0, coefs, {op[1]}, {n})")
         elif kind == "lincomb":
             for j, (_, c, sign) in enumerate(op[1]):
+                neg = "-" if sign < 0 else ""
                 if c >= 0:
-                    emit(1, f"k{v}_{j}r = {sign} * coefs[{2 * c}]")
-                    emit(1, f"k{v}_{j}i = {sign} * coefs[{2 * c + 1}]")
+                    emit(1, f"k{v}_{j}r = {neg}coefs[{2 * c}]")
+                    emit(1, f"k{v}_{j}i = {neg}coefs[{2 * c + 1}]")
                 else:
-                    emit(1, f"k{v}_{j}r = {float(sign)}")
-                    emit(1, f"k{v}_{j}i = 0.0")
+                    emit(1, f"k{v}_{j}r = Z({float(sign)})")
+                    emit(1, f"k{v}_{j}i = Z(0.0)")
     emit(1, "for o in range(lo, hi):")
     emit(2, f"bo = o * {ir.out_ncomp * 2 * NS}")
     for slot, n in enumerate(ir.slots):
@@ -90,12 +91,12 @@ def kernel_source(ir, nsimd, alias):
         elif kind == "const":
             continue
         elif kind == "contract":
-            _, a, b, _loops, t, ca, cb, nout = op
-            emit(2, f"contract({d}, {nout}, {', '.join(loc[a])}, {', '.join(loc[b])}, T{t}, "
+            _, a, b, _loops, (ts, tia, tib), ca, cb, nout = op
+            emit(2, f"contract({d}, {nout}, {', '.join(loc[a])}, {', '.join(loc[b])}, T{ts}, T{tia}, T{tib}, "
                     f"{-1.0 if ca else 1.0}, {-1.0 if cb else 1.0})")
         elif kind == "remap":
-            _, a, (rt, ct), conj, nout = op
-            emit(2, f"remap({d}, {nout}, {', '.join(loc[a])}, T{rt}, T{ct}, {-1.0 if conj else 1.0})")
+            _, a, (ts, tia, tcf), conj, nout = op
+            emit(2, f"remap({d}, {nout}, {', '.join(loc[a])}, T{ts}, T{tia}, T{tcf}, {-1.0 if conj else 1.0})")
         elif kind == "lincomb":
             terms = op[1]
             x = lambda j: ", ".join(loc[terms[j][0]])  # noqa: E731

@@ -13,6 +13,11 @@ def _cplx(buf):
     return buf[:, :, 0, :] + 1j * buf[:, :, 1, :]
 
 
+def _csr_rows(start):
+    """Output component of each table row from CSR row starts."""
+    return np.repeat(np.arange(len(start) - 1), np.diff(start))
+
+
 def run_ir(ir, out, inputs, shifts, coefs):
     """Evaluate ``ir`` writing into ``out`` (osites, ncomp, 2, nsimd).
 
@@ -34,8 +39,9 @@ def run_ir(ir, out, inputs, shifts, coefs):
             c = coefs[off:off + n]
             vals.append(np.broadcast_to(c[None, :, None], (out.shape[0], n, out.shape[3])))
         elif kind == "contract":
-            _, a, b, _loops, t, ca, cb, nout = op
-            tab = ir.tables[t]
+            _, a, b, _loops, (ts, tia, tib), ca, cb, nout = op
+            rows = _csr_rows(ir.tables[ts])
+            tab = np.stack([rows, ir.tables[tia], ir.tables[tib]], axis=1)
             A, B = vals[a], vals[b]
             if ca:
                 A = np.conj(A)
@@ -45,8 +51,9 @@ def run_ir(ir, out, inputs, shifts, coefs):
             np.add.at(r, (slice(None), tab[:, 0]), A[:, tab[:, 1]] * B[:, tab[:, 2]])
             vals.append(r)
         elif kind == "remap":
-            _, a, (rt, ct), conj, nout = op
-            rows, cf = ir.tables[rt], ir.tables[ct]
+            _, a, (ts, tia, tcf), conj, nout = op
+            rows = np.stack([_csr_rows(ir.tables[ts]), ir.tables[tia]], axis=1)
+            cf = ir.tables[tcf]
             A = np.conj(vals[a]) if conj else vals[a]
             c = cf[:, 0] + 1j * cf[:, 1]
             r = np.zeros((out.shape[0], nout, out.shape[3]), dtype=np.complex128)

@@ -118,16 +118,28 @@ class _Lowerer:
             return self.emit(("const", self.coef(e.const.values), e.site_type.ncomp))
         raise TypeError(f"cannot lower {type(e).__name__}")
 
+    def csr(self, out_index, nout):
+        """Rows grouped by output component: (order, start table id)."""
+        order = np.argsort(out_index, kind="stable")
+        start = np.searchsorted(out_index[order], np.arange(nout + 1)).astype(np.int32)
+        return order, self.table(start)
+
     def contract(self, va, vb, spec, ca, cb, nout):
         loops = algebra.spec_loops(spec)
         loops = (tuple(loops[0]), tuple(loops[1])) + tuple(loops[2:])
-        t = self.table(algebra.spec_table(spec))
+        tab = algebra.spec_table(spec)
+        order, ts = self.csr(tab[:, 0], nout)
+        tab = tab[order]
+        t = (ts, self.table(np.ascontiguousarray(tab[:, 1])), self.table(np.ascontiguousarray(tab[:, 2])))
         return self.emit(("contract", va, vb, loops, t, ca, cb, nout))
 
     def remap(self, v, r, conj):
-        rows = self.table(np.ascontiguousarray(r.rows, dtype=np.int32))
-        cf = self.table(np.ascontiguousarray(np.stack([r.coefs.real, r.coefs.imag], axis=1), dtype=np.float64))
-        return self.emit(("remap", v, (rows, cf), conj, r.out_type.ncomp))
+        nout = r.out_type.ncomp
+        order, ts = self.csr(r.rows[:, 0], nout)
+        rows = r.rows[order]
+        cf = np.ascontiguousarray(np.stack([r.coefs.real, r.coefs.imag], axis=1)[order], dtype=np.float64)
+        t = (ts, self.table(np.ascontiguousarray(rows[:, 1], dtype=np.int32)), self.table(cf))
+        return self.emit(("remap", v, t, conj, nout))
 
 
 def lower(expr, out_ncomp):
