@@ -27,7 +27,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     pg.init([], threads=args.threads) if args.threads else pg.init([])
     dims = [int(v) for v in args.grid.split(".")]
-    common.set_numba_threads(pg.config().resolved_threads())
+    common.set_numba_threads(pg.current_config().resolved_threads())
     progress = common.Progress()
     ctx = common.Context(common.Timer(args.iterations, progress=progress), progress)
     runs = []

@@ -30,6 +30,7 @@ from .lattice import (
 )
 from .memory import Advise, ViewMode, memory_stats
 from .random import ParallelRNG
+from . import algorithms, qcd  # noqa: E402  (they build on everything above)
 from .tensors import (
     ColourMatrix, ColourVector, Complex, ConstTensor, Gamma, LorentzColourMatrix, LorentzComplex, Real,
     SiteType, SpinColourMatrix, SpinColourVector, SpinMatrix, SpinVector,
@@ -69,6 +70,6 @@ def init(argv=None, **overrides):
     return rest
 
 
-def config():
-    """The active configuration (pygrid.config.Config)."""
+def current_config():
+    """The active configuration (a pygrid.config.Config)."""
     return _config.current()

@@ -24,7 +24,6 @@ import importlib
 
 from .errors import BackendError, ConfigError, PyGridError
 
-# the module, not pygrid.config(): pygrid/__init__.py rebinds the attribute to a function
 _config = importlib.import_module("pygrid.config")
 
 __all__ = ["main", "DEFAULT_GRID"]

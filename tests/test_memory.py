@@ -403,3 +403,32 @@ def test_enable_debug_report_prints_at_exit():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("host->device 1 transfers, 64 bytes") == 1
+
+
+def test_many_collected_fields_drain_without_recursion():
+    # the finalizers only queue keys; thousands of them must drain iteratively
+    import gc
+
+    from pygrid.memory import EmulatedDevice, MemoryManager
+
+    m = MemoryManager(EmulatedDevice(), 10 ** 6)
+
+    class Owner:
+        pass
+
+    owners = [Owner() for _ in range(3000)]
+    for o in owners:
+        m.register(o, np.zeros(4))
+    del owners, o
+    gc.collect()
+    assert m.stats()["entries"] == 0
+
+
+def test_lattice_uses_an_empty_manager_it_is_given():
+    import pygrid as pg
+    from pygrid.memory import EmulatedDevice, MemoryManager
+
+    m = MemoryManager(EmulatedDevice(), 10 ** 6)
+    f = pg.LatticeComplex(pg.GridCartesian([4, 4, 4, 4]))
+    g = pg.Lattice(f.grid, pg.Complex, manager=m)
+    assert g._manager is m

@@ -166,13 +166,21 @@ def get_backend(name=None):
             _backends[name] = NumpyBackend()
         elif name in ("openmp", "auto"):
             _backends[name] = OpenMPBackend()
-        elif name in ("cuda", "hip", "sycl"):
-            raise BackendError(
-                f"the {name} backend is not available in this version of pygrid; "
-                "use --accelerator openmp (CPU) or numpy"
-            )
+        # --- GPU backends (issue 6): generated C; see cuda_backend.py, sycl_backend.py ---
+        elif name in ("cuda", "hip", "cuda-emulated", "opencl-emulated"):
+            from .cuda_backend import make_backend
+
+            _backends[name] = make_backend(name)
+        elif name == "sycl":
+            from .sycl_backend import SyclBackend
+
+            _backends[name] = SyclBackend()
+        # --- end GPU backends ---
         else:
-            raise BackendError(f"unknown backend {name!r}; choose one of openmp, numpy")
+            raise BackendError(
+                f"unknown backend {name!r}; choose one of openmp, numpy, cuda, hip, sycl, "
+                "cuda-emulated, opencl-emulated"
+            )
     return _backends[name]
 
 

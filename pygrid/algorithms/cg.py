@@ -22,7 +22,7 @@ class ConjugateGradient:
     residual ``r``; then recomputes the true residual ``|b - A x| / |b|``.
 
     ``maxiter``        iteration limit
-    ``verbose``        None (follow ``pygrid.config().log``), a Grid log level
+    ``verbose``        None (follow ``pygrid.current_config().log``), a Grid log level
                        name, a bool or 0-3; see :mod:`pygrid.algorithms.log`
     ``log_every``      iterations between progress lines at level 'iterative'
     ``raise_on_fail``  raise :class:`SolverError` if ``tol`` was not reached

@@ -14,7 +14,7 @@ Grid level     logging level        what a solver writes there
 =============  ===================  ==========================================
 
 A record is emitted when the solver's verbosity enables its Grid level (the
-``verbose`` argument, or ``pygrid.config().log`` when ``verbose`` is None) and
+``verbose`` argument, or ``pygrid.current_config().log`` when ``verbose`` is None) and
 ``logging`` then decides, as usual, whether a handler prints it.  If nobody has
 configured logging for ``pygrid.solver`` (no handler on it or its ancestors),
 the first enabled record installs a plain stdout handler, so messages show up
@@ -59,13 +59,13 @@ def _ensure_handler():
 def resolve_verbosity(verbose):
     """The Grid level (a key of GRID_LEVELS) a ``verbose`` argument stands for.
 
-    None -> ``pygrid.config().log`` (``'message'`` if unavailable); a Grid level
+    None -> ``pygrid.current_config().log`` (``'message'`` if unavailable); a Grid level
     name; True -> ``'iterative'``; False -> ``'warning'``; an int 0/1/2/3 ->
     warning/message/iterative/debug.
     """
     if verbose is None:
         try:
-            # (pygrid.config the attribute is the function pg.config(); import the module itself)
+            # (pygrid.config the attribute is the function pg.current_config(); import the module itself)
             from ..config import current
 
             return current().log

@@ -55,7 +55,7 @@ def run(dims, precision, ctx):
     from pygrid.memory import EmulatedDevice, MemoryManager, ViewMode
 
     grid = make_grid(dims, precision, ctx.simd_layout)
-    cfg = pg.config()
+    cfg = pg.current_config()
     rb = real_bytes(precision)
     field_bytes = grid.gsites * 24 * rb
     nfields, wm, note = plan(field_bytes, cfg.device_mem)

@@ -43,7 +43,7 @@ class Lattice(FieldBase, ExprOps):
         elif checkerboard is not None:
             raise GridError("checkerboard is only meaningful for fields on a red-black grid")
         self._buf = np.zeros((grid.osites, site_type.ncomp, 2, grid.nsimd), dtype=_REAL[precision])
-        self._manager = manager or memory.get_manager()
+        self._manager = manager if manager is not None else memory.get_manager()
         self._key = self._manager.register(self, self._buf)
 
     # ---- properties -----------------------------------------------------------

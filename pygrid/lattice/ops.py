@@ -190,7 +190,7 @@ def slice_sum(x, dim):
 
 # ---- coordinates, precision, checkerboards ------------------------------------
 
-def coordinate(grid, mu, checkerboard=None):
+def coordinate(grid, mu, checkerboard=None, precision="double"):
     """A Real field holding each site's global coordinate in dimension mu."""
     if not isinstance(grid, GridCartesian):
         raise GridError("coordinate needs a grid")
@@ -199,7 +199,7 @@ def coordinate(grid, mu, checkerboard=None):
     from ..tensors.sitetype import Real
 
     cb = (0 if checkerboard is None else checkerboard) if grid.checkerboarded else None
-    out = Lattice(grid, Real, checkerboard=cb)
+    out = Lattice(grid, Real, precision, checkerboard=cb)
     full = grid.full_coords(cb)[..., mu] + grid.lstart[mu]
     sites = np.zeros(grid.lshape + (1, 2))
     idx = tuple(grid.stored_coords().reshape(-1, grid.nd).T)

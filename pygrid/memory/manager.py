@@ -170,7 +170,7 @@ class MemoryManager:
         while freed:
             key = freed.pop()
             if key in self._entries:
-                self.release(key)
+                self._release_one(key)
 
     @property
     def watermark_bytes(self):
@@ -215,6 +215,9 @@ class MemoryManager:
         """
         if self._freed:
             self._drain()
+        self._release_one(key)
+
+    def _release_one(self, key):
         e = self._entries.get(key)
         if e is None or e.released:
             return

@@ -1,0 +1,289 @@
+"""GPU backends from generated C: 'cuda' and 'hip' through CuPy, and their CPU emulation.
+
+* ``cuda`` / ``hip``: the CUDA-dialect source of :mod:`.codegen_c` compiled by
+  CuPy's ``RawKernel`` (NVRTC on NVIDIA, hipRTC with CuPy for ROCm on AMD),
+  launched with one thread per (outer site, lane) and ``accelerator_threads``
+  threads per block (``--accelerator-threads``).  Device buffers are CuPy
+  arrays allocated through CuPy's memory pool under the MemoryManager
+  (device name 'cuda' / 'hip' in ``pygrid.memory.devices``); reductions run on
+  the device with CuPy and return host numbers.  Selecting the backend without
+  CuPy or without a device raises :class:`BackendError` saying what to install.
+  **Not run on GPU hardware yet** (there is none on the development machines).
+
+* ``cuda-emulated``: the very same CUDA source, compiled by the host C++
+  compiler with ``simt_emulation.h`` (our definitions of ``__global__``,
+  ``threadIdx``, ``blockIdx``, ``blockDim`` and a launch loop), loaded with
+  ctypes and run on the CPU over numpy arrays, thread by thread.  It is how the
+  generated CUDA C is tested here.  ``opencl-emulated`` does the same for the
+  OpenCL C dialect that the SYCL backend gives dpctl.
+
+Compiled emulation libraries are cached on disk by a hash of source, header
+and compiler flags (``$PYGRID_CACHE_DIR/simt/<hash>.so``), so each distinct
+kernel is compiled once per machine.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import numpy as np
+
+from ..errors import BackendError
+from . import codegen_c
+from .backends import NumpyBackend
+
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simt_emulation.h")
+CXXFLAGS = ["-O2", "-shared", "-fPIC", "-w", "-x", "c++"]
+
+
+def threads_per_block():
+    """``--accelerator-threads`` (pygrid.config: accelerator_threads), default 128."""
+    from ..config import current
+
+    return int(current().accelerator_threads)
+
+
+# ---------------------------------------------------------------------------------
+# CPU emulation of the generated kernels (host C++ compiler + ctypes)
+# ---------------------------------------------------------------------------------
+
+_libs = {}
+_lock = threading.Lock()
+_compiles = [0]
+
+
+def _wrapper(ir, dtype):
+    """The launch wrapper appended for emulation: ``pygrid_launch(args, osites, blocks, threads)``, where
+    ``args`` is an array of pointers in the kernel's argument order (without ``osites``)."""
+    real = codegen_c._CTYPE[str(dtype)]
+    casts = []
+    for i, (_name, kind) in enumerate(codegen_c.arg_kinds(ir)[:-1]):
+        if kind == "out":
+            casts.append(f"({real}*)a[{i}]")
+        elif kind == "int":
+            casts.append(f"(const int*)a[{i}]")
+        else:
+            casts.append(f"(const {real}*)a[{i}]")
+    call = f"{codegen_c.KERNEL_NAME}({', '.join(casts + ['osites'])})"
+    return (
+        '\nextern "C" void pygrid_launch(void** a, int osites, int blocks, int threads)\n'
+        f"{{\n    SIMT_LAUNCH(blocks, threads, {call});\n}}\n"
+    )
+
+
+def compiler():
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if not cxx:
+        raise BackendError("the emulated GPU backends need a C++ compiler: apt-get install g++ (or set CXX)")
+    return cxx
+
+
+def compile_emulated(source):
+    """Compile ``source`` (kernel + wrapper) with the SIMT emulation header; the loaded ctypes library."""
+    from .compile_cache import cache_dir
+
+    header = open(HEADER).read()
+    cxx = compiler()
+    key = codegen_c.source_hash(source, header + " ".join([cxx] + CXXFLAGS))
+    with _lock:
+        lib = _libs.get(key)
+        if lib is not None:
+            return lib
+        d = os.path.join(cache_dir(), "simt")
+        os.makedirs(d, exist_ok=True)
+        so = os.path.join(d, key + ".so")
+        if not os.path.exists(so):
+            src = os.path.join(d, key + ".cu")
+            with open(src, "w") as f:
+                f.write(source)
+            fd, tmp = tempfile.mkstemp(dir=d, suffix=".so.tmp")
+            os.close(fd)
+            cmd = [cxx] + CXXFLAGS + ["-include", HEADER, src, "-o", tmp]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                os.unlink(tmp)
+                raise BackendError(f"compiling generated kernel {src} failed:\n{' '.join(cmd)}\n{r.stderr[-4000:]}")
+            os.replace(tmp, so)  # atomic: a concurrent process never loads half a library
+            _compiles[0] += 1
+        lib = ctypes.CDLL(so)
+        lib.pygrid_launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.pygrid_launch.restype = None
+        _libs[key] = lib
+        return lib
+
+
+def compile_count():
+    """How many emulation libraries this process compiled (not loaded from the disk cache)."""
+    return _compiles[0]
+
+
+class EmulatedSIMTBackend(NumpyBackend):
+    """Generated GPU source run on the CPU under simt_emulation.h (``cuda-emulated``, ``opencl-emulated``).
+
+    Buffers are host numpy arrays (the unified device, or the emulated device of
+    ``--emulate-device``); reductions are the numpy ones.
+    """
+
+    def __init__(self, dialect="cuda"):
+        self.dialect = dialect
+        self.name = f"{dialect}-emulated"
+        compiler()
+
+    def source(self, ir, nsimd, alias, dtype):
+        return codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect) + _wrapper(ir, dtype)
+
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
+        rdt = out.dtype
+        if rdt not in (np.float64, np.float32):
+            raise BackendError(f"generated kernels take float64 or float32 buffers, not {rdt}")
+        lib = compile_emulated(self.source(ir, nsimd, alias, rdt.name))
+        arrs = codegen_c.kernel_args(ir, out, inputs, shifts, coefs, rdt)
+        for a in arrs:
+            if not a.flags.c_contiguous:
+                raise BackendError("generated kernels need C-contiguous buffers")
+        ptrs = (ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs])
+        osites = out.shape[0]
+        blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
+        lib.pygrid_launch(ptrs, osites, blocks, tpb)
+
+
+# ---------------------------------------------------------------------------------
+# CUDA and HIP through CuPy
+# ---------------------------------------------------------------------------------
+
+_INSTALL = {
+    "cuda": "pip install pygrid[cuda] (CuPy for CUDA 12: cupy-cuda12x)",
+    "hip": "install CuPy for ROCm (AMD's cupy wheel for your ROCm version; see docs/backends.md)",
+}
+
+
+def import_cupy(name="cuda"):
+    """CuPy with at least one device, or BackendError saying what is missing."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise BackendError(f"the {name} backend needs CuPy, and cupy is not installed: {_INSTALL[name]}") from e
+    kind = "CUDA" if name == "cuda" else "ROCm/HIP"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError without a driver, etc.
+        raise BackendError(f"no {kind} device found: CuPy could not query devices ({e}); "
+                           "use --accelerator openmp on this machine") from e
+    if n < 1:
+        raise BackendError(f"no {kind} device found; use --accelerator openmp on this machine")
+    if (name == "hip") != bool(getattr(cupy.cuda.runtime, "is_hip", False)):
+        raise BackendError(f"the installed CuPy is built for {'ROCm' if name == 'cuda' else 'CUDA'}, "
+                           f"not for {kind}: {_INSTALL[name]}")
+    return cupy
+
+
+class CupyDevice:
+    """Device allocations for the MemoryManager through CuPy's memory pool."""
+
+    unified = False
+
+    def __init__(self, name="cuda"):
+        self.name = name
+        self.cupy = import_cupy(name)
+
+    def alloc(self, nbytes, dtype, shape):
+        try:
+            return self.cupy.empty(shape, dtype=dtype)
+        except self.cupy.cuda.memory.OutOfMemoryError as e:
+            raise MemoryError(str(e)) from e
+
+    def free(self, array):
+        pass  # CuPy's pool takes the memory back when the last reference goes
+
+    def to_device(self, host, dev):
+        dev.set(np.ascontiguousarray(host))
+
+    def to_host(self, dev, host):
+        dev.get(out=host)
+
+    def __repr__(self):
+        return f"CupyDevice({self.name!r})"
+
+
+class CudaBackend(NumpyBackend):
+    """Generated CUDA C through CuPy RawKernel on an NVIDIA ('cuda') or AMD ('hip') GPU."""
+
+    def __init__(self, name="cuda"):
+        self.name = name
+        self.device = name
+        self.cupy = import_cupy(name)
+        from ..memory.devices import register_device
+
+        register_device(name, lambda: CupyDevice(name))
+        self._kernels = {}
+        self._tables = {}
+
+    def kernel(self, ir, nsimd, alias, dtype):
+        key = (ir.key(), nsimd, alias, dtype)
+        k = self._kernels.get(key)
+        if k is None:
+            src = codegen_c.kernel_source(ir, nsimd, alias, dtype, "cuda")
+            k = self.cupy.RawKernel(src, codegen_c.KERNEL_NAME, options=("-std=c++11",))
+            self._kernels[key] = k
+        return k
+
+    def _dev(self, a):
+        return a if isinstance(a, self.cupy.ndarray) else self.cupy.asarray(a)
+
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
+        cp = self.cupy
+        rdt = np.dtype(out.dtype)
+        k = self.kernel(ir, nsimd, alias, rdt.name)
+        tkey = (ir.key(), rdt.name, hashlib.sha1(b"".join(np.ascontiguousarray(x).tobytes() for s in shifts for x in s)).hexdigest())
+        consts = self._tables.get(tkey)
+        if consts is None:
+            host = codegen_c.kernel_args(ir, np.empty((0,), rdt), [], shifts, np.zeros(0), rdt)[1:-1]
+            consts = [cp.asarray(a) for a in host]
+            if len(self._tables) > 256:
+                self._tables.clear()
+            self._tables[tkey] = consts
+        cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
+        cf[0:2 * len(coefs):2] = np.real(coefs)
+        cf[1:2 * len(coefs):2] = np.imag(coefs)
+        osites = int(out.shape[0])
+        blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
+        args = [self._dev(out)] + [self._dev(a) for a in inputs] + consts + [cp.asarray(cf), np.int32(osites)]
+        k((blocks,), (tpb,), tuple(args))
+
+    # reductions on the device, accumulated in double
+    def inner_product(self, a, b):
+        cp = self.cupy
+        a = self._dev(a).astype(cp.float64, copy=False)
+        b = self._dev(b).astype(cp.float64, copy=False)
+        re = cp.sum(a[:, :, 0] * b[:, :, 0]) + cp.sum(a[:, :, 1] * b[:, :, 1])
+        im = cp.sum(a[:, :, 0] * b[:, :, 1]) - cp.sum(a[:, :, 1] * b[:, :, 0])
+        return complex(float(re), float(im))
+
+    def norm2(self, a):
+        cp = self.cupy
+        a = self._dev(a).astype(cp.float64, copy=False).reshape(-1)
+        return float(cp.dot(a, a))
+
+    def site_sum(self, a):
+        cp = self.cupy
+        s = cp.asnumpy(self._dev(a).astype(cp.float64, copy=False).sum(axis=(0, 3)))
+        return s[:, 0] + 1j * s[:, 1]
+
+    def accelerator_for(self, osites, kernel, *args):
+        raise BackendError(f"hand-written numba kernels (accelerator_for) do not run on the {self.name} backend")
+
+
+def make_backend(name):
+    """The backend for 'cuda', 'hip', 'cuda-emulated' or 'opencl-emulated'."""
+    if name in ("cuda", "hip"):
+        return CudaBackend(name)
+    if name == "cuda-emulated":
+        return EmulatedSIMTBackend("cuda")
+    if name == "opencl-emulated":
+        return EmulatedSIMTBackend("opencl")
+    raise BackendError(f"unknown GPU backend {name!r}")

@@ -1,0 +1,69 @@
+/* pygrid SIMT emulation: run generated GPU kernels on the CPU with the host C++ compiler.
+ *
+ * Included (g++ -include simt_emulation.h -x c++) before a kernel that pygrid
+ * generated for CuPy (CUDA/HIP dialect) or for dpctl (OpenCL C dialect), so the
+ * very text a GPU compiler would get is compiled and run here, one emulated
+ * thread at a time.  It defines only what pygrid's kernels use:
+ *
+ *   CUDA:   __global__ __device__ __host__ __forceinline__, dim3, threadIdx, blockIdx,
+ *           blockDim, gridDim, and SIMT_LAUNCH(blocks, threads, call), the launch loop
+ *           standing for  kernel<<<blocks, threads>>>(args).
+ *   OpenCL: __kernel __global __local __constant __private restrict, get_global_id,
+ *           get_local_id, get_group_id, get_local_size, get_global_size, and
+ *           SIMT_LAUNCH as above (global size = blocks * threads).
+ *
+ * Threads run in order, block by block, thread by thread: a kernel that needs
+ * threads of a block to run concurrently (__syncthreads, barriers) is not
+ * supported and does not compile (neither is defined).
+ */
+#ifndef PYGRID_SIMT_EMULATION_H
+#define PYGRID_SIMT_EMULATION_H
+
+#define PYGRID_SIMT_EMULATION 1
+
+struct dim3 {
+    unsigned int x, y, z;
+    dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+/* the emulated thread's coordinates; thread_local so that separate host
+   threads may run separate launches */
+static thread_local dim3 threadIdx(0, 0, 0);
+static thread_local dim3 blockIdx(0, 0, 0);
+static thread_local dim3 blockDim(1, 1, 1);
+static thread_local dim3 gridDim(1, 1, 1);
+
+/* CUDA / HIP qualifiers */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+
+/* OpenCL C qualifiers and work-item functions (1-D launches) */
+#define __kernel
+#define __global
+#define __local
+#define __constant const
+#define __private
+#define restrict __restrict__
+static inline long get_global_id(unsigned int) { return (long)blockIdx.x * blockDim.x + threadIdx.x; }
+static inline long get_local_id(unsigned int) { return threadIdx.x; }
+static inline long get_group_id(unsigned int) { return blockIdx.x; }
+static inline long get_local_size(unsigned int) { return blockDim.x; }
+static inline long get_global_size(unsigned int) { return (long)gridDim.x * blockDim.x; }
+
+/* kernel<<<blocks, threads>>>(args)  ==  SIMT_LAUNCH(blocks, threads, kernel(args)) */
+#define SIMT_LAUNCH(blocks, threads, call)                                       \
+    do {                                                                         \
+        gridDim = dim3((unsigned int)(blocks));                                  \
+        blockDim = dim3((unsigned int)(threads));                                \
+        for (unsigned int b_ = 0; b_ < gridDim.x; ++b_) {                        \
+            blockIdx = dim3(b_);                                                 \
+            for (unsigned int t_ = 0; t_ < blockDim.x; ++t_) {                   \
+                threadIdx = dim3(t_);                                            \
+                call;                                                            \
+            }                                                                    \
+        }                                                                        \
+    } while (0)
+
+#endif /* PYGRID_SIMT_EMULATION_H */
