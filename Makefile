@@ -30,9 +30,15 @@ PYTEST_ARGS ?=
 run: $(STAMP_RUN)
 	$(VENV)/bin/pygrid benchmark wilson $(ARGS)
 
+# The second pass reruns the expression, shift and reduction suites on the
+# emulated device under a 4 MB watermark, so the MemoryManager moves and evicts
+# fields during real kernels (issue 3).
+EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_lattice_io.py
+
 test: $(STAMP_TEST)
 	@mkdir -p $(CACHE_DIR)/numba
 	$(TEST_ENV) $(VPY) -m pytest -q -x --durations=15 $(PYTEST_ARGS) tests
+	$(TEST_ENV) PYGRID_TEST_DEVICE=emulated PYGRID_TEST_DEVICE_MEM=4 $(VPY) -m pytest -q -x $(EMULATED_SUITES)
 
 $(VPY):
 	@echo "Creating $(VENV) with $(PYTHON)"

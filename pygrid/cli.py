@@ -519,6 +519,10 @@ def _dispatch(argv):
         return _benchmark(rest)
     if cmd == "info":
         return _info(rest)
+    if cmd == "convert":
+        from .io.convert import main as _convert
+
+        return _convert(rest)
     raise ConfigError(f"unknown command {cmd!r}; choose benchmark or info (pygrid --help)")
 
 

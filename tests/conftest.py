@@ -22,6 +22,35 @@ TOL = {"double": 1e-12, "single": 1e-5}
 GAMMA = {name: np.array(getattr(pg.Gamma, name).array()) for name in ("X", "Y", "Z", "T", "Five", "Identity")}
 
 
+# ---- device mode ---------------------------------------------------------------
+#
+# PYGRID_TEST_DEVICE=emulated runs the suite with "device" buffers that are
+# separate host allocations under a small watermark (PYGRID_TEST_DEVICE_MEM,
+# MB), so every transfer and eviction of the MemoryManager really happens
+# while the expression and cshift checks run.  `make test` runs them so.
+
+def pytest_configure(config):
+    import os
+
+    device = os.environ.get("PYGRID_TEST_DEVICE", "unified")
+    if device != "unified":
+        pg._memory.configure(device=device, device_mem_mb=float(os.environ.get("PYGRID_TEST_DEVICE_MEM", "4")))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import os
+
+    if os.environ.get("PYGRID_TEST_DEVICE", "unified") == "unified" or exitstatus != 0:
+        return
+    stats = pg.memory_stats()
+    print(f"\nemulated device: {stats['evictions']} evictions, {stats['h2d_count']} host->device and "
+          f"{stats['d2h_count']} device->host transfers, peak {stats['peak_device_bytes']} bytes "
+          f"under a watermark of {stats['watermark_bytes']} bytes")
+    if stats["evictions"] == 0:
+        print("emulated device run evicted nothing: lower PYGRID_TEST_DEVICE_MEM so the cache is exercised")
+        session.exitstatus = 1
+
+
 # ---- grids -------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)

@@ -57,19 +57,24 @@ _lock = threading.Lock()
 _compiles = [0]
 
 
-def _wrapper(ir, dtype):
-    """The launch wrapper appended for emulation: ``pygrid_launch(args, osites, blocks, threads)``, where
-    ``args`` is an array of pointers in the kernel's argument order (without ``osites``)."""
-    real = codegen_c._CTYPE[str(dtype)]
-    casts = []
-    for i, (_name, kind) in enumerate(codegen_c.arg_kinds(ir)[:-1]):
-        if kind == "out":
-            casts.append(f"({real}*)a[{i}]")
-        elif kind == "int":
-            casts.append(f"(const int*)a[{i}]")
+def launch_wrapper(source):
+    """The launch wrapper appended to a kernel for emulation, read off the kernel's own parameter list.
+
+    ``pygrid_launch(void** a, int osites, int blocks, int threads)`` runs
+    ``SIMT_LAUNCH(blocks, threads, pygrid_kernel(a[0], a[1], ..., osites))``:
+    ``a`` holds the array pointers in the kernel's argument order, ``osites`` last.
+    """
+    head = source.index(codegen_c.KERNEL_NAME + "(") + len(codegen_c.KERNEL_NAME) + 1
+    params = source[head:source.index(")", head)].split(",")
+    args = []
+    for i, p in enumerate(params):
+        words = [w for w in p.replace("*", " * ").split()
+                 if w not in ("__global", "__restrict__", "restrict")]
+        if "*" in words:
+            args.append(f"({' '.join(words[:-1])})a[{i}]")
         else:
-            casts.append(f"(const {real}*)a[{i}]")
-    call = f"{codegen_c.KERNEL_NAME}({', '.join(casts + ['osites'])})"
+            args.append(words[-1])  # the trailing osites
+    call = f"{codegen_c.KERNEL_NAME}({', '.join(args)})"
     return (
         '\nextern "C" void pygrid_launch(void** a, int osites, int blocks, int threads)\n'
         f"{{\n    SIMT_LAUNCH(blocks, threads, {call});\n}}\n"
@@ -135,7 +140,8 @@ class EmulatedSIMTBackend(NumpyBackend):
         compiler()
 
     def source(self, ir, nsimd, alias, dtype):
-        return codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect) + _wrapper(ir, dtype)
+        src = codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect)
+        return src + launch_wrapper(src)
 
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
         rdt = out.dtype
@@ -287,3 +293,24 @@ def make_backend(name):
     if name == "opencl-emulated":
         return EmulatedSIMTBackend("opencl")
     raise BackendError(f"unknown GPU backend {name!r}")
+
+
+def route_openmp_kernels(dialect="cuda"):
+    """Test hook: make the openmp backend run every generated kernel through the SIMT emulation.
+
+    The openmp backend's ``run`` is replaced in this process by the emulated
+    ``dialect`` kernels ('cuda' or 'opencl'), so an existing test suite whose
+    checks compare "openmp" against the numpy evaluator checks the generated
+    GPU source instead (reductions and hand-written kernels stay numba).
+    Used by tests/test_codegen_c.py to run the expression and cshift suites
+    on the generated CUDA C.
+    """
+    from .backends import OpenMPBackend
+
+    emu = EmulatedSIMTBackend(dialect)
+
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
+        emu.run(ir, out, inputs, shifts, coefs, nsimd, alias)
+
+    OpenMPBackend.run = run
+    return emu

@@ -49,6 +49,6 @@ def run(dims, precision, ctx):
                             "z = a*x + y on numpy complex arrays (allocates z)"))
 
     ctx.progress.step(f"axpy {precision}: bandwidth roofline")
-    r.roofline = measure_copy(field_bytes, precision, ctx.timer, f"axpy {precision} copy")
+    r.roofline = measure_copy(3 * field_bytes, precision, ctx.timer, f"axpy {precision} copy")
     r.main, r.baseline = "axpy", "numpy_axpy"
     return r

@@ -88,7 +88,7 @@ def run(dims, precision, ctx):
                             target=1.0, max_warmup=1)
     r.kernels.append(Kernel("numpy_Dhop", "numpy", t, tmin, it, V5, FLOPS_PER_SITE,
                             reals_per_site(Ls) * rb, "plain numpy Dhop (np.roll + einsum) per s slice"))
-    r.roofline = measure_copy(V5 * 24 * rb, precision, ctx.timer, f"dwf {precision} copy")
+    r.roofline = measure_copy(V5 * 360 * rb, precision, ctx.timer, f"dwf {precision} copy")
     r.main, r.baseline = "Dhop", "numpy_Dhop"
     r.extra["Ls"] = Ls
     r.extra["M5"] = M5

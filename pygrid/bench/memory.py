@@ -23,7 +23,7 @@ def run(dims, precision, ctx):
     dt = real_dtype(precision)
     r = Run("memory", tuple(grid.gdims), precision, tuple(grid.simd_layout), grid.nsimd)
     ctx.progress.step(f"memory {precision}: copy")
-    r.roofline = measure_copy(n * rb, precision, ctx.timer, f"memory {precision} copy")
+    r.roofline = measure_copy(2 * n * rb, precision, ctx.timer, f"memory {precision} copy")
     a, b, c = touched(n, dt, 3), touched(n, dt, 4), touched(n, dt, 5)
     ctx.progress.step(f"memory {precision}: triad")
     t, tmin, it = ctx.timer(lambda: triad_kernel(a, b, c, 0.5), f"memory {precision} triad")

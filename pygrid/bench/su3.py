@@ -54,6 +54,6 @@ def run(dims, precision, ctx):
                             "np.einsum('...ab,...b->...a', x, v)"))
 
     ctx.progress.step(f"su3 {precision}: bandwidth roofline")
-    r.roofline = measure_copy(V * 18 * rb, precision, ctx.timer, f"su3 {precision} copy")
+    r.roofline = measure_copy(3 * V * 18 * rb, precision, ctx.timer, f"su3 {precision} copy")
     r.main, r.baseline = "su3_mul", "numpy_matmul"
     return r

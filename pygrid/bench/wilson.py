@@ -118,7 +118,7 @@ def run(dims, precision, ctx):
     r.kernels.append(Kernel("numpy_Dhop", "numpy", t, tmin, it, V, FLOPS_PER_SITE, REALS_PER_SITE * rb,
                             "plain numpy Dhop (np.roll + einsum) on to_numpy() arrays"))
     ctx.progress.step(f"wilson {precision}: bandwidth roofline")
-    r.roofline = measure_copy(V * 24 * rb, precision, ctx.timer, f"wilson {precision} copy")
+    r.roofline = measure_copy(V * 360 * rb, precision, ctx.timer, f"wilson {precision} copy")
     r.main, r.baseline = "Dhop", "numpy_Dhop"
     r.extra["byte_model"] = BYTE_MODEL
     r.extra["mass"] = MASS

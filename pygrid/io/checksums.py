@@ -30,6 +30,18 @@ def nersc_checksum(data, word_dtype=">u4", start=0):
     return (int(start) + int(words.sum(dtype=np.uint64))) & _MASK
 
 
+class NerscChecksum:
+    """Accumulates the NERSC checksum: ``update(data, site_bytes=None, first_site=None)``."""
+
+    def __init__(self, word_dtype=">u4"):
+        self.word_dtype = word_dtype
+        self.value = 0
+
+    def update(self, data, site_bytes=None, first_site=None):
+        self.value = nersc_checksum(data, self.word_dtype, self.value)
+        return self
+
+
 def rotl32(c, r):
     """Rotate 32-bit values ``c`` left by ``r`` bits (arrays; r in 0..31)."""
     c = np.asarray(c, dtype=np.uint64)

@@ -1,0 +1,288 @@
+"""NERSC gauge configuration files (Grid, MILC, CPS, the NERSC archive).
+
+Layout: an ASCII header between ``BEGIN_HEADER`` and ``END_HEADER`` lines of
+``KEY = value`` pairs, then the binary payload: sites lexicographic with x
+fastest, then y, z, t; per site the links mu = 0..3, each 3x3 matrix row-major
+(``4D_SU3_GAUGE_3x3``) or its first two rows (``4D_SU3_GAUGE``, the third row
+reconstructed as conj(row0 x row1)), each complex number as (re, im) in the
+FLOATING_POINT format: IEEE64BIG, IEEE32BIG, IEEE64 / IEEE64LITTLE,
+IEEE32 / IEEE32LITTLE.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import platform
+import time
+
+import numpy as np
+
+from ..cartesian import GridCartesian
+from ._field import check_gauge_field, check_grid, copy_field, gauge_statistics
+from ._stream import Payload, read_payload, write_payload
+from .atomic import AtomicWriter
+from .checksums import NerscChecksum, ScidacChecksum
+from .errors import ChecksumError, FormatError, TruncatedFileError
+from .header import STAT_FLOOR, Header, printed_tolerance
+
+__all__ = ["read_nersc", "write_nersc", "read_nersc_header", "FLOATING_POINT", "DATATYPES"]
+
+#: FLOATING_POINT value -> numpy dtype of one real.
+FLOATING_POINT = {
+    "IEEE64BIG": ">f8", "IEEE32BIG": ">f4",
+    "IEEE64": "<f8", "IEEE64LITTLE": "<f8", "IEEE32": "<f4", "IEEE32LITTLE": "<f4",
+}
+#: DATATYPE value (upper case) -> stored rows per matrix.
+DATATYPES = {"4D_SU3_GAUGE": 2, "4D_SU3_GAUGE_3X3": 3}
+
+_MAX_HEADER = 1 << 16
+
+
+def read_nersc_header(f, path=""):
+    """Parse the header at the start of binary stream f; returns a Header (f left at the payload)."""
+    first = f.readline(4096)
+    if first.strip() != b"BEGIN_HEADER":
+        raise FormatError(f"{path}: not a NERSC file (the first line is {first[:40]!r}, expected BEGIN_HEADER)")
+    h = Header()
+    while True:
+        line = f.readline(4096)
+        if not line:
+            raise TruncatedFileError(f"{path}: the NERSC header has no END_HEADER line (truncated file?)")
+        if f.tell() > _MAX_HEADER:
+            raise FormatError(f"{path}: no END_HEADER in the first {_MAX_HEADER} bytes; not a NERSC header")
+        text = line.decode("latin-1")
+        if "END_HEADER" in text:
+            break
+        if "=" in text:
+            key, val = text.split("=", 1)
+            key = "".join(key.split()).upper()
+            if key:
+                h[key] = val.strip()
+    h.data_start = f.tell()
+    h.format = "nersc"
+    h.path = path
+    return h
+
+
+def _interpret(h, path, payload_bytes):
+    dt = h.get("DATATYPE", "")
+    rows = DATATYPES.get(dt.upper())
+    if rows is None:
+        raise FormatError(f"{path}: unknown DATATYPE {dt!r}; pygrid reads "
+                          f"{', '.join(sorted(set(k.replace('3X3', '3x3') for k in DATATYPES)))}")
+    try:
+        dims = tuple(int(h[f"DIMENSION_{i + 1}"]) for i in range(4))
+    except (KeyError, ValueError):
+        raise FormatError(f"{path}: the header needs integer DIMENSION_1..DIMENSION_4, got "
+                          f"{[h.get(f'DIMENSION_{i + 1}') for i in range(4)]}") from None
+    if any(d <= 0 for d in dims):
+        raise FormatError(f"{path}: bad dimensions {dims} in the header")
+    fp = h.get("FLOATING_POINT", "").upper()
+    if not fp:
+        # old files without the field: the size decides, big-endian as the NERSC archive
+        vol = dims[0] * dims[1] * dims[2] * dims[3]
+        fp = {4: "IEEE32BIG", 8: "IEEE64BIG"}.get(payload_bytes // max(vol * 4 * rows * 6, 1), "")
+        if not fp or payload_bytes % (vol * 4 * rows * 6):
+            raise FormatError(f"{path}: no FLOATING_POINT in the header and the payload size "
+                              f"{payload_bytes} fits neither 32- nor 64-bit data")
+    if fp not in FLOATING_POINT:
+        raise FormatError(f"{path}: unknown FLOATING_POINT {h.get('FLOATING_POINT')!r}; pygrid reads "
+                          + ", ".join(FLOATING_POINT))
+    h.dims = dims
+    h.data_type = "4D_SU3_GAUGE" if rows == 2 else "4D_SU3_GAUGE_3x3"
+    h.floating_point = fp
+    return Payload(FLOATING_POINT[fp], rows)
+
+
+def _hex(h, key, path):
+    v = h.get(key, "").strip()
+    if not v:
+        return None
+    try:
+        return int(v, 16) & 0xFFFFFFFF
+    except ValueError:
+        raise FormatError(f"{path}: {key} {v!r} is not a hexadecimal number") from None
+
+
+def _float(h, key, path):
+    v = h.get(key, "").strip()
+    if not v:
+        return None, ""
+    try:
+        return float(v), v
+    except ValueError:
+        raise FormatError(f"{path}: {key} {v!r} is not a number") from None
+
+
+def verify_statistics(U, h, items, itemsize, path):
+    """Check plaquette and link trace against printed values; items: [(check, header value text)]."""
+    if not any(text for _, text in items):
+        return
+    plaq, ltr = gauge_statistics(U)
+    found = {"plaquette": plaq, "link_trace": ltr}
+    for check, text in items:
+        if not text:
+            continue
+        expected = float(text)
+        tol = printed_tolerance(text) + STAT_FLOOR[itemsize]
+        h.checks[check] = (expected, found[check])
+        if not abs(found[check] - expected) <= tol:
+            raise ChecksumError(check, text, f"{found[check]:.12g}", path,
+                                f"tolerance {tol:.1e}: half the last printed digit plus the data's rounding")
+
+
+def read_nersc(path, grid=None, into=None, precision=None, verify=True, progress=None):
+    """Read a NERSC configuration: returns (U, header).
+
+    ``grid``: the grid to read onto (its dimensions must match the file's);
+    created from the header when None.  ``into``: an existing LatticeGaugeField
+    to fill (then returned as U); it is left unchanged if anything fails.
+    ``precision``: of the new field ('double' default; ``into`` decides otherwise).
+    ``verify``: check CHECKSUM, LINK_TRACE and PLAQUETTE (and SCIDAC_CHECKSUMA/B
+    when present and non-zero) against the data; a mismatch raises ChecksumError.
+    ``progress``: None shows a progress line for payloads over 100 MB.
+    Errors: FormatError (not NERSC, unknown DATATYPE/FLOATING_POINT, dimensions
+    that do not match the grid, payload of the wrong size), TruncatedFileError,
+    ChecksumError.
+    """
+    path = os.fspath(path)
+    if into is not None:
+        check_gauge_field(into, "read_nersc(into=...)")
+        if grid is not None and grid != into.grid:
+            raise FormatError("read_nersc: pass either grid or into, not both with different grids")
+        grid, precision = into.grid, into.precision
+    precision = precision or "double"
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        h = read_nersc_header(f, path)
+        have = size - h.data_start
+        payload = _interpret(h, path, have)
+        if grid is None:
+            grid = GridCartesian(list(h.dims), precision=precision)
+        check_grid(grid, "read_nersc")
+        if tuple(grid.gdims) != h.dims:
+            raise FormatError(f"{path}: the file holds a {'x'.join(map(str, h.dims))} lattice, the grid is "
+                              f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
+        want = payload.nbytes(h.dims)
+        if have < want:
+            raise TruncatedFileError(f"{path}: payload of {have} bytes, {want} expected for "
+                                     f"{'x'.join(map(str, h.dims))} {h.data_type} {h.floating_point} "
+                                     f"(truncated file)")
+        if have > want:
+            raise FormatError(f"{path}: payload of {have} bytes, {want} expected for "
+                              f"{'x'.join(map(str, h.dims))} {h.data_type} {h.floating_point} "
+                              f"({have - want} trailing bytes: wrong DATATYPE or FLOATING_POINT?)")
+        nsum = NerscChecksum(np.dtype("u4").newbyteorder(payload.dtype.byteorder))
+        ssum = ScidacChecksum()
+        U = read_payload(f, grid, payload, precision, (nsum, ssum), path, progress)
+    h.checksums = {"nersc": nsum.value, "scidac_suma": ssum.suma, "scidac_sumb": ssum.sumb}
+    if verify:
+        expected = _hex(h, "CHECKSUM", path)
+        if expected is not None:
+            h.checks["checksum"] = (expected, nsum.value)
+            if expected != nsum.value:
+                raise ChecksumError("checksum", f"{expected:08x}", f"{nsum.value:08x}", path,
+                                    "32-bit sum of the payload's words")
+        for key, val in (("SCIDAC_CHECKSUMA", ssum.suma), ("SCIDAC_CHECKSUMB", ssum.sumb)):
+            e = _hex(h, key, path)
+            if e:  # Grid writes 0 when it did not compute them
+                h.checks[key.lower()] = (e, val)
+                if e != val:
+                    raise ChecksumError(key.lower(), f"{e:x}", f"{val:x}", path, "SciDAC CRC32 checksum")
+        _, lt_text = _float(h, "LINK_TRACE", path)
+        _, pl_text = _float(h, "PLAQUETTE", path)
+        verify_statistics(U, h, [("link_trace", lt_text), ("plaquette", pl_text)], payload.dtype.itemsize, path)
+    if into is not None:
+        copy_field(U, into)
+        U = into
+    return U, h
+
+
+_ORDER = ["HDR_VERSION", "DATATYPE", "STORAGE_FORMAT", "DIMENSION_1", "DIMENSION_2", "DIMENSION_3",
+          "DIMENSION_4", "LINK_TRACE", "PLAQUETTE", "BOUNDARY_1", "BOUNDARY_2", "BOUNDARY_3", "BOUNDARY_4",
+          "CHECKSUM", "SCIDAC_CHECKSUMA", "SCIDAC_CHECKSUMB", "ENSEMBLE_ID", "ENSEMBLE_LABEL",
+          "SEQUENCE_NUMBER", "CREATOR", "CREATOR_HARDWARE", "CREATION_DATE", "ARCHIVE_DATE", "FLOATING_POINT"]
+
+
+def _header_bytes(fields):
+    lines = ["BEGIN_HEADER"]
+    for k in _ORDER:
+        pad = "  " if k == "PLAQUETTE" else " "  # Grid's spelling
+        lines.append(f"{k}{pad}= {fields[k]}")
+    lines.append("END_HEADER")
+    return ("\n".join(lines) + "\n").encode("ascii", errors="replace")
+
+
+def _creator():
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "pygrid"
+
+
+def write_nersc(path, U, two_row=False, precision="double", endian="big", ensemble_id="pygrid",
+                ensemble_label="", sequence_number=1, boundary=("PERIODIC",) * 4, progress=None):
+    """Write U as a NERSC file, atomically; returns the Header written.
+
+    ``two_row``: 4D_SU3_GAUGE (two rows per matrix) instead of 4D_SU3_GAUGE_3x3.
+    ``precision``: 'double' (IEEE64) or 'single' (IEEE32); ``endian`` 'big'
+    (IEEE64BIG, the standard, and what Grid writes) or 'little' (IEEE64, as Grid names it).
+    The header carries CHECKSUM, SCIDAC_CHECKSUMA/B, PLAQUETTE, LINK_TRACE,
+    dimensions, boundaries, FLOATING_POINT and DATATYPE in Grid's layout.  The
+    file appears under ``path`` only when complete (temporary file, fsync, rename).
+    """
+    path = os.fspath(path)
+    check_gauge_field(U, "write_nersc")
+    if precision not in ("double", "single"):
+        raise FormatError(f"write_nersc: precision must be 'double' or 'single', got {precision!r}")
+    if endian not in ("big", "little"):
+        raise FormatError(f"write_nersc: endian must be 'big' or 'little', got {endian!r}")
+    bits = 64 if precision == "double" else 32
+    fp = f"IEEE{bits}BIG" if endian == "big" else f"IEEE{bits}"
+    rows = 2 if two_row else 3
+    payload = Payload(FLOATING_POINT[fp], rows)
+    if len(boundary) != 4:
+        raise FormatError(f"write_nersc: boundary needs 4 entries, got {boundary!r}")
+    plaq, ltr = gauge_statistics(U)
+    digits = 15 if bits == 64 else 8
+    date = time.strftime("%a %b %d %H:%M:%S %Y %Z")
+    fields = {
+        "HDR_VERSION": "1.0",
+        "DATATYPE": "4D_SU3_GAUGE" if two_row else "4D_SU3_GAUGE_3x3",
+        "STORAGE_FORMAT": "1.0",
+        "LINK_TRACE": f"{ltr:.{digits}g}",
+        "PLAQUETTE": f"{plaq:.{digits}g}",
+        "CHECKSUM": "00000000",
+        "SCIDAC_CHECKSUMA": "00000000",
+        "SCIDAC_CHECKSUMB": "00000000",
+        "ENSEMBLE_ID": str(ensemble_id),
+        "ENSEMBLE_LABEL": str(ensemble_label),
+        "SEQUENCE_NUMBER": str(int(sequence_number)),
+        "CREATOR": _creator(),
+        "CREATOR_HARDWARE": "-".join([platform.node(), platform.machine(), platform.system(), platform.release()]),
+        "CREATION_DATE": date,
+        "ARCHIVE_DATE": date,
+        "FLOATING_POINT": fp,
+    }
+    for i, d in enumerate(U.grid.gdims):
+        fields[f"DIMENSION_{i + 1}"] = str(d)
+        fields[f"BOUNDARY_{i + 1}"] = str(boundary[i])
+    nsum = NerscChecksum(">u4" if endian == "big" else "<u4")
+    ssum = ScidacChecksum()
+    with AtomicWriter(path) as f:
+        head = _header_bytes(fields)
+        f.write(head)
+        write_payload(f, U, payload, (nsum, ssum), path, progress)
+        fields["CHECKSUM"] = f"{nsum.value:08x}"
+        fields["SCIDAC_CHECKSUMA"] = f"{ssum.suma:08x}"
+        fields["SCIDAC_CHECKSUMB"] = f"{ssum.sumb:08x}"
+        final = _header_bytes(fields)
+        assert len(final) == len(head)
+        f.seek(0)
+        f.write(final)
+    h = Header(fields)
+    h.format, h.path, h.dims = "nersc", path, tuple(U.grid.gdims)
+    h.data_type, h.floating_point, h.data_start = fields["DATATYPE"], fp, len(final)
+    h.checksums = {"nersc": nsum.value, "scidac_suma": ssum.suma, "scidac_sumb": ssum.sumb}
+    h.checks = {"plaquette": (plaq, plaq), "link_trace": (ltr, ltr), "checksum": (nsum.value, nsum.value)}
+    return h

@@ -1,0 +1,530 @@
+"""Domain-wall fermions: Shamir (``DomainWallFermion``) and Möbius (``MobiusFermion``), Grid's Cayley form.
+
+Fields live on the 5D grid ``grid5 = pg.GridCartesian5D(U.grid, Ls)`` (dimensions
+(s, x, y, z, t), s fastest in memory, ``to_numpy()`` indexed
+``[s, x, y, z, t, spin, colour]``) or its red-black grid ``grid5_rb`` (the 4D
+checkerboard; s is not checkerboarded).  The gauge field is the 4D one, shared by
+all s slices.
+
+Conventions (Grid's ``CayleyFermion5D``; chiral basis, ``g5 = diag(1, 1, -1, -1)``,
+``P_+- = (1 +- g5)/2``, ``M5`` entered positive, e.g. 1.8)
+----------------------------------------------------------------------------
+
+The fifth-dimension hop ``S`` (a matrix in s and spin only, the same on every 4D site)::
+
+    (S psi)_s = P_- psi_{s+1} + P_+ psi_{s-1}        for 0 < s < Ls-1
+    (S psi)_{Ls-1} = P_- (-m psi_0) + P_+ psi_{Ls-2}
+    (S psi)_0      = P_- psi_1      + P_+ (-m psi_{Ls-1})
+
+and ``S^dag`` its adjoint (the transpose in s on each chirality).  With the 4D
+Wilson operator at mass ``-M5``, ``Dw = (4 - M5) + Dhop`` (Dhop with Grid's -1/2,
+the same on every slice)::
+
+    M    = Dw (b + c S) + (1 - S)                 (Möbius, Grid's Cayley M)
+    Mdag = (b + c S^dag) Dw^dag + (1 - S^dag)     (the true adjoint; Dw^dag = g5 Dw g5)
+    M5D  = 1 - S   (Grid's M5D),   M5Ddag = 1 - S^dag
+
+Equivalently ``M = (b Dw + 1) - (1 - c Dw) S``, the standard Möbius operator of
+Brower, Neff and Orginos with uniform b_s = b, c_s = c (Grid's ``MobiusFermion``
+with the tanh approximation: bs = (bpc + bmc)/2 = b, cs = (bpc - bmc)/2 = c).
+With b = 1, c = 0 this is Shamir exactly (``DomainWallFermion``)::
+
+    (M psi)_s = [(5 - M5) + Dhop] psi_s - P_- psi_{s+1} - P_+ psi_{s-1},
+    with -P_- psi_{Ls} -> +m P_- psi_0 at s = Ls-1 and -P_+ psi_{-1} -> +m P_+ psi_{Ls-1} at s = 0.
+
+Even-odd (Cayley) pieces, with ``bee = b (4 - M5) + 1`` and ``cee = 1 - c (4 - M5)``::
+
+    Mooee = bee - cee S           MooeeDag = bee - cee S^dag
+    Meooe = Dhop_eo (b + c S)     MeooeDag = (b + c S^dag) Dhop_eo^dag
+    MooeeInv = Mooee^{-1}         MooeeInvDag = (MooeeDag)^{-1}
+
+so that ``M = Mooee + Meooe``.  ``Mooee`` is block diagonal in the 4D site and the
+chirality; on each chirality it is a cyclic bidiagonal Ls x Ls real matrix,
+the same on every site, so its inverse is computed once exactly (numpy LU,
+``np.linalg.inv``) and applied per site by a small numba kernel
+(:func:`s_apply`).  Shamir Shamir is g5 R5-Hermitian (``g5 R5 M g5 R5 = Mdag``,
+R5 reflects s -> Ls-1-s); Möbius with c != 0 is not (``Dw`` and ``S`` do not
+commute), but ``Mdag`` is its adjoint for all b, c.
+
+Physical 4D quark fields (Grid's ``ExportPhysicalFermionSolution`` /
+``ImportPhysicalFermionSource``)::
+
+    physical_field(psi5)        = P_- psi_0 + P_+ psi_{Ls-1}
+    import_physical_source(q)   = D_minus eta,  eta_0 = P_+ q, eta_{Ls-1} = P_- q, other slices 0,
+                                  D_minus = 1 - c Dw   (the identity for Shamir)
+
+Only real b, c are supported (Grid's zMobius with complex per-slice
+coefficients is not).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..cartesian import GridCartesian, GridCartesian5D
+from ..accelerator.compile_cache import load_module
+from ..errors import ConformabilityError, GridError, SiteTypeError
+from ..lattice import Lattice
+from ..memory import ViewMode
+from ..tensors import sitetype as st
+from ..tensors.constant import Gamma
+from . import kernels_wilson as kw
+from .wilson import WilsonFermion
+
+__all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "fifth_dim_hop_matrices"]
+
+_FERMION = st.SpinColourVector()
+
+
+def _check_chiral_basis():
+    g5 = np.asarray(Gamma.Five.array())
+    if not np.allclose(g5, np.diag([1, 1, -1, -1])):
+        raise SiteTypeError("domain wall assumes Grid's chiral basis, g5 = diag(1, 1, -1, -1)")
+
+
+_check_chiral_basis()
+
+# ---- the fifth-dimension kernel ---------------------------------------------------------------
+
+_S_SOURCE = '''\
+import numpy as np
+from numba import njit, prange
+
+
+@njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")
+def s_kernel(nchunk, out, x, ax, y, by, has_y, Ls):
+    """out[s] = sum_s' ax[chi, s, s'] x[s'] (+ by[chi, s, s'] y[s']); chi = 0 for spins 0, 1 (P_+), 1 else.
+
+    Buffers (Ls * n4, 12, 2, NS); the rows of one 4D site are read completely
+    before they are written, so out may alias x or y.
+    """
+    n4 = out.shape[0] // Ls
+    NS = out.shape[3]
+    for ch in prange(nchunk):
+        lo = (ch * n4) // nchunk
+        hi = ((ch + 1) * n4) // nchunk
+        tmp = np.empty((Ls, 12, 2, NS), dtype=out.dtype)
+        for o in range(lo, hi):
+            base = Ls * o
+            for s in range(Ls):
+                for k in range(12):
+                    c = 0 if k < 6 else 1
+                    for r in range(2):
+                        for l in range(NS):
+                            tmp[s, k, r, l] = 0
+                    for s2 in range(Ls):
+                        a = ax[c, s, s2]
+                        if a != 0:
+                            for r in range(2):
+                                for l in range(NS):
+                                    tmp[s, k, r, l] += a * x[base + s2, k, r, l]
+                        if has_y:
+                            b = by[c, s, s2]
+                            if b != 0:
+                                for r in range(2):
+                                    for l in range(NS):
+                                        tmp[s, k, r, l] += b * y[base + s2, k, r, l]
+            for s in range(Ls):
+                for k in range(12):
+                    for r in range(2):
+                        for l in range(NS):
+                            out[base + s, k, r, l] = tmp[s, k, r, l]
+'''
+
+
+@functools.lru_cache(maxsize=None)
+def _s_kernel():
+    return load_module(_S_SOURCE, "pygrid_dwf5").s_kernel
+
+
+def s_apply(out, x, ax, y=None, by=None, Ls=None, nchunk=None):
+    """Apply per-chirality Ls x Ls matrices in s on raw 5D fermion buffers; returns out.
+
+    ``out = ax . x (+ by . y)`` where ``ax``/``by`` are real arrays (2, Ls, Ls):
+    index 0 acts on the P_+ spins (0, 1), index 1 on the P_- spins (2, 3).  The
+    buffers are view arrays (Ls * n4, 12, 2, nsimd) of 5D fermions (full or
+    red-black); ``out`` may alias ``x`` or ``y``.
+    """
+    dtype = out.dtype
+    if Ls is None:
+        Ls = ax.shape[1]
+    for name, a in (("x", x), ("y", y)):
+        if a is not None and (a.shape != out.shape or a.dtype != dtype):
+            raise ConformabilityError(f"s_apply: {name} buffer {a.shape} {a.dtype} does not match out "
+                                      f"{out.shape} {dtype}")
+    if out.ndim != 4 or out.shape[1] != 12 or out.shape[0] % Ls:
+        raise ConformabilityError(f"s_apply: out buffer {out.shape} is not a 5D fermion with Ls={Ls}")
+    ax = np.ascontiguousarray(ax, dtype=dtype)
+    has_y = y is not None
+    if has_y:
+        by = np.ascontiguousarray(by, dtype=dtype)
+    else:
+        y, by = x, ax
+    n4 = out.shape[0] // Ls
+    if nchunk is None:
+        nchunk = max(1, min(n4, 8 * kw._threads()))
+    _s_kernel()(nchunk, out, x, ax, y, by, has_y, int(Ls))
+    return out
+
+
+def fifth_dim_hop_matrices(Ls, mass):
+    """The matrices (2, Ls, Ls) of S (index 0: P_+ chirality, 1: P_-); S^dag is their transpose."""
+    S = np.zeros((2, Ls, Ls))
+    for s in range(Ls):
+        # P_+ psi_{s-1}
+        if s == 0:
+            S[0, 0, Ls - 1] += -mass
+        else:
+            S[0, s, s - 1] += 1.0
+        # P_- psi_{s+1}
+        if s == Ls - 1:
+            S[1, Ls - 1, 0] += -mass
+        else:
+            S[1, s, s + 1] += 1.0
+    return S
+
+
+def _dagger(m):
+    return np.ascontiguousarray(np.transpose(m, (0, 2, 1)))
+
+
+# ---- the operator -----------------------------------------------------------------------------
+
+class MobiusFermion:
+    """The Möbius domain-wall operator in Grid's Cayley form (see the module docstring).
+
+    ``MobiusFermion(U, Ls, mass, M5, b, c)``; ``U`` a ``LatticeGaugeField`` on a
+    full 4D grid.  Attributes: ``grid4`` (U's grid), ``grid5`` / ``grid`` (the 5D
+    grid), ``grid5_rb`` / ``rb_grid`` (its red-black grid), ``Ls``, ``mass``,
+    ``M5``, ``b``, ``c``, ``precision``.  Every method takes a 5D fermion and
+    returns a new field, or writes into ``out=`` and returns it.
+    """
+
+    flops_per_site = kw.FLOPS_PER_SITE
+
+    def __init__(self, U, Ls, mass, M5, b, c):
+        if not isinstance(Ls, (int, np.integer)) or Ls < 1:
+            raise GridError(f"Ls must be a positive integer, got {Ls!r}")
+        for name, v in (("mass", mass), ("M5", M5), ("b", b), ("c", c)):
+            if isinstance(v, complex) or not np.isreal(v):
+                raise TypeError(f"{type(self).__name__}: {name} must be real, got {v!r}")
+        # the 4D Wilson operator at mass -M5: checks U and holds the stencils and checkerboarded links
+        self._w = WilsonFermion(U, -float(M5))
+        self.U = U
+        self.Ls = int(Ls)
+        self.mass = float(mass)
+        self.M5 = float(M5)
+        self.b = float(b)
+        self.c = float(c)
+        self.precision = U.precision
+        self.grid4 = U.grid
+        self.grid5 = GridCartesian5D(U.grid, self.Ls)
+        self.grid5_rb = self.grid5.red_black
+        self.grid = self.grid5
+        self.rb_grid = self.grid5_rb
+        self._dtype = np.float64 if self.precision == "double" else np.float32
+        Ls = self.Ls
+        S = fifth_dim_hop_matrices(Ls, self.mass)
+        one = np.broadcast_to(np.eye(Ls), (2, Ls, Ls))
+        a = 4.0 - self.M5
+        self.bee = self.b * a + 1.0
+        self.cee = 1.0 - self.c * a
+        mats = {
+            "S": S,
+            "one": one,
+            "bcS": self.b * one + self.c * S,          # b + c S
+            "M5D": one - S,                            # 1 - S
+            "Mooee": self.bee * one - self.cee * S,    # bee - cee S
+        }
+        mats["MooeeInv"] = np.linalg.inv(mats["Mooee"])
+        for k in list(mats):
+            mats[k + "Dag"] = _dagger(mats[k])
+        self._mats = {k: np.ascontiguousarray(v, dtype=self._dtype) for k, v in mats.items()}
+        self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, b={self.b}, c={self.c}, "
+                f"{self.precision}, {self.grid4})")
+
+    # ---- construction helpers ------------------------------------------------------
+    def _clone(self, U):
+        return MobiusFermion(U, self.Ls, self.mass, self.M5, self.b, self.c)
+
+    def converted(self, precision, grid=None):
+        """This operator with U converted to ``precision`` ('single'/'double'), optionally on another 4D grid.
+
+        ``op.converted('single')`` keeps the SIMD layout of U's grid (fields
+        converted with ``pg.convert`` fit it); pass a single-precision 4D
+        ``grid`` for the native lane count.
+        """
+        return self._clone(self._w.converted(precision, grid).U)
+
+    def new_fermion(self, checkerboard=None):
+        """A zero 5D fermion on ``grid5``, or on ``grid5_rb`` with ``checkerboard``."""
+        if checkerboard is None:
+            return Lattice(self.grid5, _FERMION, self.precision)
+        return Lattice(self.grid5_rb, _FERMION, self.precision, checkerboard=checkerboard)
+
+    def new_fermion4d(self):
+        """A zero 4D fermion on U's grid (for physical fields)."""
+        return Lattice(self.grid4, _FERMION, self.precision)
+
+    # ---- checks ----------------------------------------------------------------------
+    def _check(self, psi, rb, name):
+        if not isinstance(psi, Lattice) or psi.site_type.levels != _FERMION.levels:
+            raise SiteTypeError(f"{name} needs a 5D LatticeFermion, got {psi!r}")
+        if rb is None:
+            ok = psi.grid == self.grid5 or psi.grid == self.grid5_rb
+            want = f"{self.grid5} or its red-black grid"
+        else:
+            g = self.grid5_rb if rb else self.grid5
+            ok = psi.grid == g
+            want = str(g)
+        if not ok:
+            raise ConformabilityError(f"{name}: {psi} is not on {want} (the operator's 5D grid, Ls={self.Ls}); "
+                                      f"make fields with op.new_fermion()")
+        if psi.precision != self.precision:
+            raise ConformabilityError(
+                f"{name}: a {psi.precision}-precision field for a {self.precision}-precision operator; "
+                f"use pg.convert(psi, {self.precision!r}) or op.converted({psi.precision!r})")
+
+    def _out(self, psi, out, cb, name, avoid=()):
+        """The result field: ``out`` (checked, checkerboard set) or a new one like psi.
+
+        Returns (res, tgt): tgt is where a kernel that must not alias ``avoid`` writes.
+        """
+        if out is None:
+            res = Lattice(psi.grid, _FERMION, self.precision, checkerboard=cb)
+        else:
+            self._check(out, psi.grid.checkerboarded, name + " (out)")
+            if cb is not None:
+                out.checkerboard = cb
+            res = out
+        tgt = res
+        if any(res is a for a in avoid):
+            tgt = Lattice(psi.grid, _FERMION, self.precision, checkerboard=cb)
+        return res, tgt
+
+    # ---- building blocks on raw buffers ------------------------------------------
+    def _smat(self, psi, key, out=None, name="s", y=None, key_y=None):
+        """out = mats[key] . psi (+ mats[key_y] . y) in s (any grid; may alias)."""
+        self._check(psi, None, name)
+        res, _ = self._out(psi, out, psi.checkerboard, name)
+        if y is not None:
+            self._check(y, psi.grid.checkerboarded, name)
+        views = [psi.view(ViewMode.AcceleratorRead)]
+        if y is not None:
+            views.append(y.view(ViewMode.AcceleratorRead))
+        aliased = res is psi or (y is not None and res is y)
+        mode = ViewMode.AcceleratorWrite if aliased else ViewMode.AcceleratorWriteDiscard
+        if aliased:
+            # a single writable view serves as source and result
+            if y is None:
+                with res.view(mode) as o:
+                    s_apply(o, o, self._mats[key], Ls=self.Ls)
+                return res
+            with y.view(ViewMode.AcceleratorRead) if res is psi else psi.view(ViewMode.AcceleratorRead) as other, \
+                    res.view(mode) as o:
+                xa, ya = (o, other) if res is psi else (other, o)
+                s_apply(o, xa, self._mats[key], ya, self._mats[key_y], Ls=self.Ls)
+            return res
+        with psi.view(ViewMode.AcceleratorRead) as p, res.view(mode) as o:
+            if y is None:
+                s_apply(o, p, self._mats[key], Ls=self.Ls)
+            else:
+                with y.view(ViewMode.AcceleratorRead) as yv:
+                    s_apply(o, p, self._mats[key], yv, self._mats[key_y], Ls=self.Ls)
+        return res
+
+    def _hop(self, psi, tgt, dag, alpha=0.0, diag=None, scale=-0.5):
+        """tgt = scale * hop(psi) + alpha * diag on the full 5D grid (tgt must not alias psi)."""
+        w = self._w
+        with psi.view(ViewMode.AcceleratorRead) as p, w.U.view(ViewMode.AcceleratorRead) as u, \
+                tgt.view(ViewMode.AcceleratorWriteDiscard if diag is not tgt else ViewMode.AcceleratorWrite) as o:
+            if diag is None or alpha == 0.0:
+                kw.dhop(o, p, u, u, w.stencil, self.Ls, scale, 0.0, None, dag)
+            elif diag is psi:
+                kw.dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, p, dag)
+            else:
+                with diag.view(ViewMode.AcceleratorRead) as d:
+                    kw.dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, d, dag)
+        return tgt
+
+    def _hop_cb(self, psi, tgt, dag):
+        """tgt = Dhop from psi's checkerboard to the other one (tgt must not alias psi)."""
+        w = self._w
+        cb_in = psi.checkerboard
+        cb_out = 1 - cb_in
+        tgt.checkerboard = cb_out
+        with psi.view(ViewMode.AcceleratorRead) as p, \
+                w.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
+                w.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
+                tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
+            kw.dhop(o, p, uf, ub, w.stencil_cb[cb_in], self.Ls, -0.5, 0.0, None, dag)
+        return tgt
+
+    @staticmethod
+    def _finish(res, tgt):
+        if tgt is not res:
+            res.assign(tgt)
+        return res
+
+    # ---- full-grid operators --------------------------------------------------------
+    def Dhop(self, psi, out=None, dag=False):
+        """The 4D hopping term (Grid's -1/2 included) on every s slice, one kernel call; ``dag``: its adjoint."""
+        self._check(psi, False, "Dhop")
+        res, tgt = self._out(psi, out, None, "Dhop", avoid=(psi,))
+        self._hop(psi, tgt, dag)
+        return self._finish(res, tgt)
+
+    def DhopDag(self, psi, out=None):
+        return self.Dhop(psi, out=out, dag=True)
+
+    def M5D(self, psi, out=None):
+        """The fifth-dimension part ``1 - S`` (Grid's M5D): Shamir's M is ``(4 - M5) + Dhop + M5D``."""
+        return self._smat(psi, "M5D", out, "M5D")
+
+    def M5Ddag(self, psi, out=None):
+        return self._smat(psi, "M5DDag", out, "M5Ddag")
+
+    def M(self, psi, out=None):
+        """``Dw (b + c S) psi + (1 - S) psi``: Shamir's M for b=1, c=0."""
+        self._check(psi, False, "M")
+        res, tgt = self._out(psi, out, None, "M", avoid=(psi,))
+        if self._trivial_bc:
+            t = psi
+        else:
+            t = self._smat(psi, "bcS", None, "M")
+        self._hop(t, tgt, False, 4.0 - self.M5, t)           # tgt = Dw t
+        with tgt.view(ViewMode.AcceleratorWrite) as o, psi.view(ViewMode.AcceleratorRead) as p:
+            s_apply(o, o, self._mats["one"], p, self._mats["M5D"], Ls=self.Ls)
+        return self._finish(res, tgt)
+
+    def Mdag(self, psi, out=None):
+        """``(b + c S^dag) Dw^dag psi + (1 - S^dag) psi``: the adjoint of M."""
+        self._check(psi, False, "Mdag")
+        res, tgt = self._out(psi, out, None, "Mdag", avoid=(psi,))
+        self._hop(psi, tgt, True, 4.0 - self.M5, psi)         # tgt = Dw^dag psi
+        with tgt.view(ViewMode.AcceleratorWrite) as o, psi.view(ViewMode.AcceleratorRead) as p:
+            s_apply(o, o, self._mats["bcSDag"], p, self._mats["M5DDag"], Ls=self.Ls)
+        return self._finish(res, tgt)
+
+    def MdagM(self, psi, out=None):
+        return self.Mdag(self.M(psi), out=out)
+
+    def Mdiag(self, psi, out=None):
+        return self.Mooee(psi, out)
+
+    # ---- even-odd pieces --------------------------------------------------------------
+    def Meooe(self, psi, out=None):
+        """``Dhop_eo (b + c S)``: from psi's checkerboard to the other one."""
+        self._check(psi, True, "Meooe")
+        res, tgt = self._out(psi, out, 1 - psi.checkerboard, "Meooe", avoid=(psi,))
+        t = psi if self._trivial_bc else self._smat(psi, "bcS", None, "Meooe")
+        self._hop_cb(t, tgt, False)
+        return self._finish(res, tgt)
+
+    def MeooeDag(self, psi, out=None):
+        """``(b + c S^dag) Dhop_eo^dag``: the adjoint of Meooe."""
+        self._check(psi, True, "MeooeDag")
+        res, tgt = self._out(psi, out, 1 - psi.checkerboard, "MeooeDag", avoid=(psi,))
+        self._hop_cb(psi, tgt, True)
+        if not self._trivial_bc:
+            self._smat(tgt, "bcSDag", tgt, "MeooeDag")
+        return self._finish(res, tgt)
+
+    def DhopEO(self, psi_odd, out=None, dag=False):
+        """The 4D hopping term from odd to even sites on every slice (no b, c)."""
+        if psi_odd.checkerboard != 1:
+            raise ConformabilityError("DhopEO takes an odd (checkerboard 1) field")
+        return self._dhop_cb(psi_odd, out, dag, "DhopEO")
+
+    def DhopOE(self, psi_even, out=None, dag=False):
+        if psi_even.checkerboard != 0:
+            raise ConformabilityError("DhopOE takes an even (checkerboard 0) field")
+        return self._dhop_cb(psi_even, out, dag, "DhopOE")
+
+    def _dhop_cb(self, psi, out, dag, name):
+        self._check(psi, True, name)
+        res, tgt = self._out(psi, out, 1 - psi.checkerboard, name, avoid=(psi,))
+        self._hop_cb(psi, tgt, dag)
+        return self._finish(res, tgt)
+
+    def Mooee(self, psi, out=None):
+        """``bee - cee S`` (block diagonal in the 4D site): full or red-black fields."""
+        return self._smat(psi, "Mooee", out, "Mooee")
+
+    def MooeeDag(self, psi, out=None):
+        return self._smat(psi, "MooeeDag", out, "MooeeDag")
+
+    def MooeeInv(self, psi, out=None):
+        """The exact inverse of Mooee (per chirality an Ls x Ls matrix inverted once, applied per site)."""
+        return self._smat(psi, "MooeeInv", out, "MooeeInv")
+
+    def MooeeInvDag(self, psi, out=None):
+        return self._smat(psi, "MooeeInvDag", out, "MooeeInvDag")
+
+    # ---- physical 4D fields -------------------------------------------------------------
+    def _check4(self, q, name):
+        if not isinstance(q, Lattice) or q.site_type.levels != _FERMION.levels or q.grid != self.grid4:
+            raise ConformabilityError(f"{name} needs a 4D LatticeFermion on {self.grid4}, got {q!r}")
+        if q.precision != self.precision:
+            raise ConformabilityError(f"{name}: a {q.precision}-precision field for a "
+                                      f"{self.precision}-precision operator")
+
+    def physical_field(self, psi5, out=None):
+        """The physical 4D quark field ``P_- psi_0 + P_+ psi_{Ls-1}`` (Grid's ExportPhysicalFermionSolution)."""
+        self._check(psi5, False, "physical_field")
+        res = self.new_fermion4d() if out is None else out
+        self._check4(res, "physical_field (out)")
+        Ls = self.Ls
+        with psi5.view(ViewMode.AcceleratorRead) as p, res.view(ViewMode.AcceleratorWriteDiscard) as o:
+            p5 = p.reshape((p.shape[0] // Ls, Ls) + p.shape[1:])
+            o[:, :6] = p5[:, Ls - 1, :6]     # P_+ psi_{Ls-1}
+            o[:, 6:] = p5[:, 0, 6:]          # P_- psi_0
+        return res
+
+    def import_physical_source(self, src4, out=None):
+        """The 5D source of a 4D one: ``D_minus eta`` with ``eta_0 = P_+ q``, ``eta_{Ls-1} = P_- q``.
+
+        Grid's ImportPhysicalFermionSource; ``D_minus = 1 - c Dw`` is the identity for Shamir.
+        """
+        self._check4(src4, "import_physical_source")
+        res = self.new_fermion() if out is None else out
+        self._check(res, False, "import_physical_source (out)")
+        Ls = self.Ls
+        eta = res if self.c == 0.0 else self.new_fermion()
+        with src4.view(ViewMode.AcceleratorRead) as q, eta.view(ViewMode.AcceleratorWriteDiscard) as e:
+            e5 = e.reshape((e.shape[0] // Ls, Ls) + e.shape[1:])
+            e5[...] = 0
+            e5[:, 0, :6] = q[:, :6]           # P_+ q at s = 0
+            e5[:, Ls - 1, 6:] = q[:, 6:]      # P_- q at s = Ls-1
+        if self.c != 0.0:
+            # res = eta - c Dw eta = (1 - c (4 - M5)) eta + (c/2) hop(eta)
+            self._hop(eta, res, False, 1.0 - self.c * (4.0 - self.M5), eta, scale=0.5 * self.c)
+        return res
+
+    def Dminus(self, psi, out=None):
+        """``1 - c Dw`` on a full 5D field (Grid's Dminus)."""
+        self._check(psi, False, "Dminus")
+        res, tgt = self._out(psi, out, None, "Dminus", avoid=(psi,))
+        self._hop(psi, tgt, False, 1.0 - self.c * (4.0 - self.M5), psi, scale=0.5 * self.c)
+        return self._finish(res, tgt)
+
+
+class DomainWallFermion(MobiusFermion):
+    """Shamir domain-wall fermions, ``DomainWallFermion(U, Ls, mass, M5)``: MobiusFermion with b=1, c=0.
+
+        (M psi)_s = [(5 - M5) + Dhop] psi_s - P_- psi_{s+1} - P_+ psi_{s-1}
+        with +m P_- psi_0 at s = Ls-1 and +m P_+ psi_{Ls-1} at s = 0 for the wrap-around terms.
+    """
+
+    def __init__(self, U, Ls, mass, M5):
+        super().__init__(U, Ls, mass, M5, 1.0, 0.0)
+
+    def _clone(self, U):
+        return DomainWallFermion(U, self.Ls, self.mass, self.M5)
+
+    def __repr__(self):
+        return f"DomainWallFermion(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, {self.precision}, {self.grid4})"

@@ -1,0 +1,377 @@
+"""Generated GPU C, compiled by the host C++ compiler under simt_emulation.h and run on the CPU.
+
+Each check evaluates an expression on the ``cuda-emulated`` backend (the CUDA C
+that CuPy would get, one emulated thread per (outer site, lane)) and on the
+numpy evaluator, and compares to 1e-12 (double) / 1e-5 (single).  A few
+kernels also go through ``opencl-emulated`` (the OpenCL C that dpctl would
+get), and the CuPy launch code of the ``cuda`` backend runs against a stand-in
+``cupy`` module whose RawKernel is the emulation.
+
+Kernels are cached by source hash: a cshift in any dimension by any distance
+is the same kernel (the shift tables are arguments), so the whole file
+compiles a few dozen small libraries.
+"""
+import importlib
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import pygrid as pg
+from pygrid.accelerator import backends as _bk
+from pygrid.accelerator import codegen_c, cuda_backend
+from pygrid.errors import BackendError
+
+from conftest import GAMMA, TOL, assert_close, backend, grid, grid5, pool_field, random_field
+
+pytestmark = pytest.mark.skipif(
+    not cuda_backend.shutil.which("g++") and not cuda_backend.os.environ.get("CXX"),
+    reason="no host C++ compiler (g++) to compile the generated kernels",
+)
+
+
+def on(name, make):
+    """Evaluate the expression built by ``make()`` on backend ``name``: to_numpy() array."""
+    with backend(name):
+        return pg.eval(make()).to_numpy()
+
+
+def check(make, precision="double", dialect="cuda"):
+    got = on(f"{dialect}-emulated", make)
+    want = on("numpy", make)
+    assert_close(got, want, precision, what=f"{dialect}-emulated vs numpy")
+    return got
+
+
+def F(g, site, precision="double", i=0):
+    return pool_field(g, site, precision, i)
+
+
+PRECISIONS = ["double", "single"]
+
+
+# ---- products of every site type, both precisions --------------------------------
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_products_of_site_types(precision):
+    g = grid()
+    U = F(g, pg.ColourMatrix(), precision)
+    V = F(g, pg.ColourMatrix(), precision, 1)
+    v = F(g, pg.ColourVector(), precision)
+    psi = F(g, pg.SpinColourVector(), precision)
+    P = F(g, pg.SpinColourMatrix(), precision)
+    S = F(g, pg.SpinMatrix(), precision)
+    c = F(g, pg.Complex, precision)
+    r = F(g, pg.Real, precision)
+    check(lambda: U * V, precision)
+    check(lambda: U * v, precision)
+    check(lambda: U * psi, precision)
+    check(lambda: P * psi, precision)
+    check(lambda: S * psi, precision)
+    check(lambda: P * P, precision)
+    check(lambda: c * psi, precision)
+    check(lambda: r * c + c * c, precision)
+
+
+def test_adj_trace_peek_and_friends():
+    g = grid()
+    U = F(g, pg.ColourMatrix())
+    psi = F(g, pg.SpinColourVector())
+    chi = F(g, pg.SpinColourVector(), i=1)
+    P = F(g, pg.SpinColourMatrix())
+    Ug = F(g, pg.LorentzColourMatrix())
+    check(lambda: pg.adj(U) * psi)
+    check(lambda: pg.adj(U))
+    check(lambda: pg.trace(U) + pg.trace(P))
+    check(lambda: pg.trace_spin(P))
+    check(lambda: pg.trace_colour(P))
+    check(lambda: pg.conjugate(U) + pg.transpose(U))
+    for mu in range(4):  # one kernel: mu lives in the tables
+        check(lambda: pg.peek_lorentz(Ug, mu) * psi)
+    check(lambda: pg.peek_index(P, "spin", 1, 3))
+    check(lambda: pg.local_inner_product(psi, chi))
+    check(lambda: pg.outer_product(psi, chi))
+
+
+def test_gamma_matrices():
+    g = grid()
+    psi = F(g, pg.SpinColourVector())
+    P = F(g, pg.SpinColourMatrix())
+    for G in ("X", "Y", "Z", "T", "Five"):
+        got = check(lambda: getattr(pg.Gamma, G) * psi)
+        want = np.einsum("sr,xyztra->xyztsa", GAMMA[G], psi.to_numpy())
+        assert_close(got, want, what=f"Gamma.{G} against its matrix")
+    check(lambda: (1 - pg.Gamma.mu[3]) * psi)
+    check(lambda: pg.Gamma.Five * P * pg.Gamma.X)
+
+
+# ---- shifts: every dimension, both directions, wraps with lane permutes -----------
+
+@pytest.mark.parametrize("precision,simd", [("double", (1, 1, 2, 2)), ("double", (2, 2, 1, 1)),
+                                            ("single", (2, 2, 2, 1)), ("single", (1, 2, 2, 2))])
+def test_cshift_every_dim_with_wraps(precision, simd):
+    g = pg.GridCartesian([4, 4, 4, 8], simd_layout=list(simd), precision=precision)
+    psi = random_field(g, pg.SpinColourVector(), precision)
+    U = random_field(g, pg.ColourMatrix(), precision)
+    pa = psi.to_numpy()
+    for mu in range(4):
+        for disp in (1, -1, 2, 3, 5):
+            got = check(lambda: pg.cshift(psi, mu, disp), precision)
+            assert_close(got, np.roll(pa, -disp, axis=mu), precision, what=f"cshift {mu} {disp}")
+        check(lambda: U * pg.cshift(psi, mu, 1) + pg.cshift(pg.adj(U) * psi, mu, -1), precision)
+
+
+def test_cshift_5d_and_checkerboards():
+    g5 = grid5(4)
+    psi5 = random_field(g5, pg.SpinColourVector())
+    for mu in range(5):
+        check(lambda: pg.cshift(psi5, mu, 1) - 0.5 * pg.cshift(psi5, mu, -1))
+    g = grid()
+    full = F(g, pg.ColourVector())
+    for cb in (0, 1):
+        half = pg.pick_checkerboard(cb, full)
+        for mu in range(4):
+            check(lambda: pg.cshift(half, mu, 1))
+
+
+# ---- where, compare, linear combinations -------------------------------------------
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_where_compare_lincomb(precision):
+    g = grid(precision=precision)
+    psi = F(g, pg.SpinColourVector(), precision)
+    chi = F(g, pg.SpinColourVector(), precision, 1)
+    a = F(g, pg.Real, precision)
+    b = F(g, pg.Real, precision, 1)
+    def coord(mu):
+        c = pg.coordinate(g, mu)
+        return c if precision == "double" else pg.convert(c, "single")
+
+    check(lambda: pg.where(coord(3) < 2, psi, chi), precision)
+    check(lambda: pg.where(coord(0) >= coord(1), psi, 2 * chi), precision)
+    for op in ("<", "<=", ">", ">="):
+        check(lambda: {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op], precision)
+    check(lambda: 2 * psi - chi / 4 + (0.5 - 1.5j) * chi - psi * 3j, precision)
+    check(lambda: -psi + chi, precision)
+    check(lambda: 2.0 + F(g, pg.ColourMatrix(), precision) - 1j, precision)
+
+
+# ---- in-place evaluation (aliasing) -------------------------------------------------
+
+def test_in_place_aliasing():
+    g = grid()
+    U = F(g, pg.ColourMatrix())
+    psi = F(g, pg.SpinColourVector())
+    start = F(g, pg.SpinColourVector(), i=3)
+    results = {}
+    for name in ("numpy", "cuda-emulated"):
+        with backend(name):
+            chi = start.copy()
+            chi @= pg.adj(U) * chi  # unshifted alias: the kernel itself handles it
+            chi @= 2 * chi + U * psi
+            chi @= pg.cshift(chi, 0, 1) + chi  # shifted alias: evaluated aside, then copied
+            results[name] = chi.to_numpy()
+    assert_close(results["cuda-emulated"], results["numpy"])
+
+
+# ---- a Wilson-like kernel (many ops, common subexpressions) -----------------------
+
+def hopping(U, psi):
+    terms = None
+    for mu in range(4):
+        Umu = pg.peek_lorentz(U, mu)
+        t = (1 - pg.Gamma.mu[mu]) * (Umu * pg.cshift(psi, mu, 1)) + \
+            (1 + pg.Gamma.mu[mu]) * pg.cshift(pg.adj(Umu) * psi, mu, -1)
+        terms = t if terms is None else terms + t
+    return -0.5 * terms
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("dialect", ["cuda", "opencl"])
+def test_wilson_like_hopping_term(precision, dialect):
+    g = grid((4, 4, 4, 8), precision=precision)
+    U = F(g, pg.LorentzColourMatrix(), precision)
+    psi = F(g, pg.SpinColourVector(), precision)
+    check(lambda: hopping(U, psi), precision, dialect)
+
+
+# ---- threads per block (--accelerator-threads) -------------------------------------
+
+@pytest.mark.parametrize("threads", [1, 7, 32, 128, 1000])
+def test_threads_per_block(threads):
+    cfgmod = importlib.import_module("pygrid.config")  # pg.config is a function
+    old = cfgmod.set_current(cfgmod.make_config(accelerator_threads=threads))
+    try:
+        assert cuda_backend.threads_per_block() == threads
+        g = grid()
+        U = F(g, pg.ColourMatrix())
+        psi = F(g, pg.SpinColourVector())
+        check(lambda: U * pg.cshift(psi, 2, -1))
+        osites, ns = g.osites, g.nsimd
+        blocks, tpb = codegen_c.launch_dims(osites, ns, threads)
+        assert tpb == threads and blocks * tpb >= osites * ns > (blocks - 1) * tpb
+    finally:
+        cfgmod.set_current(old)
+
+
+def test_source_shape_and_cache():
+    """Lane fastest (coalesced), shifted reads through nbr/perm/lanes, and one compile per source."""
+    g = grid()
+    psi = F(g, pg.SpinColourVector())
+    from pygrid.expr.lower import lower
+    from pygrid.expr.nodes import as_expr
+
+    launch = lower(as_expr(pg.cshift(psi, 1, 1) + psi), psi.site_type.ncomp)
+    src = codegen_c.kernel_source(launch.ir, g.nsimd, False, "float64", "cuda")
+    assert f"const int o = (int)(idx / {g.nsimd});" in src
+    assert f"ln0[pm0[o] * {g.nsimd} + l]" in src and "nb0[o]" in src
+    assert "blockIdx.x * (long)blockDim.x + (long)threadIdx.x" in src
+    ocl = codegen_c.kernel_source(launch.ir, g.nsimd, False, "float64", "opencl")
+    assert "__kernel void" in ocl and "get_global_id(0)" in ocl and "cl_khr_fp64" in ocl
+    fsrc = codegen_c.kernel_source(launch.ir, 8, False, "float32", "opencl")
+    assert "double" not in fsrc
+    check(lambda: pg.cshift(psi, 1, 1) + psi)
+    n = cuda_backend.compile_count()
+    for mu in range(4):
+        check(lambda: pg.cshift(psi, mu, -1) + psi)
+    assert cuda_backend.compile_count() == n  # same kernel for every shift: no new compile
+
+
+def test_emulated_device_memory_with_evictions():
+    """The emulated kernels on a separate (emulated) device memory, watermark small enough to evict."""
+    import pygrid.memory as mem
+
+    g = grid()
+    m = mem.configure(device="emulated", device_mem_mb=0.2)  # four fields of a 4^4 grid fit
+    try:
+        U = random_field(g, pg.ColourMatrix())
+        psi = random_field(g, pg.SpinColourVector())
+        chi = random_field(g, pg.SpinColourVector())
+        eta = random_field(g, pg.SpinColourVector())
+        check(lambda: U * psi + pg.cshift(chi, 3, 1))
+        check(lambda: pg.adj(U) * eta - psi)
+        check(lambda: chi + eta)
+        assert m.stats()["evictions"] > 0
+    finally:
+        mem.configure()
+
+
+# ---- the CuPy launch code, against a stand-in cupy whose RawKernel is the emulation ---
+
+def fake_cupy(devices=1):
+    cp = types.ModuleType("cupy")
+    cp.ndarray = np.ndarray
+    cp.float64 = np.float64
+    cp.asarray = lambda a: np.ascontiguousarray(a)
+    cp.asnumpy = np.asarray
+    cp.sum = np.sum
+    cp.dot = np.dot
+    cp.empty = np.empty
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: devices, is_hip=False)
+    cp.cuda = types.SimpleNamespace(runtime=runtime, memory=types.SimpleNamespace(OutOfMemoryError=MemoryError))
+    launches = []
+
+    class RawKernel:
+        def __init__(self, src, name, options=()):
+            assert name == codegen_c.KERNEL_NAME
+            self.lib = cuda_backend.compile_emulated(src + cuda_backend.launch_wrapper(src))
+
+        def __call__(self, grid_, block, args):
+            import ctypes
+
+            arrs, osites = args[:-1], int(args[-1])
+            launches.append((grid_, block, osites))
+            ptrs = (ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs])
+            self.lib.pygrid_launch(ptrs, osites, grid_[0], block[0])
+
+    cp.RawKernel = RawKernel
+    cp.launches = launches
+    return cp
+
+
+def test_cupy_launch_code_through_emulation(monkeypatch):
+    cp = fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    be = cuda_backend.CudaBackend("cuda")
+    g = grid()
+    U = F(g, pg.ColourMatrix())
+    psi = F(g, pg.SpinColourVector())
+    with backend("numpy"):
+        want = pg.eval(U * pg.cshift(psi, 3, -1) + 0.5 * psi).to_numpy()
+    out = pg.LatticeFermion(g)
+    from pygrid.expr import evaluate as ev
+
+    ev.evaluate(U * pg.cshift(psi, 3, -1) + 0.5 * psi, out, backend=be)
+    assert_close(out.to_numpy(), want)
+    (grid_, block, osites), = cp.launches
+    assert osites == g.osites and block == (cuda_backend.threads_per_block(),)
+    assert grid_[0] * block[0] >= g.osites * g.nsimd
+    from pygrid.accelerator.backends import NumpyBackend
+
+    with psi.view(pg.CpuRead) as a, out.view(pg.CpuRead) as b:
+        ref = NumpyBackend()
+        assert abs(be.inner_product(a, b) - ref.inner_product(a, b)) < 1e-9 * abs(ref.inner_product(a, b))
+        assert abs(be.norm2(a) - ref.norm2(a)) < 1e-12 * ref.norm2(a)
+        assert np.allclose(be.site_sum(a), ref.site_sum(a), rtol=1e-12, atol=1e-12)
+
+
+# ---- CUDA and HIP selection errors here (no CuPy, no GPU) --------------------------
+
+@pytest.mark.parametrize("name", ["cuda", "hip"])
+def test_cuda_hip_without_cupy_say_what_to_install(monkeypatch, name):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    monkeypatch.setattr(_bk, "_backends", {})
+    with pytest.raises(BackendError, match="cupy is not installed") as e:
+        pg.set_backend(name)
+    if name == "cuda":
+        assert "pip install pygrid[cuda]" in str(e.value)
+    else:
+        assert "ROCm" in str(e.value)
+
+
+def test_cuda_without_device(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(devices=0))
+    monkeypatch.setattr(_bk, "_backends", {})
+    with pytest.raises(BackendError, match="no CUDA device found"):
+        pg.set_backend("cuda")
+
+    def broken():
+        raise RuntimeError("cudaErrorInsufficientDriver")
+
+    cp = fake_cupy()
+    cp.cuda.runtime.getDeviceCount = broken
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    with pytest.raises(BackendError, match="no CUDA device found.*InsufficientDriver"):
+        pg.set_backend("cuda")
+
+
+def test_unknown_backend_lists_choices():
+    with pytest.raises(BackendError, match="cuda-emulated"):
+        pg.set_backend("vulkan")
+
+
+# ---- the core suites, every kernel they generate, through the generated GPU source ----
+
+SUITES = ["tests/test_expr.py", "tests/test_cshift.py", "tests/test_reductions.py", "tests/test_expr_properties.py"]
+_ROUTE = (
+    "import sys, pytest\n"
+    "from pygrid.accelerator.cuda_backend import route_openmp_kernels\n"
+    "route_openmp_kernels(sys.argv[1])\n"
+    "sys.exit(pytest.main(['-q', '-x', '-p', 'no:cacheprovider'] + sys.argv[2:]))\n"
+)
+
+
+@pytest.mark.parametrize("dialect", ["cuda", pytest.param("opencl", marks=pytest.mark.slow)])
+def test_core_suites_on_generated_source(dialect):
+    """test_expr, test_cshift, test_reductions and test_expr_properties with every openmp kernel
+    replaced by the generated ``dialect`` source under the SIMT emulation (their checks compare
+    against the numpy evaluator)."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _ROUTE, dialect] + SUITES, cwd=root,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout
