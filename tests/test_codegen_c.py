@@ -24,7 +24,7 @@ from pygrid.accelerator import backends as _bk
 from pygrid.accelerator import codegen_c, cuda_backend
 from pygrid.errors import BackendError
 
-from conftest import GAMMA, TOL, assert_close, backend, grid, grid5, pool_field, random_field
+from conftest import GAMMA, assert_close, backend, grid, grid5, pool_field, random_field
 
 pytestmark = pytest.mark.skipif(
     not cuda_backend.shutil.which("g++") and not cuda_backend.os.environ.get("CXX"),
@@ -261,11 +261,17 @@ def test_emulated_device_memory_with_evictions():
 # ---- the CuPy launch code, against a stand-in cupy whose RawKernel is the emulation ---
 
 def fake_cupy(devices=1):
+    """A stand-in for CuPy: "device" arrays are a numpy subclass, so host arrays are copied
+    in and out as with CuPy, and RawKernel compiles the source under the SIMT emulation."""
+
+    class DeviceArray(np.ndarray):
+        pass
+
     cp = types.ModuleType("cupy")
-    cp.ndarray = np.ndarray
+    cp.ndarray = DeviceArray
     cp.float64 = np.float64
-    cp.asarray = lambda a: np.ascontiguousarray(a)
-    cp.asnumpy = np.asarray
+    cp.asarray = lambda a: a if isinstance(a, DeviceArray) else np.array(a, order="C").view(DeviceArray)
+    cp.asnumpy = lambda a: np.array(a).view(np.ndarray)
     cp.sum = np.sum
     cp.dot = np.dot
     cp.empty = np.empty
@@ -367,11 +373,14 @@ _ROUTE = (
 def test_core_suites_on_generated_source(dialect):
     """test_expr, test_cshift, test_reductions and test_expr_properties with every openmp kernel
     replaced by the generated ``dialect`` source under the SIMT emulation (their checks compare
-    against the numpy evaluator)."""
+    against the numpy evaluator), on the emulated device memory with evictions."""
     import os
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", _ROUTE, dialect] + SUITES, cwd=root,
+    # on the emulated device under a small watermark (conftest's PYGRID_TEST_DEVICE), so the
+    # generated kernels also run while the MemoryManager moves and evicts their buffers
+    env = dict(os.environ, PYGRID_TEST_DEVICE="emulated", PYGRID_TEST_DEVICE_MEM="4")
+    r = subprocess.run([sys.executable, "-c", _ROUTE, dialect] + SUITES, cwd=root, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "failed" not in r.stdout

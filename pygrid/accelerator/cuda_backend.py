@@ -258,8 +258,11 @@ class CudaBackend(NumpyBackend):
         cf[1:2 * len(coefs):2] = np.imag(coefs)
         osites = int(out.shape[0])
         blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
-        args = [self._dev(out)] + [self._dev(a) for a in inputs] + consts + [cp.asarray(cf), np.int32(osites)]
+        dout = self._dev(out)  # a host buffer (unified memory manager) goes through a device copy
+        args = [dout] + [self._dev(a) for a in inputs] + consts + [cp.asarray(cf), np.int32(osites)]
         k((blocks,), (tpb,), tuple(args))
+        if dout is not out:
+            out[...] = cp.asnumpy(dout)
 
     # reductions on the device, accumulated in double
     def inner_product(self, a, b):

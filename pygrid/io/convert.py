@@ -53,11 +53,22 @@ def output_format(out, in_fmt, to=None):
 
 def _sums(h):
     c = h.checksums
-    return f"nersc {c['nersc']:08x}, scidac suma {c['scidac_suma']:x} sumb {c['scidac_sumb']:x}"
+    text = f"nersc {c['nersc']:08x}"
+    if "scidac_suma" in c:
+        text += f", scidac suma {c['scidac_suma']:x} sumb {c['scidac_sumb']:x}"
+    return text
 
 
 def main(argv):
     args = _parser().parse_args(argv)
+    try:
+        return _convert(args)
+    except OSError as e:  # missing file, permissions, full disk: one line, not a traceback
+        where = f" {e.filename}" if getattr(e, "filename", None) else ""
+        raise ConfigError(f"pygrid convert:{where}: {e.strerror or e}") from None
+
+
+def _convert(args):
     if os.path.abspath(args.input) == os.path.abspath(args.output):
         raise ConfigError("pygrid convert: IN and OUT are the same file")
     in_fmt = detect_format(args.input)

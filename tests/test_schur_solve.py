@@ -1,0 +1,109 @@
+"""Schur red-black solves and CG / mixed-precision CG for Wilson and domain wall on random gauge fields."""
+import functools
+import math
+
+import numpy as np
+import pytest
+
+import pygrid as pg
+import pygrid.qcd  # noqa: F401  (pg.qcd)
+from pygrid.algorithms import ConjugateGradient, MdagMOperator, MixedPrecisionConjugateGradient
+
+MASS, M5, LS = 0.1, 1.8, 4
+
+
+@functools.lru_cache(maxsize=None)
+def gauge(dims=(4, 4, 4, 4)):
+    grid = pg.GridCartesian(dims)
+    return pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]))
+
+
+def make(kind):
+    U = gauge()
+    if kind == "wilson":
+        return pg.qcd.WilsonFermion(U, MASS)
+    if kind == "dwf":
+        return pg.qcd.DomainWallFermion(U, LS, MASS, M5)
+    return pg.qcd.MobiusFermion(U, LS, MASS, M5, 1.5, 0.5)
+
+
+def source(op, seed=(5, 6, 7, 8)):
+    b = op.new_fermion()
+    pg.ParallelRNG(op.grid, list(seed)).gaussian(b)
+    return b
+
+
+def true_residual(op, x, b):
+    r = op.M(x)
+    r @= b - r
+    return math.sqrt(pg.norm2(r) / pg.norm2(b))
+
+
+def reldiff(a, b):
+    d = a.new_like()
+    d @= a - b
+    return math.sqrt(pg.norm2(d) / pg.norm2(b))
+
+
+@pytest.mark.parametrize("kind", ["wilson", "dwf", "mobius"])
+def test_schur_solve_equals_unpreconditioned_solve(kind):
+    op = make(kind)
+    b = source(op)
+    # unpreconditioned: CG on Mdag M x = Mdag b
+    x_full, rec = ConjugateGradient(tol=1e-12, maxiter=5000)(MdagMOperator(op), op.Mdag(b))
+    assert rec.converged
+    assert true_residual(op, x_full, b) < 1e-9
+    # Schur red-black on the odd checkerboard (and the even one for Wilson)
+    x, rec_s = pg.qcd.schur_solve(op, b, ConjugateGradient(tol=1e-12, maxiter=5000))
+    assert rec_s.converged and rec_s.checkerboard == 1
+    assert rec_s.full_residual < 1e-9
+    assert abs(true_residual(op, x, b) - rec_s.full_residual) < 1e-12
+    assert rec_s.iterations < rec.iterations
+    assert reldiff(x, x_full) < 1e-8
+    if kind == "wilson":
+        xe, rec_e = pg.qcd.SchurRedBlackDiagMooeeSolve(ConjugateGradient(tol=1e-12, maxiter=5000), cb=0)(op, b)
+        assert rec_e.checkerboard == 0 and reldiff(xe, x_full) < 1e-8
+
+
+@pytest.mark.parametrize("kind", ["wilson", "dwf"])
+def test_cg_and_mixed_precision_cg_on_mdagm(kind):
+    op = make(kind)
+    b = source(op, (9, 10, 11, 12))
+    A = MdagMOperator(op)
+    x, rec = ConjugateGradient(tol=1e-10, maxiter=5000)(A, b)
+    assert rec.converged and rec.true_residual < 1.5e-10
+    r = A.M(x)
+    r @= b - r
+    assert math.sqrt(pg.norm2(r) / pg.norm2(b)) < 1.5e-10
+    # mixed precision: single inner (op.converted('single')), double outer, same residual
+    xm, recm = MixedPrecisionConjugateGradient(tol=1e-10, inner_tol=1e-5, maxiter=5000)(A, b)
+    assert recm.converged and recm.true_residual < 1.5e-10
+    assert reldiff(xm, x) < 1e-8
+    # with an explicit single-precision operator as well
+    xs, recs = MixedPrecisionConjugateGradient(tol=1e-10, maxiter=5000)(
+        A, b, op_single=MdagMOperator(op.converted("single")))
+    assert recs.true_residual < 1.5e-10
+
+
+def test_mixed_precision_schur_solve_dwf():
+    op = make("dwf")
+    b = source(op)
+    x, rec = pg.qcd.schur_solve(op, b, MixedPrecisionConjugateGradient(tol=1e-10, maxiter=5000))
+    assert rec.converged and rec.full_residual < 1e-9
+    # the Schur operator converts with the fermion operator
+    S = pg.qcd.schur.SchurOperator(op)
+    assert S.converted("single").precision == "single"
+
+
+def test_schur_solve_initial_guess_and_errors():
+    op = make("dwf")
+    b = source(op)
+    x, rec = pg.qcd.schur_solve(op, b, ConjugateGradient(tol=1e-10, maxiter=5000))
+    # starting from the solution: (almost) no iterations
+    x2, rec2 = pg.qcd.schur_solve(op, b, ConjugateGradient(tol=1e-8, maxiter=5000), x0=x)
+    assert rec2.iterations <= 2
+    with pytest.raises(pg.ConformabilityError):
+        pg.qcd.schur_solve(op, pg.LatticeFermion(gauge().grid), ConjugateGradient())
+    with pytest.raises(pg.GridError):
+        pg.qcd.SchurRedBlackDiagMooeeSolve(ConjugateGradient(), cb=2)
+    assert np.isfinite(rec.full_residual)
