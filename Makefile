@@ -1,7 +1,7 @@
 # pygrid: set-up and entry points.
 #
 #   make run    create .venv if missing, install pygrid, run the Wilson Dslash benchmark
-#   make test   create .venv if missing, install pygrid[test], run the test suite
+#   make test   create .venv if missing, install pygrid[test,sycl], run the test suite
 #   make clean  remove caches and build leftovers (keeps .venv)
 #   make distclean  clean, and remove .venv too
 #
@@ -34,11 +34,16 @@ run: $(STAMP_RUN)
 # emulated device under a 4 MB watermark, so the MemoryManager moves and evicts
 # fields during real kernels (issue 3).
 EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_lattice_io.py
+# The third pass runs the expression, shift and reduction suites on the real
+# sycl backend (dpctl on the Intel CPU OpenCL device, from the [sycl] extra),
+# fields in USM device memory under a 2 MB watermark (issue 6).
+SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py
 
 test: $(STAMP_TEST)
 	@mkdir -p $(CACHE_DIR)/numba
 	$(TEST_ENV) $(VPY) -m pytest -q -x --durations=15 $(PYTEST_ARGS) tests
 	$(TEST_ENV) PYGRID_TEST_DEVICE=emulated PYGRID_TEST_DEVICE_MEM=4 $(VPY) -m pytest -q -x $(EMULATED_SUITES)
+	$(TEST_ENV) PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=2 $(VPY) -m pytest -q -x $(SYCL_SUITES)
 
 $(VPY):
 	@echo "Creating $(VENV) with $(PYTHON)"
@@ -55,10 +60,10 @@ $(STAMP_RUN): | $(VPY)
 	$(drop_stale_stamps)
 	@touch $@
 
-# [test] includes everything `run` needs, so it satisfies both stamps.
+# [test,sycl] includes everything `run` needs, so it satisfies both stamps.
 $(STAMP_TEST): | $(VPY)
-	@echo "Installing pygrid[test] into $(VENV) (quiet; takes a minute the first time)"
-	$(PIP) -e '.[test]'
+	@echo "Installing pygrid[test,sycl] into $(VENV) (quiet; takes a minute the first time)"
+	$(PIP) -e '.[test,sycl]'
 	$(drop_stale_stamps)
 	@touch $@ $(STAMP_RUN)
 

@@ -30,7 +30,7 @@ from .lattice import (
 )
 from .memory import Advise, ViewMode, memory_stats
 from .random import ParallelRNG
-from . import algorithms, qcd  # noqa: E402  (they build on everything above)
+from . import algorithms, io, qcd  # noqa: E402  (they build on everything above)
 from .tensors import (
     ColourMatrix, ColourVector, Complex, ConstTensor, Gamma, LorentzColourMatrix, LorentzComplex, Real,
     SiteType, SpinColourMatrix, SpinColourVector, SpinMatrix, SpinVector,
@@ -61,7 +61,8 @@ def init(argv=None, **overrides):
         cfg = _config.make_config(cfg, **overrides)
     backend = set_backend(cfg.accelerator)
     backend.set_threads(cfg.threads)
-    device = "emulated" if cfg.emulate_device else "unified"
+    # the memory manager's device follows the backend (USM for sycl, CuPy for cuda/hip)
+    device = "emulated" if cfg.emulate_device else getattr(backend, "device", "unified")
     mb = cfg.device_mem if cfg.device_mem is not None else float(2 ** 40)
     _memory.configure(device=device, device_mem_mb=mb)
     if cfg.debug_mem:

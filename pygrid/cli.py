@@ -430,16 +430,22 @@ def _backend_lines():
         hip = msg if is_hip else "cupy is built for CUDA"
     lines.append(("cuda", cuda))
     lines.append(("hip", hip))
-    dpctl, why = _try_import("dpctl")
+    try:
+        from .accelerator.sycl_backend import import_dpctl
+
+        dpctl = import_dpctl()  # sets up the OpenCL ICD first, as the backend does
+        why = ""
+    except Exception as e:
+        dpctl, why = None, str(e)
     if dpctl is None:
-        sycl = f"dpctl {why}"
+        sycl = f"not available: {why}"
     else:
         try:
             devs = dpctl.get_devices()
             names = ", ".join(f"{d.backend.name}:{d.device_type.name}" for d in devs) or "no device"
         except Exception as e:
             names = f"no device ({type(e).__name__})"
-        sycl = f"dpctl {dpctl.__version__}, devices: {names}; not available in this version of pygrid"
+        sycl = f"dpctl {dpctl.__version__}, devices: {names}; use --accelerator sycl"
     lines.append(("sycl", sycl))
     return lines
 

@@ -28,10 +28,24 @@ GAMMA = {name: np.array(getattr(pg.Gamma, name).array()) for name in ("X", "Y", 
 # separate host allocations under a small watermark (PYGRID_TEST_DEVICE_MEM,
 # MB), so every transfer and eviction of the MemoryManager really happens
 # while the expression and cshift checks run.  `make test` runs them so.
+#
+# PYGRID_TEST_BACKEND=sycl runs the suites on the real SYCL backend (dpctl, the
+# CPU OpenCL device): every check that compares the "openmp" backend against the
+# numpy evaluator then compares the sycl backend's kernels and reductions (the
+# sycl backend is installed under the name "openmp" too, since the fixtures
+# switch to "openmp" before each test), and the fields live in USM device
+# memory (device 'sycl', the default PYGRID_TEST_DEVICE then) under the small
+# watermark, so transfers and evictions happen.
 
 def pytest_configure(config):
     import os
 
+    if os.environ.get("PYGRID_TEST_BACKEND", "") == "sycl":
+        from pygrid.accelerator import backends as _bk
+
+        sycl = pg.set_backend("sycl")  # BackendError saying what to install when dpctl is missing
+        _bk._backends["openmp"] = sycl
+        os.environ.setdefault("PYGRID_TEST_DEVICE", "sycl")
     device = os.environ.get("PYGRID_TEST_DEVICE", "unified")
     if device != "unified":
         pg._memory.configure(device=device, device_mem_mb=float(os.environ.get("PYGRID_TEST_DEVICE_MEM", "4")))
@@ -43,11 +57,18 @@ def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("PYGRID_TEST_DEVICE", "unified") == "unified" or exitstatus != 0:
         return
     stats = pg.memory_stats()
-    print(f"\nemulated device: {stats['evictions']} evictions, {stats['h2d_count']} host->device and "
+    print(f"\n{os.environ['PYGRID_TEST_DEVICE']} device: {stats['evictions']} evictions, {stats['h2d_count']} host->device and "
           f"{stats['d2h_count']} device->host transfers, peak {stats['peak_device_bytes']} bytes "
           f"under a watermark of {stats['watermark_bytes']} bytes")
+    if os.environ.get("PYGRID_TEST_BACKEND", "") == "sycl":
+        b = pg.get_backend("sycl")
+        print(f"sycl backend on {b.queue.sycl_device.name}: built {b.compiles} OpenCL programs "
+              f"in {b.compile_seconds:.1f} s")
+        if b.compiles == 0:
+            print("the sycl backend built no kernel: the suites did not run on it")
+            session.exitstatus = 1
     if stats["evictions"] == 0:
-        print("emulated device run evicted nothing: lower PYGRID_TEST_DEVICE_MEM so the cache is exercised")
+        print("device run evicted nothing: lower PYGRID_TEST_DEVICE_MEM so the cache is exercised")
         session.exitstatus = 1
 
 

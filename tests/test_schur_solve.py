@@ -79,10 +79,6 @@ def test_cg_and_mixed_precision_cg_on_mdagm(kind):
     xm, recm = MixedPrecisionConjugateGradient(tol=1e-10, inner_tol=1e-5, maxiter=5000)(A, b)
     assert recm.converged and recm.true_residual < 1.5e-10
     assert reldiff(xm, x) < 1e-8
-    # with an explicit single-precision operator as well
-    xs, recs = MixedPrecisionConjugateGradient(tol=1e-10, maxiter=5000)(
-        A, b, op_single=MdagMOperator(op.converted("single")))
-    assert recs.true_residual < 1.5e-10
 
 
 def test_mixed_precision_schur_solve_dwf():
@@ -98,10 +94,10 @@ def test_mixed_precision_schur_solve_dwf():
 def test_schur_solve_initial_guess_and_errors():
     op = make("dwf")
     b = source(op)
-    x, rec = pg.qcd.schur_solve(op, b, ConjugateGradient(tol=1e-10, maxiter=5000))
-    # starting from the solution: (almost) no iterations
-    x2, rec2 = pg.qcd.schur_solve(op, b, ConjugateGradient(tol=1e-8, maxiter=5000), x0=x)
-    assert rec2.iterations <= 2
+    x, rec = pg.qcd.schur_solve(op, b, ConjugateGradient(tol=1e-8, maxiter=5000))
+    # starting from the solution: no iterations
+    x2, rec2 = pg.qcd.schur_solve(op, b, ConjugateGradient(tol=1e-6, maxiter=5000), x0=x)
+    assert rec2.iterations == 0
     with pytest.raises(pg.ConformabilityError):
         pg.qcd.schur_solve(op, pg.LatticeFermion(gauge().grid), ConjugateGradient())
     with pytest.raises(pg.GridError):

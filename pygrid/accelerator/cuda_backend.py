@@ -34,6 +34,7 @@ import threading
 import numpy as np
 
 from ..errors import BackendError
+from ..memory.devices import Device
 from . import codegen_c
 from .backends import NumpyBackend
 
@@ -173,7 +174,8 @@ def import_cupy(name="cuda"):
     try:
         import cupy
     except ImportError as e:
-        raise BackendError(f"the {name} backend needs CuPy, and cupy is not installed: {_INSTALL[name]}") from e
+        raise BackendError(f"the {name} backend needs CuPy, and cupy is not installed: {_INSTALL[name]}; "
+                           "or use --accelerator openmp (the CPU)") from e
     kind = "CUDA" if name == "cuda" else "ROCm/HIP"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
@@ -188,7 +190,7 @@ def import_cupy(name="cuda"):
     return cupy
 
 
-class CupyDevice:
+class CupyDevice(Device):
     """Device allocations for the MemoryManager through CuPy's memory pool."""
 
     unified = False

@@ -4,20 +4,24 @@
   ``dpctl.program.create_program_from_source`` and submitted on a
   ``dpctl.SyclQueue`` with one work-item per (outer site, lane) and
   ``accelerator_threads`` work-items per work-group.
-* Memory: device buffers are ``dpctl.tensor`` USM device arrays, allocated for
-  the MemoryManager by :class:`UsmDevice` (device name 'sycl').
-* Reductions run on the device with ``dpctl.tensor``.
+* Memory: device buffers are USM device allocations (``dpctl.memory``) seen
+  as arrays by :class:`UsmArray`, allocated for the MemoryManager by
+  :class:`UsmDevice` (device name 'sycl').  ``dpctl.tensor`` and dpnp are not
+  used (dpctl 0.22 no longer has ``dpctl.tensor``).
+* Reductions run on the device: small OpenCL C kernels (``_REDUCE_SRC``) leave
+  per-work-item partial sums, accumulated in double, that the host adds.
 * The CPU OpenCL device (``intel-opencl-rt``): the ICD file that the wheel
-  installs points at a path that does not exist, so :func:`setup_opencl_icd`
-  writes our own ICD directory (one ``.icd`` file holding the absolute path of
-  the installed ``libintelocl.so``) and exports ``OCL_ICD_VENDORS`` and
-  ``LD_LIBRARY_PATH`` *before* dpctl is imported; nobody has to do it by hand.
+  installs points at a path that does not exist
+  (``/opt/anaconda1anaconda2anaconda3/lib/libintelocl.so``), so
+  :func:`setup_opencl_icd` writes our own ICD directory (one ``.icd`` file
+  holding the absolute path of the installed ``libintelocl.so``) and exports
+  ``OCL_ICD_VENDORS`` and ``LD_LIBRARY_PATH`` *before* dpctl is imported;
+  nobody has to do it by hand.
 
-Status (see docs/backends.md): the OpenCL C this backend builds is compiled
-and run in the tests under the SIMT emulation header (``opencl-emulated``),
-but this launch code has NOT run on a real SYCL device: installing
-dpctl + dpnp + intel-opencl-rt takes about 2.7 GB here, over the project's
-limit for a test dependency.
+Status (see docs/backends.md): runs here on the Intel CPU OpenCL runtime
+(dpctl 0.22.1, intel-opencl-rt 2026.2.0); `make test` runs the expression,
+cshift and reduction suites on it with fields in USM device memory under a
+2 MB watermark.  Not run on a GPU.
 """
 from __future__ import annotations
 
@@ -30,9 +34,10 @@ import numpy as np
 
 from ..errors import BackendError
 from . import codegen_c
+from ..memory.devices import Device
 from .backends import NumpyBackend
 
-INSTALL = "pip install pygrid[sycl] (dpctl, dpnp and intel-opencl-rt)"
+INSTALL = "pip install pygrid[sycl] (dpctl and intel-opencl-rt)"
 
 
 def find_libintelocl(prefix=None):
@@ -84,14 +89,20 @@ def setup_opencl_icd(prefix=None, icd_dir=None):
 
 
 def import_dpctl():
-    """dpctl (and dpctl.tensor, dpctl.program) after the ICD set-up, or BackendError."""
+    """dpctl (with dpctl.program and dpctl.memory) after the ICD set-up, or BackendError.
+
+    Only dpctl's core is used (queues, programs built from OpenCL C, USM
+    allocations): ``dpctl.tensor`` is not needed (dpctl 0.22 no longer ships it),
+    nor dpnp.
+    """
     setup_opencl_icd()
     try:
         import dpctl
+        import dpctl.memory
         import dpctl.program
-        import dpctl.tensor
     except ImportError as e:
-        raise BackendError(f"the sycl backend needs dpctl, and dpctl is not installed: {INSTALL}") from e
+        raise BackendError(f"the sycl backend needs dpctl, and dpctl is not installed: {INSTALL}; "
+                           "or use --accelerator openmp (the CPU)") from e
     return dpctl
 
 
@@ -110,8 +121,108 @@ def make_queue(dpctl, selector=None):
         ) from e
 
 
-class UsmDevice:
-    """USM device allocations on a SYCL queue for the MemoryManager."""
+class UsmArray:
+    """A USM device allocation seen as an array (shape, dtype) for the MemoryManager and the kernels.
+
+    The kernels get ``usm_data`` (a ``dpctl.memory.MemoryUSMDevice``).  A
+    ``reshape`` shares the allocation.  Code that treats an accelerator view as
+    a numpy array (the numpy evaluator, ``poke_index``, ``convert``,
+    ``pick_checkerboard``/``set_checkerboard`` in pygrid.lattice.ops) still
+    works, through a copy to the host (``__array__``, ``__getitem__``) and, for
+    writes (``__setitem__``, writes into a ``transpose``), a copy back: correct,
+    not fast; those operations are not device kernels on this backend.
+    """
+
+    __slots__ = ("usm_data", "shape", "dtype")
+
+    def __init__(self, mem, shape, dtype):
+        self.usm_data = mem
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        n = self.size
+        shape = tuple(int(s) for s in shape)
+        if -1 in shape:
+            known = int(np.prod([s for s in shape if s != -1], dtype=np.int64)) or 1
+            shape = tuple(n // known if s == -1 else s for s in shape)
+        if int(np.prod(shape, dtype=np.int64)) != n:
+            raise ValueError(f"cannot reshape a device array of shape {self.shape} to {shape}")
+        return UsmArray(self.usm_data, shape, self.dtype)
+
+    # ---- host round trips (numpy interop) ----
+    def get(self):
+        host = np.empty(self.shape, dtype=self.dtype)
+        if self.nbytes:
+            self.usm_data.copy_to_host(host.reshape(-1).view(np.uint8))
+        return host
+
+    def set(self, host):
+        host = np.ascontiguousarray(host, dtype=self.dtype)
+        if host.size != self.size:
+            raise ValueError(f"set: {host.shape} does not fit a device array of shape {self.shape}")
+        if self.nbytes:
+            self.usm_data.copy_from_host(host.reshape(-1).view(np.uint8))
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.get()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def astype(self, dtype, copy=True):
+        return self.get().astype(dtype, copy=False)
+
+    def __getitem__(self, key):
+        return self.get()[key]
+
+    def __setitem__(self, key, value):
+        host = self.get()
+        host[key] = np.asarray(value)
+        self.set(host)
+
+    def transpose(self, *axes):
+        return _UsmTransposed(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"UsmArray(shape={self.shape}, dtype={self.dtype})"
+
+
+class _UsmTransposed:
+    """``UsmArray.transpose(axes)``: reads and writes go through a host copy of the parent."""
+
+    def __init__(self, parent, axes):
+        self.parent, self.axes = parent, tuple(axes)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.parent.get().transpose(self.axes)
+        return a if dtype is None else a.astype(dtype)
+
+    def __getitem__(self, key):
+        return self.parent.get().transpose(self.axes)[key]
+
+    def __setitem__(self, key, value):
+        host = self.parent.get()
+        host.transpose(self.axes)[key] = np.asarray(value)
+        self.parent.set(host)
+
+
+class UsmDevice(Device):
+    """USM device allocations on a SYCL queue for the MemoryManager (device name 'sycl')."""
 
     unified = False
     name = "sycl"
@@ -119,32 +230,88 @@ class UsmDevice:
     def __init__(self, queue=None):
         self.dpctl = import_dpctl()
         self.queue = queue or make_queue(self.dpctl)
+        self.allocated_bytes = 0
 
     def alloc(self, nbytes, dtype, shape):
         try:
-            return self.dpctl.tensor.empty(shape, dtype=dtype, usm_type="device", sycl_queue=self.queue)
+            mem = self.dpctl.memory.MemoryUSMDevice(max(1, int(nbytes)), queue=self.queue)
         except Exception as e:
             raise MemoryError(f"USM device allocation of {nbytes} bytes failed: {e}") from e
+        self.allocated_bytes += int(nbytes)
+        return UsmArray(mem, shape, dtype)
 
     def free(self, array):
-        pass  # freed when the last reference goes
+        self.allocated_bytes -= array.nbytes  # the USM memory is freed when the last reference goes
 
     def to_device(self, host, dev):
-        dev.usm_data.copy_from_host(np.ascontiguousarray(host).reshape(-1).view(np.uint8))
+        dev.set(host)
 
     def to_host(self, dev, host):
-        dev.usm_data.copy_to_host(host.reshape(-1).view(np.uint8))
+        if host.flags.c_contiguous:
+            dev.usm_data.copy_to_host(host.reshape(-1).view(np.uint8))
+        else:  # pragma: no cover - field buffers are contiguous
+            host[...] = dev.get().reshape(host.shape)
+
+    def __repr__(self):
+        return f"UsmDevice({self.queue.sycl_device.name!r}, allocated_bytes={self.allocated_bytes})"
+
+
+# reductions: each work-item sums a strided part in ACC precision, the host adds the partial sums
+_REDUCE_SRC = """
+{pragma}
+__kernel void pg_norm2(__global const {real}* restrict a, const long n, __global {acc}* restrict part)
+{{
+    const long g = get_global_id(0), G = get_global_size(0);
+    {acc} s = 0;
+    for (long i = g; i < n; i += G) {{ const {acc} x = a[i]; s += x * x; }}
+    part[g] = s;
+}}
+__kernel void pg_inner(__global const {real}* restrict a, __global const {real}* restrict b,
+                       const long m, const int ns, __global {acc}* restrict part)
+{{
+    const long g = get_global_id(0), G = get_global_size(0);
+    {acc} sr = 0, si = 0;
+    for (long i = g; i < m; i += G) {{
+        const long oc = i / ns;
+        const long r = oc * 2 * ns + (i - oc * ns), q = r + ns;
+        const {acc} ar = a[r], ai = a[q], br = b[r], bi = b[q];
+        sr += ar * br + ai * bi;
+        si += ar * bi - ai * br;
+    }}
+    part[2 * g] = sr;
+    part[2 * g + 1] = si;
+}}
+__kernel void pg_site_sum(__global const {real}* restrict a, const int osites, const int ncomp, const int ns,
+                          const int P, __global {acc}* restrict part)
+{{
+    const int g = (int)get_global_id(0);
+    if (g >= ncomp * P) return;
+    const int c = g / P, p = g - c * P;
+    {acc} sr = 0, si = 0;
+    for (int o = p; o < osites; o += P) {{
+        const long base = ((long)o * ncomp + c) * 2 * ns;
+        for (int l = 0; l < ns; ++l) {{ sr += a[base + l]; si += a[base + ns + l]; }}
+    }}
+    part[2 * g] = sr;
+    part[2 * g + 1] = si;
+}}
+"""
 
 
 class SyclBackend(NumpyBackend):
-    """Generated OpenCL C on a SYCL device through dpctl (``--accelerator sycl``)."""
+    """Generated OpenCL C on a SYCL device through dpctl (``--accelerator sycl``).
+
+    Field buffers are :class:`UsmArray` when the MemoryManager runs on the 'sycl'
+    device (``pg.init(accelerator='sycl')`` with ``--device-mem``, or
+    ``pg.configure_memory(device='sycl')``); host numpy buffers (the unified
+    manager) are copied to the device and back at each launch.
+    """
 
     name = "sycl"
     device = "sycl"
 
     def __init__(self, selector=None):
         self.dpctl = import_dpctl()
-        self.dpt = self.dpctl.tensor
         self.queue = make_queue(self.dpctl, selector)
         self.fp64 = bool(getattr(self.queue.sycl_device, "has_aspect_fp64", True))
         from ..memory.devices import register_device
@@ -152,6 +319,23 @@ class SyclBackend(NumpyBackend):
         queue = self.queue
         register_device("sycl", lambda: UsmDevice(queue))
         self._kernels = {}
+        self._tables = {}
+        self._reduce = {}
+        self.compiles = 0
+        self.compile_seconds = 0.0
+
+    def _build(self, src, name):
+        import time
+
+        t = time.perf_counter()
+        try:
+            prog = self.dpctl.program.create_program_from_source(self.queue, src)
+        except Exception as e:
+            raise BackendError(f"the SYCL device {self.queue.sycl_device.name} did not build a generated "
+                               f"kernel ({e}):\n{src}") from e
+        self.compiles += 1
+        self.compile_seconds += time.perf_counter() - t
+        return prog.get_sycl_kernel(name)
 
     def kernel(self, ir, nsimd, alias, dtype):
         if dtype == "float64" and not self.fp64:
@@ -161,48 +345,117 @@ class SyclBackend(NumpyBackend):
         k = self._kernels.get(key)
         if k is None:
             src = codegen_c.kernel_source(ir, nsimd, alias, dtype, "opencl")
-            prog = self.dpctl.program.create_program_from_source(self.queue, src)
-            k = prog.get_sycl_kernel(codegen_c.KERNEL_NAME)
-            self._kernels[key] = k
+            k = self._kernels[key] = self._build(src, codegen_c.KERNEL_NAME)
         return k
 
-    def _usm(self, a):
-        if isinstance(a, self.dpt.usm_ndarray):
+    def to_device(self, a, dtype=None):
+        """A UsmArray holding ``a`` (returned as is when it already is one)."""
+        if isinstance(a, UsmArray):
             return a
-        return self.dpt.asarray(np.ascontiguousarray(a), usm_type="device", sycl_queue=self.queue)
+        a = np.ascontiguousarray(a, dtype=dtype)
+        mem = self.dpctl.memory.MemoryUSMDevice(max(1, a.nbytes), queue=self.queue)
+        d = UsmArray(mem, a.shape, a.dtype)
+        d.set(a)
+        return d
+
+    def _consts(self, ir, shifts, rdt):
+        """The shift and product tables on the device, cached by content."""
+        import hashlib
+
+        h = hashlib.sha1()
+        for s in shifts:
+            for x in s:
+                h.update(np.ascontiguousarray(x).tobytes())
+                h.update(b"|")
+        tkey = (ir.key(), rdt.name, h.hexdigest())
+        consts = self._tables.get(tkey)
+        if consts is None:
+            host = codegen_c.kernel_args(ir, np.empty((0,), rdt), [], shifts, np.zeros(0), rdt)[1:-1]
+            consts = [self.to_device(a) for a in host]
+            if len(self._tables) > 256:
+                self._tables.clear()
+            self._tables[tkey] = consts
+        return consts
 
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
         from .cuda_backend import threads_per_block
 
         rdt = np.dtype(out.dtype)
+        if rdt not in (np.float64, np.float32):
+            raise BackendError(f"generated kernels take float64 or float32 buffers, not {rdt}")
         k = self.kernel(ir, nsimd, alias, rdt.name)
-        host = codegen_c.kernel_args(ir, np.empty((0,), rdt), [], shifts, coefs, rdt)[1:]
-        arrays = [self._usm(out)] + [self._usm(a) for a in inputs] + [self._usm(a) for a in host]
+        consts = self._consts(ir, shifts, rdt)
+        cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
+        cf[0:2 * len(coefs):2] = np.real(coefs)
+        cf[1:2 * len(coefs):2] = np.imag(coefs)
+        dout = self.to_device(out)  # a host buffer (unified memory manager) goes through a device copy
+        devs = {id(out): dout}  # an input that is the output (in place) or repeated is copied once
+        ins = []
+        for a in inputs:
+            if id(a) not in devs:
+                devs[id(a)] = self.to_device(a)
+            ins.append(devs[id(a)])
         osites = int(out.shape[0])
         blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
-        args = [a.usm_data for a in arrays] + [ctypes.c_int(osites)]
+        args = [dout.usm_data] + [a.usm_data for a in ins] + [a.usm_data for a in consts]
+        args += [self.to_device(cf).usm_data, ctypes.c_int(osites)]
         self.queue.submit(k, args, [blocks * tpb], [tpb]).wait()
-        if arrays[0] is not out:  # a host buffer (unified memory manager) went through a device copy
-            out[...] = self.dpt.asnumpy(arrays[0])
+        if dout is not out:
+            out[...] = dout.get()
 
-    # reductions on the device, accumulated in double where the device has it
-    def _f(self, a):
-        a = self._usm(a)
-        return self.dpt.astype(a, self.dpt.float64 if self.fp64 else self.dpt.float32)
+    # ---- reductions on the device, accumulated in double where the device has it ----
+    def _reduce_kernel(self, name, dtype):
+        key = (name, dtype)
+        k = self._reduce.get(key)
+        if k is None:
+            acc = "double" if self.fp64 else "float"
+            real = "double" if dtype == np.float64 else "float"
+            pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" if "double" in (acc, real) else ""
+            src = _REDUCE_SRC.format(pragma=pragma, real=real, acc=acc)
+            k = self._reduce[key] = self._build(src, name)
+        return k
 
-    def inner_product(self, a, b):
-        a, b = self._f(a), self._f(b)
-        s = self.dpt.sum
-        re = s(a[:, :, 0] * b[:, :, 0]) + s(a[:, :, 1] * b[:, :, 1])
-        im = s(a[:, :, 0] * b[:, :, 1]) - s(a[:, :, 1] * b[:, :, 0])
-        return complex(float(self.dpt.asnumpy(re)), float(self.dpt.asnumpy(im)))
+    def _partials(self, n):
+        acc = np.float64 if self.fp64 else np.float32
+        return np.zeros(n, dtype=acc)
+
+    def _launch_reduce(self, name, dtype, args, nparts, width):
+        part = self._partials(nparts * width)
+        dpart = self.to_device(part)
+        self.queue.submit(self._reduce_kernel(name, dtype), args + [dpart.usm_data], [nparts]).wait()
+        return dpart.get().astype(np.float64)
+
+    @staticmethod
+    def _nparts(n):
+        return int(max(1, min(4096, -(-n // 64))))
 
     def norm2(self, a):
-        a = self._f(a)
-        return float(self.dpt.asnumpy(self.dpt.sum(a * a)))
+        d = self.to_device(a)
+        n = d.size
+        P = self._nparts(n)
+        part = self._launch_reduce("pg_norm2", d.dtype, [d.usm_data, ctypes.c_longlong(n)], P, 1)
+        return float(part.sum())
+
+    def inner_product(self, a, b):
+        da, db = self.to_device(a), self.to_device(b)
+        if da.dtype != db.dtype:
+            db = self.to_device(db.get().astype(da.dtype))
+        osites, ncomp, _, ns = da.shape
+        m = osites * ncomp * ns
+        P = self._nparts(m)
+        part = self._launch_reduce("pg_inner", da.dtype,
+                                   [da.usm_data, db.usm_data, ctypes.c_longlong(m), ctypes.c_int(ns)], P, 2)
+        part = part.reshape(P, 2).sum(axis=0)
+        return complex(part[0], part[1])
 
     def site_sum(self, a):
-        s = self.dpt.asnumpy(self.dpt.sum(self._f(a), axis=(0, 3))).astype(np.float64)
+        d = self.to_device(a)
+        osites, ncomp, _, ns = d.shape
+        P = int(max(1, min(osites, 256)))
+        part = self._launch_reduce("pg_site_sum", d.dtype,
+                                   [d.usm_data, ctypes.c_int(osites), ctypes.c_int(ncomp), ctypes.c_int(ns),
+                                    ctypes.c_int(P)], ncomp * P, 2)
+        s = part.reshape(ncomp, P, 2).sum(axis=1)
         return s[:, 0] + 1j * s[:, 1]
 
     def accelerator_for(self, osites, kernel, *args):

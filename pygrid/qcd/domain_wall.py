@@ -42,7 +42,7 @@ so that ``M = Mooee + Meooe``.  ``Mooee`` is block diagonal in the 4D site and t
 chirality; on each chirality it is a cyclic bidiagonal Ls x Ls real matrix,
 the same on every site, so its inverse is computed once exactly (numpy LU,
 ``np.linalg.inv``) and applied per site by a small numba kernel
-(:func:`s_apply`).  Shamir Shamir is g5 R5-Hermitian (``g5 R5 M g5 R5 = Mdag``,
+(:func:`s_apply`).  Shamir is g5 R5-Hermitian (``g5 R5 M g5 R5 = Mdag``,
 R5 reflects s -> Ls-1-s); Möbius with c != 0 is not (``Dw`` and ``S`` do not
 commute), but ``Mdag`` is its adjoint for all b, c.
 
@@ -53,7 +53,16 @@ Physical 4D quark fields (Grid's ``ExportPhysicalFermionSolution`` /
     import_physical_source(q)   = D_minus eta,  eta_0 = P_+ q, eta_{Ls-1} = P_- q, other slices 0,
                                   D_minus = 1 - c Dw   (the identity for Shamir)
 
-Only real b, c are supported (Grid's zMobius with complex per-slice
+With these conventions the physical propagator is the (contact-term subtracted)
+overlap one: ``physical_field(M^{-1} import_physical_source(q)) = (1 - m)^{-1}
+(D_eff^{-1} - 1) q`` with ``D_eff = (1 + m)/2 + (1 - m)/2 g5 eps_Ls(H)``,
+``H = g5 (b + c) Dw / (2 + (b - c) Dw)`` and ``eps_Ls(x) = ((1+x)^Ls - (1-x)^Ls) /
+((1+x)^Ls + (1-x)^Ls)`` (checked on the free constant mode in
+tests/test_domain_wall.py).
+
+The s matrices are applied densely (Ls^2 per site and chirality, zeros skipped:
+banded ones cost 2-3 Ls); Grid's O(Ls) LU sweep for MooeeInv is a possible
+optimisation for large Ls.  Only real b, c are supported (Grid's zMobius with complex per-slice
 coefficients is not).
 """
 from __future__ import annotations
@@ -62,8 +71,8 @@ import functools
 
 import numpy as np
 
-from ..cartesian import GridCartesian, GridCartesian5D
 from ..accelerator.compile_cache import load_module
+from ..cartesian import GridCartesian5D
 from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..lattice import Lattice
 from ..memory import ViewMode
@@ -307,34 +316,17 @@ class MobiusFermion:
         return res, tgt
 
     # ---- building blocks on raw buffers ------------------------------------------
-    def _smat(self, psi, key, out=None, name="s", y=None, key_y=None):
-        """out = mats[key] . psi (+ mats[key_y] . y) in s (any grid; may alias)."""
+    def _smat(self, psi, key, out=None, name="s"):
+        """out = mats[key] . psi in s, per chirality (full or red-black fields; out may be psi)."""
         self._check(psi, None, name)
         res, _ = self._out(psi, out, psi.checkerboard, name)
-        if y is not None:
-            self._check(y, psi.grid.checkerboarded, name)
-        views = [psi.view(ViewMode.AcceleratorRead)]
-        if y is not None:
-            views.append(y.view(ViewMode.AcceleratorRead))
-        aliased = res is psi or (y is not None and res is y)
-        mode = ViewMode.AcceleratorWrite if aliased else ViewMode.AcceleratorWriteDiscard
-        if aliased:
-            # a single writable view serves as source and result
-            if y is None:
-                with res.view(mode) as o:
-                    s_apply(o, o, self._mats[key], Ls=self.Ls)
-                return res
-            with y.view(ViewMode.AcceleratorRead) if res is psi else psi.view(ViewMode.AcceleratorRead) as other, \
-                    res.view(mode) as o:
-                xa, ya = (o, other) if res is psi else (other, o)
-                s_apply(o, xa, self._mats[key], ya, self._mats[key_y], Ls=self.Ls)
+        if res is psi:
+            # one writable view is source and result (the kernel reads a site's Ls rows before writing them)
+            with res.view(ViewMode.AcceleratorWrite) as o:
+                s_apply(o, o, self._mats[key], Ls=self.Ls)
             return res
-        with psi.view(ViewMode.AcceleratorRead) as p, res.view(mode) as o:
-            if y is None:
-                s_apply(o, p, self._mats[key], Ls=self.Ls)
-            else:
-                with y.view(ViewMode.AcceleratorRead) as yv:
-                    s_apply(o, p, self._mats[key], yv, self._mats[key_y], Ls=self.Ls)
+        with psi.view(ViewMode.AcceleratorRead) as p, res.view(ViewMode.AcceleratorWriteDiscard) as o:
+            s_apply(o, p, self._mats[key], Ls=self.Ls)
         return res
 
     def _hop(self, psi, tgt, dag, alpha=0.0, diag=None, scale=-0.5):
