@@ -410,6 +410,6 @@ class CacheMachine(RuleBasedStateMachine):
 
 
 CacheMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None,
+    max_examples=40, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestCacheMachine = CacheMachine.TestCase

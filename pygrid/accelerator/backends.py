@@ -115,6 +115,16 @@ class OpenMPBackend(NumpyBackend):
         for f in futures:
             f.result()
 
+    def norm2(self, a):
+        from . import reductions_numba
+
+        return reductions_numba.norm2(self, a)
+
+    def inner_product(self, a, b):
+        from . import reductions_numba
+
+        return reductions_numba.inner_product(self, a, b)
+
     def kernel(self, ir, nsimd, alias, dtype="float64"):
         key = (ir.key(), nsimd, alias, dtype)
         k = self._kernels.get(key)
