@@ -45,6 +45,7 @@ _KIND_HELP = {
 
 _USAGE = """usage: pygrid benchmark KIND [flags]    KIND: wilson, dwf, su3, axpy, memory, cache
        pygrid info [flags]
+       pygrid convert IN OUT [flags]    NERSC <-> ILDG gauge files, checked and re-written
        pygrid --version
 
 pygrid benchmark --help    every flag with its default
@@ -529,7 +530,7 @@ def _dispatch(argv):
         from .io.convert import main as _convert
 
         return _convert(rest)
-    raise ConfigError(f"unknown command {cmd!r}; choose benchmark or info (pygrid --help)")
+    raise ConfigError(f"unknown command {cmd!r}; choose benchmark, info or convert (pygrid --help)")
 
 
 def main(argv=None):
