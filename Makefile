@@ -31,7 +31,7 @@ run: $(STAMP_RUN)
 	$(VENV)/bin/pygrid benchmark wilson $(ARGS)
 
 # The second pass reruns the expression, shift and reduction suites on the
-# emulated device under a 4 MB watermark, so the MemoryManager moves and evicts
+# emulated device under a 2 MB watermark, so the MemoryManager moves and evicts
 # fields during real kernels (issue 3).
 EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_lattice_io.py
 # The third pass runs the expression, shift and reduction suites on the real
@@ -42,7 +42,7 @@ SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py
 test: $(STAMP_TEST)
 	@mkdir -p $(CACHE_DIR)/numba
 	$(TEST_ENV) $(VPY) -m pytest -q -x --durations=15 $(PYTEST_ARGS) tests
-	$(TEST_ENV) PYGRID_TEST_DEVICE=emulated PYGRID_TEST_DEVICE_MEM=4 $(VPY) -m pytest -q -x $(EMULATED_SUITES)
+	$(TEST_ENV) PYGRID_TEST_DEVICE=emulated PYGRID_TEST_DEVICE_MEM=2 $(VPY) -m pytest -q -x $(EMULATED_SUITES)
 	$(TEST_ENV) PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=2 $(VPY) -m pytest -q -x $(SYCL_SUITES)
 
 $(VPY):
