@@ -71,3 +71,23 @@ def vector_flops(b):
 
 def rel(num2, den2):
     return math.sqrt(max(num2, 0.0) / den2) if den2 > 0 else math.sqrt(max(num2, 0.0))
+
+
+def finish(solver, log, A, *, converged, k, true_res, final_res, history, elapsed, vector_flops_per_iter,
+           applications, reason=None):
+    """The record of a finished solve, its log line, and the error if asked to raise."""
+    flops = vector_flops_per_iter * k
+    fpa = getattr(A, "flops_per_apply", None)
+    if fpa:
+        flops += applications * fpa
+    rec = SolverRecord(solver.name, bool(converged), k, true_res, history, elapsed, flops, solver.tol,
+                       applications, reason=reason)
+    if converged:
+        log.message("%s converged in %d iterations, true residual %.2e, time %.3g s",
+                    solver.name, k, true_res, elapsed)
+    else:
+        log.warning("%s did not converge in %d iterations: residual %.2e, tolerance %.2e",
+                    solver.name, k, final_res, solver.tol)
+        if solver.raise_on_fail:
+            raise SolverError(solver.name, k, final_res, solver.tol, rec, reason)
+    return rec

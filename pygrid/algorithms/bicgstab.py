@@ -5,7 +5,7 @@ import math
 import time
 
 from ..lattice import inner_product, norm2
-from .base import SolverError, SolverRecord, rel, vector_flops
+from .base import SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_operator
 
@@ -120,18 +120,7 @@ class BiCGStab:
         applications += 1
         true_res = rel(norm2(r), bb)
         elapsed = time.perf_counter() - t0
-        flops = k * 7.0 * vector_flops(b)
-        fpa = getattr(A, "flops_per_apply", None)
-        if fpa:
-            flops += applications * fpa
-        rec = SolverRecord(self.name, bool(converged), k, true_res, history, elapsed, flops, self.tol,
-                           applications, reason=reason)
-        if converged:
-            log.message("%s converged in %d iterations, true residual %.2e, time %.3g s",
-                        self.name, k, true_res, elapsed)
-        else:
-            log.warning("%s did not converge in %d iterations: residual %.2e, tolerance %.2e",
-                        self.name, k, rel(rr, bb), self.tol)
-            if self.raise_on_fail:
-                raise SolverError(self.name, k, rel(rr, bb), self.tol, rec, reason)
+        rec = finish(self, log, A, converged=converged, k=k, true_res=true_res, final_res=rel(rr, bb),
+                     history=history, elapsed=elapsed, vector_flops_per_iter=7.0 * vector_flops(b),
+                     applications=applications, reason=reason)
         return x, rec

@@ -60,11 +60,6 @@ def run(dims, precision, ctx):
     field_bytes = grid.gsites * 24 * rb
     nfields, wm, note = plan(field_bytes, cfg.device_mem)
     mgr = MemoryManager(EmulatedDevice(), wm)
-    # Work-around: Lattice(..., manager=m) falls back to the default manager when
-    # m is empty (``manager or get_manager()`` and MemoryManager.__len__ == 0), so
-    # register a tiny never-opened placeholder first.
-    placeholder = np.zeros(1)
-    mgr.register(None, placeholder)
     fields = [pg.Lattice(grid, pg.SpinColourVector(), precision, manager=mgr) for _ in range(nfields)]
     for i, f in enumerate(fields):
         with f.view(ViewMode.CpuWrite) as h:

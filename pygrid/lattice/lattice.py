@@ -10,8 +10,8 @@ import numpy as np
 
 from .. import memory
 from ..cartesian import GridCartesian
-from ..errors import ConformabilityError, GridError, ShapeError, SiteTypeError
-from ..expr.nodes import Expr, ExprOps, FieldBase
+from ..errors import GridError, ShapeError, SiteTypeError
+from ..expr.nodes import ExprOps, FieldBase
 from ..memory import ViewMode
 from ..tensors import sitetype as st
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..accelerator import get_backend
 from ..cartesian import GridCartesian
-from ..errors import ConformabilityError, GridError, ShapeError, SiteTypeError
+from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..expr import nodes
 from ..expr.evaluate import evaluate
 from ..memory import ViewMode

@@ -96,151 +96,213 @@ def projection_tables():
     return psrc, pim, psg, rsrc, rim, rsg
 
 
-def _lanes(ind, ns, pairs, tag):
-    """Lane-unrolled statements: every ``target`` (with ``{l}``) gets ``expr`` (with ``{l}``).
-
-    All loads of all lanes come before the first store, so LLVM's SLP vectoriser can
-    merge the NS scalar lanes into vector instructions without alias analysis.
-    """
-    pad = "    " * ind
+def _gamma_structure():
+    """Per mu: [(j_a, is_imag, sign) for a in 0, 1] of A and [(k_b, is_imag, sign)] of B (g_mu = [[0, A], [B, 0]])."""
     out = []
-    for i, (_, expr) in enumerate(pairs):
-        for l in range(ns):
-            out.append(f"{pad}{tag}{i}_{l} = {expr.format(l=l)}")
-    for i, (tgt, _) in enumerate(pairs):
-        for l in range(ns):
-            out.append(f"{pad}{tgt.format(l=l)} = {tag}{i}_{l}")
-    return "\n".join(out)
+    for mu in range(4):
+        g = Gamma.mu[mu].array()
+        if np.any(g[:2, :2]) or np.any(g[2:, 2:]):
+            raise SiteTypeError("spin projection assumes a chiral basis (off-diagonal gamma blocks)")
+        A, B = g[:2, 2:], g[2:, :2]
+        pa, pb = [], []
+        for a in range(2):
+            j = int(np.flatnonzero(A[a])[0])
+            pa.append((j,) + _phase(A[a, j]))
+            k = int(np.flatnonzero(B[a])[0])
+            pb.append((k,) + _phase(B[a, k]))
+        out.append((tuple(pa), tuple(pb)))
+    return tuple(out)
 
 
-def _source(ns):
-    """numba source of the hopping kernel for ns lanes (lane loops unrolled at generation time)."""
-    L = functools.partial(_lanes, ns=ns)
-    mul = []
-    for part, expr in ((0, "ul[i, {j}, 0, {{l}}] * hh[a, {j}, 0, {{l}}] - ul[i, {j}, 1, {{l}}] * hh[a, {j}, 1, {{l}}]"),
-                       (1, "ul[i, {j}, 0, {{l}}] * hh[a, {j}, 1, {{l}}] + ul[i, {j}, 1, {{l}}] * hh[a, {j}, 0, {{l}}]")):
-        mul.append((f"uh[a, i, {part}, {{l}}]", " + ".join("(" + expr.format(j=j) + ")" for j in range(3))))
-    src = f"""\
-import numpy as np
-from numba import njit, prange
+def _source(ns, dtype):
+    """numba source of the hopping kernel and its helpers for ns lanes of ``dtype`` reals."""
+    NS = int(ns)
+    L = range(NS)
+    gam = _gamma_structure()
+    out = [
+        "import numpy as np",
+        "from numba import njit",
+        "",
+        f"NS = {NS}",
+        f"Z = np.{dtype}",
+        "U = np.uint64",
+        f"S1 = U({NS})",
+        f"FS = U({24 * NS})  # reals per fermion site",
+        f"GS = U({72 * NS})  # reals per gauge-field site (4 links)",
+    ]
+    out += [f"K{k} = U({k})" for k in range(2 * NS)]
+    out += [f"Q{k} = U({k * 2 * NS})" for k in range(12)]  # offset of complex component k
+    out += [f"M{mu} = U({mu * 9 * 2 * NS})" for mu in range(4)]  # offset of link mu in a site
+    out += ['_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)', ""]
 
-NS = {ns}
+    def fn(sig, body, doc):
+        out.append("@_jit")
+        out.append(f"def {sig}:")
+        out.append(f'    """{doc}"""')
+        out.extend("    " + line for line in body)
+        out.append("")
 
+    def assign(names, values):
+        return "; ".join(f"{n} = {v}" for n, v in zip(names, values))
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")
-def dhop_kernel(nchunk, out, psi, uf, ub, nbr, perm, lanes, Ls,
-                psrc, pim, psg, rsrc, rim, rsg, coef, diag):
-    n4 = nbr.shape[1]
-    scale = coef[0]
-    alpha = coef[1]
-    for ch in prange(nchunk):
-        lo = (ch * n4) // nchunk
-        hi = ((ch + 1) * n4) // nchunk
-        h = np.empty((2, 3, 2, NS), dtype=out.dtype)
-        t = np.empty((2, 3, 2, NS), dtype=out.dtype)
-        uh = np.empty((2, 3, 2, NS), dtype=out.dtype)
-        ul = np.empty((3, 3, 2, NS), dtype=out.dtype)
-        acc = np.empty((Ls, 12, 2, NS), dtype=out.dtype)
-        for o in range(lo, hi):
-            for s in range(Ls):
-                for k in range(12):
-                    for l in range(NS):
-                        acc[s, k, 0, l] = 0
-                        acc[s, k, 1, l] = 0
-            for p in range(8):
-                mu = p & 3
-                n = nbr[p, o]
-                pm = perm[p, o]
-                # the link: U_mu(x) at the output site, or U_mu(x - mu)^dag from the neighbour
-                if p < 4:
-                    for i in range(3):
-                        for j in range(3):
-{L(7, pairs=[("ul[i, j, 0, {l}]", "uf[o, mu * 9 + i * 3 + j, 0, {l}]"), ("ul[i, j, 1, {l}]", "uf[o, mu * 9 + i * 3 + j, 1, {l}]")], tag="a")}
-                elif pm == 0:
-                    for i in range(3):
-                        for j in range(3):
-{L(7, pairs=[("ul[i, j, 0, {l}]", "ub[n, mu * 9 + j * 3 + i, 0, {l}]"), ("ul[i, j, 1, {l}]", "-ub[n, mu * 9 + j * 3 + i, 1, {l}]")], tag="b")}
-                else:
-{"".join(f"                    q{l} = lanes[pm, {l}]" + chr(10) for l in range(ns))}\
-                    for i in range(3):
-                        for j in range(3):
-{L(7, pairs=[("ul[i, j, 0, {l}]", "ub[n, mu * 9 + j * 3 + i, 0, q{l}]"), ("ul[i, j, 1, {l}]", "-ub[n, mu * 9 + j * 3 + i, 1, q{l}]")], tag="c")}
-                for s in range(Ls):
-                    ns_ = s + Ls * n
-                    # spin projection to a half spinor
-                    for a in range(2):
-                        sp = psrc[p, a]
-                        sg = psg[p, a]
-                        if pim[p, a] == 0:
-                            for c in range(3):
-{L(8, pairs=[("h[a, c, 0, {l}]", "psi[ns_, a * 3 + c, 0, {l}] + sg * psi[ns_, sp * 3 + c, 0, {l}]"), ("h[a, c, 1, {l}]", "psi[ns_, a * 3 + c, 1, {l}] + sg * psi[ns_, sp * 3 + c, 1, {l}]")], tag="d")}
-                        else:
-                            for c in range(3):
-{L(8, pairs=[("h[a, c, 0, {l}]", "psi[ns_, a * 3 + c, 0, {l}] - sg * psi[ns_, sp * 3 + c, 1, {l}]"), ("h[a, c, 1, {l}]", "psi[ns_, a * 3 + c, 1, {l}] + sg * psi[ns_, sp * 3 + c, 0, {l}]")], tag="e")}
-                    # lane permute of a wrapped neighbour
-                    if pm != 0:
-{"".join(f"                        q{l} = lanes[pm, {l}]" + chr(10) for l in range(ns))}\
-                        for a in range(2):
-                            for c in range(3):
-{L(8, pairs=[("t[a, c, 0, {l}]", "h[a, c, 0, q{l}]"), ("t[a, c, 1, {l}]", "h[a, c, 1, q{l}]")], tag="f")}
-                        hh = t
-                    else:
-                        hh = h
-                    # colour multiply
-                    for a in range(2):
-                        for i in range(3):
-{L(7, pairs=mul, tag="g")}
-                    # reconstruct and accumulate
-                    for a in range(2):
-                        for c in range(3):
-{L(7, pairs=[("acc[s, a * 3 + c, 0, {l}]", "acc[s, a * 3 + c, 0, {l}] + uh[a, c, 0, {l}]"), ("acc[s, a * 3 + c, 1, {l}]", "acc[s, a * 3 + c, 1, {l}] + uh[a, c, 1, {l}]")], tag="r")}
-                    for b in range(2):
-                        rs = rsrc[p, b]
-                        sg = rsg[p, b]
-                        k0 = (2 + b) * 3
-                        if rim[p, b] == 0:
-                            for c in range(3):
-{L(8, pairs=[("acc[s, k0 + c, 0, {l}]", "acc[s, k0 + c, 0, {l}] + sg * uh[rs, c, 0, {l}]"), ("acc[s, k0 + c, 1, {l}]", "acc[s, k0 + c, 1, {l}] + sg * uh[rs, c, 1, {l}]")], tag="u")}
-                        else:
-                            for c in range(3):
-{L(8, pairs=[("acc[s, k0 + c, 0, {l}]", "acc[s, k0 + c, 0, {l}] - sg * uh[rs, c, 1, {l}]"), ("acc[s, k0 + c, 1, {l}]", "acc[s, k0 + c, 1, {l}] + sg * uh[rs, c, 0, {l}]")], tag="v")}
-            # write the result
-            for s in range(Ls):
-                os_ = s + Ls * o
-                if alpha != 0:
-                    for k in range(12):
-{L(6, pairs=[("out[os_, k, 0, {l}]", "scale * acc[s, k, 0, {l}] + alpha * diag[os_, k, 0, {l}]"), ("out[os_, k, 1, {l}]", "scale * acc[s, k, 1, {l}] + alpha * diag[os_, k, 1, {l}]")], tag="w")}
-                else:
-                    for k in range(12):
-{L(6, pairs=[("out[os_, k, 0, {l}]", "scale * acc[s, k, 0, {l}]"), ("out[os_, k, 1, {l}]", "scale * acc[s, k, 1, {l}]")], tag="x")}
-"""
-    return src
+    def load(var, arr, base):
+        """Two lines of lane loads: var r{l} (real plane) and var i{l} (imaginary plane) at arr[base]."""
+        return [assign([f"{var}r{l}" for l in L], [f"{arr}[{base} + K{l}]" for l in L]),
+                assign([f"{var}i{l}" for l in L], [f"{arr}[{base} + K{NS + l}]" for l in L])]
 
+    def store(arr, base, re, im):
+        """Lane stores arr[base] = (re, im) with format strings in {l}."""
+        return [assign([f"{arr}[{base} + K{l}]" for l in L], [re.format(l=l) for l in L]),
+                assign([f"{arr}[{base} + K{NS + l}]" for l in L], [im.format(l=l) for l in L])]
+
+    def times_phase(imag, sign, var):
+        """(re, im) format strings of sg * phase * var for phase = sign (imag=0) or sign*i (imag=1)."""
+        p, m = ("+", "-") if sign > 0 else ("-", "+")
+        if not imag:
+            return f" {p} sg * {var}r{{l}}", f" {p} sg * {var}i{{l}}"
+        return f" {m} sg * {var}i{{l}}", f" {p} sg * {var}r{{l}}"
+
+    for mu, (pa, pb) in enumerate(gam):
+        # projection: h_a = psi_a + sg A[a, j] psi_{2+j}
+        body = ["P = U(po)", "for c in range(3):", "    C = U(c) * Q1"]
+        for a in range(2):
+            body += ["    " + x for x in load(f"x{a}", "psi", f"P + Q{3 * a} + C")]
+            body += ["    " + x for x in load(f"y{a}", "psi", f"P + Q{3 * (2 + pa[a][0])} + C")]
+        for a in range(2):
+            j, im_, sgn = pa[a]
+            tr, ti = times_phase(im_, sgn, f"y{a}")
+            body += ["    " + x for x in store("h", f"Q{3 * a} + C", f"x{a}r{{l}}" + tr, f"x{a}i{{l}}" + ti)]
+        fn(f"proj{mu}(h, psi, po, sg)", body,
+           f"h = (1 + sg g_{mu}) psi projected to its upper two spins (half spinor), psi at psi[po:].")
+        # reconstruction: acc_a += uh_a, acc_{2+b} += sg B[b, k] uh_k
+        body = ["A = U(ao)", "for c in range(3):", "    C = U(c) * Q1"]
+        for a in range(2):
+            body += ["    " + x for x in load(f"h{a}", "uh", f"Q{3 * a} + C")]
+        for s in range(4):
+            body += ["    " + x for x in load(f"a{s}", "acc", f"A + Q{3 * s} + C")]
+        for a in range(2):
+            body += ["    " + x for x in store("acc", f"A + Q{3 * a} + C", f"a{a}r{{l}} + h{a}r{{l}}",
+                                              f"a{a}i{{l}} + h{a}i{{l}}")]
+        for b in range(2):
+            k, im_, sgn = pb[b]
+            tr, ti = times_phase(im_, sgn, f"h{k}")
+            body += ["    " + x for x in store("acc", f"A + Q{3 * (2 + b)} + C", f"a{2 + b}r{{l}}" + tr,
+                                              f"a{2 + b}i{{l}}" + ti)]
+        fn(f"recon{mu}(acc, ao, uh, sg)", body,
+           f"acc[ao:] += the full spinor of (1 + sg g_{mu}) rebuilt from the half spinor uh.")
+
+    # colour multiply of the half spinor: uh_a = U h_a (adj: U^dag h_a)
+    for name, adj in (("mult", False), ("mult_adj", True)):
+        body = ["B = U(uo)", "for i in range(3):", "    I = U(i) * Q1" if adj else "    I = U(i) * Q3"]
+        for j in range(3):
+            # U[i, j] (row i) or U[j, i] (column i, conjugated later)
+            body += ["    " + x for x in load(f"u{j}", "u", f"B + I + Q{3 * j if adj else j}")]
+        for a in range(2):
+            for j in range(3):
+                body += ["    " + x for x in load(f"h{a}{j}", "h", f"Q{3 * a + j}")]
+        for a in range(2):
+            if adj:
+                re = " + ".join(f"u{j}r{{l}} * h{a}{j}r{{l}} + u{j}i{{l}} * h{a}{j}i{{l}}" for j in range(3))
+                im = " + ".join(f"u{j}r{{l}} * h{a}{j}i{{l}} - u{j}i{{l}} * h{a}{j}r{{l}}" for j in range(3))
+            else:
+                re = " + ".join(f"u{j}r{{l}} * h{a}{j}r{{l}} - u{j}i{{l}} * h{a}{j}i{{l}}" for j in range(3))
+                im = " + ".join(f"u{j}r{{l}} * h{a}{j}i{{l}} + u{j}i{{l}} * h{a}{j}r{{l}}" for j in range(3))
+            body += ["    " + x for x in store("uh", f"Q{3 * a} + U(i) * Q1", re, im)]
+        fn(f"{name}(uh, u, uo, h)", body,
+           "uh = " + ("U^dag" if adj else "U") + " h for the two spins of a half spinor, U the 3x3 link at u[uo:].")
+
+    fn("permute(d, doff, s, soff, nrows, lanes, pm)", [
+        "po = U(pm) * S1",
+        assign([f"m{l}" for l in L], [f"U(lanes[po + K{l}])" for l in L]),
+        "D = U(doff)",
+        "S = U(soff)",
+        "for r in range(nrows):",
+        "    q = U(r) * S1",
+        "    " + assign([f"t{l}" for l in L], [f"s[S + q + m{l}]" for l in L]),
+        "    " + assign([f"d[D + q + K{l}]" for l in L], [f"t{l}" for l in L]),
+    ], "d[doff:] = nrows rows of NS lanes from s[soff:], lane l read from lane lanes[pm, l].")
+    fn("zero(d, n)", ["for i in range(n):", "    d[U(i)] = Z(0.0)"], "d[:n] = 0.")
+    fn("write(d, doff, a, aoff, scale)", [
+        "D = U(doff)", "A = U(aoff)", "for r in range(24):", "    q = U(r) * S1",
+        "    " + assign([f"t{l}" for l in L], [f"a[A + q + K{l}]" for l in L]),
+        "    " + assign([f"d[D + q + K{l}]" for l in L], [f"scale * t{l}" for l in L]),
+    ], "d[doff:] = scale * a[aoff:] for one fermion site.")
+    fn("write_diag(d, doff, a, aoff, scale, x, alpha)", [
+        "D = U(doff)", "A = U(aoff)", "for r in range(24):", "    q = U(r) * S1",
+        "    " + assign([f"t{l}" for l in L], [f"a[A + q + K{l}]" for l in L]),
+        "    " + assign([f"y{l}" for l in L], [f"x[D + q + K{l}]" for l in L]),
+        "    " + assign([f"d[D + q + K{l}]" for l in L], [f"scale * t{l} + alpha * y{l}" for l in L]),
+    ], "d[doff:] = scale * a[aoff:] + alpha * x[doff:] for one fermion site (x may be d).")
+
+    # the kernel: per 4D outer site, 8 directions straight-line, Ls slices inside each
+    body = [
+        "scale = coef[0]", "alpha = coef[1]", "sf = coef[2]", "sb = coef[3]",
+        "acc = np.empty(Ls * 24 * NS, Z)", "h = np.empty(12 * NS, Z)", "t = np.empty(12 * NS, Z)",
+        "uh = np.empty(12 * NS, Z)", "ul = np.empty(18 * NS, Z)",
+        "N4 = U(n4)", "LS = U(Ls)", "nacc = Ls * 24 * NS",
+        "for o in range(lo, hi):",
+        "    uo = U(o)",
+        "    zero(acc, nacc)",
+        "    G = uo * GS",
+    ]
+    for p in range(8):
+        mu = p % 4
+        sg = "sf" if p < 4 else "sb"
+        body += [
+            f"    # point {p}: " + (f"U_{mu}(x) psi(x + {mu})" if p < 4 else f"U_{mu}(x - {mu})^dag psi(x - {mu})"),
+            f"    k = U({p}) * N4 + uo",
+            "    n = U(nbr[k])",
+            "    pm = perm[k]",
+        ]
+        # no array variable is reassigned (that would cost atomic reference counts per site)
+        if p < 4:
+            lk, lo_ = "uf", f"G + M{mu}"
+            body += ["    if pm != 0:", "        pass"]
+        else:
+            lk, lo_ = "ul", "K0"
+            body += ["    if pm != 0:", f"        permute(ul, K0, ub, n * GS + M{mu}, 18, lanes, pm)"]
+        fname = "mult" if p < 4 else "mult_adj"
+        body += [
+            "        for s in range(Ls):",
+            f"            proj{mu}(h, psi, (n * LS + U(s)) * FS, {sg})",
+            "            permute(t, K0, h, K0, 12, lanes, pm)",
+            f"            {fname}(uh, {lk}, {lo_}, t)",
+            f"            recon{mu}(acc, U(s) * FS, uh, {sg})",
+            "    else:",
+            "        for s in range(Ls):",
+            f"            proj{mu}(h, psi, (n * LS + U(s)) * FS, {sg})",
+            f"            {fname}(uh, {'uf' if p < 4 else 'ub'}, {f'G + M{mu}' if p < 4 else f'n * GS + M{mu}'}, h)",
+            f"            recon{mu}(acc, U(s) * FS, uh, {sg})",
+        ]
+    body += [
+        "    if use_diag:",
+        "        for s in range(Ls):",
+        "            write_diag(out, (uo * LS + U(s)) * FS, acc, U(s) * FS, scale, diag, alpha)",
+        "    else:",
+        "        for s in range(Ls):",
+        "            write(out, (uo * LS + U(s)) * FS, acc, U(s) * FS, scale)",
+    ]
+    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, n4, Ls, coef, diag, use_diag)", body,
+       "The hopping term on 4D outer sites [lo, hi) (all Ls slices); flat buffers, see dhop().")
+    return "\n".join(out) + "\n"
 
 _kernels = {}
 
 
-def kernel_for(nsimd):
-    """The compiled kernel for a lane count (source generated once, cached on disk)."""
-    k = _kernels.get(nsimd)
+def kernel_for(nsimd, dtype="float64"):
+    """The compiled kernel for a lane count and real dtype (source generated once, cached on disk)."""
+    key = (int(nsimd), np.dtype(dtype).name)
+    k = _kernels.get(key)
     if k is None:
         import numba
 
-        # the lane-unrolled statements vectorise only with LLVM's SLP vectoriser, which numba
-        # enables with NUMBA_SLP_VECTORIZE=1 (default off); the flag is part of the source so
-        # that numba's on-disk cache keeps the two builds apart
-        src = f"# numba SLP_VECTORIZE={int(numba.config.SLP_VECTORIZE)}\n" + _source(int(nsimd))
+        # the lane-unrolled statements vectorise only with LLVM's SLP vectoriser (switched on by
+        # pygrid.accelerator.backends); the flag is part of the source so that numba's on-disk
+        # cache keeps the two builds apart
+        src = f"# numba SLP_VECTORIZE={int(numba.config.SLP_VECTORIZE)}\n" + _source(*key)
         k = load_module(src, "pygrid_wilson").dhop_kernel
-        _kernels[nsimd] = k
+        _kernels[key] = k
     return k
-
-
-@functools.lru_cache(maxsize=None)
-def _tables(dag, dtype):
-    psrc, pim, psg, rsrc, rim, rsg = projection_tables()
-    return (np.ascontiguousarray(psrc[dag]), np.ascontiguousarray(pim[dag]),
-            np.ascontiguousarray(psg[dag], dtype=dtype), np.ascontiguousarray(rsrc[dag]),
-            np.ascontiguousarray(rim[dag]), np.ascontiguousarray(rsg[dag], dtype=dtype))
 
 
 def _threads():
@@ -252,10 +314,18 @@ def _threads():
         return 1
 
 
-def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, nchunk=None):
+def _flat(a, name):
+    if not a.flags.c_contiguous:
+        raise ConformabilityError(f"dhop: {name} buffer must be C-contiguous")
+    return a.reshape(-1)
+
+
+def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False):
     """Run the hopping kernel on raw buffers (see the module docstring); returns out.
 
-    ``out`` must not alias ``psi`` (neighbours are read while results are written).
+    ``out`` must not alias ``psi`` (neighbours are read while results are written);
+    ``diag`` may be ``out`` itself.  The 4D outer sites are split over the backend's
+    threads (``accelerator_for``).
     """
     nsimd = out.shape[3]
     n4 = stencil.neighbours.shape[1]
@@ -272,12 +342,25 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
             f"do not match Ls={Ls} x {n4} stencil sites")
     if out is psi or np.shares_memory(out, psi):
         raise ConformabilityError("dhop: out must not alias psi")
-    if diag is None:
-        diag = out
-        alpha = 0.0
-    coef = np.array([scale, alpha], dtype=dtype)
-    if nchunk is None:
-        nchunk = max(1, min(n4, 8 * _threads()))
-    kernel_for(nsimd)(nchunk, out, psi, uf, ub, stencil.neighbours, stencil.perm, stencil.lanes, int(Ls),
-                      *_tables(1 if dag else 0, dtype), coef, diag)
+    use_diag = diag is not None and alpha != 0.0
+    if use_diag:
+        if diag.shape != out.shape or diag.dtype != dtype:
+            raise ConformabilityError(f"dhop: diag buffer has shape {diag.shape} and dtype {diag.dtype}; "
+                                      f"expected {out.shape} {dtype}")
+    else:
+        diag, alpha = out, 0.0
+    # forward points use (1 - g_mu), backward (1 + g_mu); dag swaps them
+    sf = 1.0 if dag else -1.0
+    coef = np.array([scale, alpha, sf, -sf], dtype=dtype)
+    k = kernel_for(nsimd, dtype)
+    from ..accelerator.backends import get_backend
+
+    backend = get_backend()
+    if backend.name not in ("numpy", "openmp"):
+        # the GPU backends do not run hand-written numba kernels; these buffers are host arrays
+        backend = get_backend("openmp")
+    backend.accelerator_for(
+        n4, k, _flat(out, "out"), _flat(psi, "psi"), _flat(uf, "uf"), _flat(ub, "ub"),
+        stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
+        n4, int(Ls), coef, _flat(diag, "diag"), use_diag)
     return out
