@@ -1,4 +1,4 @@
-"""The Wilson hopping kernel: one numba kernel per call, spin-projected, lanes innermost.
+"""The Wilson hopping kernel: one numba kernel per call, spin-projected, lanes innermost, vectorised.
 
     dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False)
 
@@ -23,19 +23,42 @@ Arrays are raw view buffers, shaped (osites, ncomp, 2, nsimd):
 * the neighbour tables are those of the 4D ``stencil`` (``pygrid.stencil.Stencil``
   built from ``wilson_displacements()``, point p < 4 is x + mu, p >= 4 is x - mu).
 
-The link of each direction is loaded (and permuted) once per 4D site and reused
-for all Ls slices.  Per direction and slice: read the neighbour spinor with
-unit stride, project it to a half spinor (2 spins x 3 colours), permute its
-lanes if the neighbour wrapped around a virtual node, multiply by U or U^dag,
-reconstruct the lower spins and accumulate: 1320 flops per site (Grid's count).
+Structure (generated source, one module per lane count and precision, numba's
+on-disk cache keeps the machine code).  The kernel is a nogil
+``dhop_kernel(lo, hi, ...)`` over 4D outer sites, launched with the backend's
+``accelerator_for`` (a thread pool; no ``prange``, whose spinning OpenMP
+threads fight the other pools on a 2-core machine).  It walks tiles of outer
+sites (accumulator of the tile, all Ls slices, about 24 KiB: ``TILE_BYTES``)
+and calls one helper per point and tile (``point_fwd``/``point_bwd``, the
+gamma structure of mu passed as spin offsets and signs), so the neighbour
+spinors of one direction are read as one stream, with a software prefetch
+of the neighbour spinor and link ``PREFETCH_DISTANCE`` sites ahead (worth
+about 1.5x at 16^4 here).  Per 4D site and point the
+link is loaded (lane-permuted for a wrapped backward neighbour, and daggered
+in the multiply) once and reused for all Ls slices; per slice the neighbour
+spinor is projected to a half spinor (2 spins x 3 colours), its lanes are
+permuted only when the neighbour wrapped around a virtual node, it is
+multiplied by U or U^dag and reconstructed into the accumulator; the tile is
+written once: 1320 flops per site (Grid's count).
+
+Code generation follows what makes numba's LLVM vectorise the lanes: flat 1D
+arrays indexed with unsigned integers (``U = np.uint64``), every lane written
+out and all lanes of the operands loaded before anything is stored (the SLP
+vectoriser then merges them), colour loops kept as loops inside small helper
+functions (compile time grows faster than linearly with function size), no
+array variable reassigned in the site loop (numba would count references with
+atomics on every site, which two threads contend on), and integer arguments
+passed as typed globals (an integer literal argument compiles a variant of the
+callee per value).
 
 Spin projection in Grid's chiral basis: every g_mu = [[0, A], [B, 0]] with
 2x2 blocks, AB = 1, and each row of A and B has one nonzero entry, +-1 or +-i.
 For (1 + s g_mu) psi (s = -1 forward, +1 backward; flipped for dag):
     h_a = psi_a + s A[a, pA(a)] psi_{2 + pA(a)}                 (a = 0, 1)
     result_a = h_a,   result_{2+b} = s B[b, pB(b)] h_{pB(b)}      (b = 0, 1)
-The tables are derived from ``pygrid.tensors.constant.Gamma`` by
-:func:`projection_tables` (and checked against (1 -+ g_mu) in tests/test_wilson.py).
+The generated code takes this structure from ``pygrid.tensors.constant.Gamma``
+(:func:`_gamma_structure`); :func:`projection_tables` gives it as tables (checked
+against (1 -+ g_mu) in tests/test_wilson.py).
 """
 from __future__ import annotations
 
@@ -46,6 +69,31 @@ import numpy as np
 from ..accelerator.compile_cache import load_module
 from ..errors import ConformabilityError, SiteTypeError
 from ..tensors.constant import Gamma
+
+try:
+    from llvmlite import ir as _ir
+    from numba.core import cgutils as _cgutils
+    from numba.core import types as _types
+    from numba.extending import intrinsic as _intrinsic
+
+    @_intrinsic
+    def prefetch(typingctx, arr, idx):
+        """Software prefetch (LLVM llvm.prefetch: read, high locality) of arr[idx] into the caches."""
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), _ir.IntType(8).as_pointer())
+            i32 = _ir.IntType(32)
+            fnty = _ir.FunctionType(_ir.VoidType(), [ptr.type, i32, i32, i32])
+            fn = _cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            builder.call(fn, [ptr, _ir.Constant(i32, 0), _ir.Constant(i32, 3), _ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return _types.void(arr, idx), codegen
+except ImportError:  # pragma: no cover - numba is a hard dependency
+    prefetch = None
+
+#: outer sites ahead of the current one whose neighbour data each point helper prefetches
+PREFETCH_DISTANCE = 4
 
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
 FLOPS_PER_SITE = 1320
@@ -122,6 +170,7 @@ def _source(ns, dtype):
     out = [
         "import numpy as np",
         "from numba import njit",
+        "from pygrid.qcd.kernels_wilson import prefetch",
         "",
         f"NS = {NS}",
         f"Z = np.{dtype}",
@@ -133,6 +182,15 @@ def _source(ns, dtype):
     out += [f"K{k} = U({k})" for k in range(2 * NS)]
     out += [f"Q{k} = U({k * 2 * NS})" for k in range(12)]  # offset of complex component k
     out += [f"M{mu} = U({mu * 9 * 2 * NS})" for mu in range(4)]  # offset of link mu in a site
+    out += [f"P{p} = U({p})" for p in range(8)]
+    # integer arguments go through typed globals: a literal argument would compile a variant per value
+    out += ["R12 = np.int64(12)", "R18 = np.int64(18)"]
+    line = 64 // np.dtype(dtype).itemsize  # reals per cache line
+    out += [f"LINE = U({line})", f"NLS = {(24 * NS + line - 1) // line}  # cache lines per fermion site",
+            f"NLG = {(18 * NS + line - 1) // line + 1}  # cache lines a link may straddle",
+            f"PD = {int(PREFETCH_DISTANCE)}", f"PDU = U({int(PREFETCH_DISTANCE)})"]
+    # (mult is deliberately not inline="always": measured here, that cost 40-150% more compile time
+    # and was no faster)
     out += ['_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)', ""]
 
     def fn(sig, body, doc):
@@ -155,41 +213,42 @@ def _source(ns, dtype):
         return [assign([f"{arr}[{base} + K{l}]" for l in L], [re.format(l=l) for l in L]),
                 assign([f"{arr}[{base} + K{NS + l}]" for l in L], [im.format(l=l) for l in L])]
 
-    def times_phase(imag, sign, var):
+    def times_phase(imag, sign, var, sg="sg"):
         """(re, im) format strings of sg * phase * var for phase = sign (imag=0) or sign*i (imag=1)."""
         p, m = ("+", "-") if sign > 0 else ("-", "+")
         if not imag:
-            return f" {p} sg * {var}r{{l}}", f" {p} sg * {var}i{{l}}"
-        return f" {m} sg * {var}i{{l}}", f" {p} sg * {var}r{{l}}"
+            return f" {p} {sg} * {var}r{{l}}", f" {p} {sg} * {var}i{{l}}"
+        return f" {m} {sg} * {var}i{{l}}", f" {p} {sg} * {var}r{{l}}"
 
-    for mu, (pa, pb) in enumerate(gam):
-        # projection: h_a = psi_a + sg A[a, j] psi_{2+j}
+    for kind, imag in (("re", 0), ("im", 1)):
+        # projection: h_a = psi_a + s_a ph psi[y_a]   (ph = 1 or i; y_a the partner spin's offset)
         body = ["P = U(po)", "for c in range(3):", "    C = U(c) * Q1"]
-        for a in range(2):
+        for a, (y, sg) in enumerate((("ya", "sa"), ("yb", "sb"))):
             body += ["    " + x for x in load(f"x{a}", "psi", f"P + Q{3 * a} + C")]
-            body += ["    " + x for x in load(f"y{a}", "psi", f"P + Q{3 * (2 + pa[a][0])} + C")]
-        for a in range(2):
-            j, im_, sgn = pa[a]
-            tr, ti = times_phase(im_, sgn, f"y{a}")
+            body += ["    " + x for x in load(f"y{a}", "psi", f"P + {y} + C")]
+        for a, sg in enumerate(("sa", "sb")):
+            tr, ti = times_phase(imag, 1, f"y{a}", sg)
             body += ["    " + x for x in store("h", f"Q{3 * a} + C", f"x{a}r{{l}}" + tr, f"x{a}i{{l}}" + ti)]
-        fn(f"proj{mu}(h, psi, po, sg)", body,
-           f"h = (1 + sg g_{mu}) psi projected to its upper two spins (half spinor), psi at psi[po:].")
-        # reconstruction: acc_a += uh_a, acc_{2+b} += sg B[b, k] uh_k
+        fn(f"proj_{kind}(h, psi, po, ya, yb, sa, sb)", body,
+           "Half spinor h_a = psi_a + s_a " + ("i " if imag else "") + "psi[y_a] (a = 0, 1) of the spinor at psi[po:].")
+        # reconstruction: acc_a += uh_a, acc_{2+b} += s_b ph uh[k_b]
         body = ["A = U(ao)", "for c in range(3):", "    C = U(c) * Q1"]
         for a in range(2):
             body += ["    " + x for x in load(f"h{a}", "uh", f"Q{3 * a} + C")]
-        for s in range(4):
-            body += ["    " + x for x in load(f"a{s}", "acc", f"A + Q{3 * s} + C")]
+        for b, k in enumerate(("ka", "kb")):
+            body += ["    " + x for x in load(f"g{b}", "uh", f"{k} + C")]
+        for sp in range(4):
+            body += ["    " + x for x in load(f"a{sp}", "acc", f"A + Q{3 * sp} + C")]
         for a in range(2):
             body += ["    " + x for x in store("acc", f"A + Q{3 * a} + C", f"a{a}r{{l}} + h{a}r{{l}}",
                                               f"a{a}i{{l}} + h{a}i{{l}}")]
-        for b in range(2):
-            k, im_, sgn = pb[b]
-            tr, ti = times_phase(im_, sgn, f"h{k}")
+        for b, sg in enumerate(("sa", "sb")):
+            tr, ti = times_phase(imag, 1, f"g{b}", sg)
             body += ["    " + x for x in store("acc", f"A + Q{3 * (2 + b)} + C", f"a{2 + b}r{{l}}" + tr,
                                               f"a{2 + b}i{{l}}" + ti)]
-        fn(f"recon{mu}(acc, ao, uh, sg)", body,
-           f"acc[ao:] += the full spinor of (1 + sg g_{mu}) rebuilt from the half spinor uh.")
+        fn(f"recon_{kind}(acc, ao, uh, ka, kb, sa, sb)", body,
+           "acc[ao:] += the full spinor (uh_0, uh_1, s_a " + ("i " if imag else "") + "uh[k_a], s_b "
+           + ("i " if imag else "") + "uh[k_b]) rebuilt from the half spinor uh.")
 
     # colour multiply of the half spinor: uh_a = U h_a (adj: U^dag h_a)
     for name, adj in (("mult", False), ("mult_adj", True)):
@@ -222,68 +281,110 @@ def _source(ns, dtype):
         "    " + assign([f"d[D + q + K{l}]" for l in L], [f"t{l}" for l in L]),
     ], "d[doff:] = nrows rows of NS lanes from s[soff:], lane l read from lane lanes[pm, l].")
     fn("zero(d, n)", ["for i in range(n):", "    d[U(i)] = Z(0.0)"], "d[:n] = 0.")
-    fn("write(d, doff, a, aoff, scale)", [
-        "D = U(doff)", "A = U(aoff)", "for r in range(24):", "    q = U(r) * S1",
+    fn("write(d, doff, a, aoff, scale, nrows)", [
+        "D = U(doff)", "A = U(aoff)", "for r in range(nrows):", "    q = U(r) * S1",
         "    " + assign([f"t{l}" for l in L], [f"a[A + q + K{l}]" for l in L]),
         "    " + assign([f"d[D + q + K{l}]" for l in L], [f"scale * t{l}" for l in L]),
-    ], "d[doff:] = scale * a[aoff:] for one fermion site.")
-    fn("write_diag(d, doff, a, aoff, scale, x, alpha)", [
-        "D = U(doff)", "A = U(aoff)", "for r in range(24):", "    q = U(r) * S1",
+    ], "d[doff:] = scale * a[aoff:] for nrows rows of NS lanes.")
+    fn("write_diag(d, doff, a, aoff, scale, x, alpha, nrows)", [
+        "D = U(doff)", "A = U(aoff)", "for r in range(nrows):", "    q = U(r) * S1",
         "    " + assign([f"t{l}" for l in L], [f"a[A + q + K{l}]" for l in L]),
         "    " + assign([f"y{l}" for l in L], [f"x[D + q + K{l}]" for l in L]),
         "    " + assign([f"d[D + q + K{l}]" for l in L], [f"scale * t{l} + alpha * y{l}" for l in L]),
-    ], "d[doff:] = scale * a[aoff:] + alpha * x[doff:] for one fermion site (x may be d).")
+    ], "d[doff:] = scale * a[aoff:] + alpha * x[doff:] for nrows rows of NS lanes (x may be d).")
 
-    # the kernel: per 4D outer site, 8 directions straight-line, Ls slices inside each
+    # one helper per direction sense: the contribution of point p (mu, forward or backward) to a
+    # tile of outer sites [o0, o1), all Ls slices; one neighbour stream at a time, the link loaded
+    # once per 4D site and reused for every slice.  The gamma structure of mu comes in as offsets
+    # (ya, yb: partner spins; ka, kb: reconstruction sources), signs and im (phase 1 or i).
+    step = [
+        "            if im:",
+        "                proj_im(h, psi, (n * LS + U(s)) * FS, ya, yb, sa, sb)",
+        "            else:",
+        "                proj_re(h, psi, (n * LS + U(s)) * FS, ya, yb, sa, sb)",
+        "{perm}",
+        "            {mult}",
+        "            if im:",
+        "                recon_im(acc, A + U(s) * FS, uh, ka, kb, ra, rb)",
+        "            else:",
+        "                recon_re(acc, A + U(s) * FS, uh, ka, kb, ra, rb)",
+    ]
+
+    def steps(perm, mult):
+        return [x.format(perm=perm, mult=mult) for x in step if x != "{perm}" or perm]
+
+    for sense, fname in (("fwd", "mult"), ("bwd", "mult_adj")):
+        body = [
+            "N4 = U(n4)", "LS = U(Ls)", "O0 = U(o0)",
+            "for o in range(o0, o1):",
+            "    uo = U(o)",
+            "    k = p * N4 + uo",
+            "    if o + PD < n4:",
+            "        # the neighbour spinors and the link PD sites ahead, read in PD sites' time",
+            "        n2 = U(nbr[k + PDU])",
+            "        b2 = n2 * LS * FS",
+            "        for q in range(Ls * NLS):",
+            "            prefetch(psi, b2 + U(q) * LINE)",
+        ] + ([
+            "        b2 = n2 * GS + M",
+            "        for q in range(NLG):",
+            "            prefetch(u, b2 + U(q) * LINE)",
+        ] if sense == "bwd" else [
+            "        b2 = (uo + PDU) * GS + M",
+            "        for q in range(NLG):",
+            "            prefetch(u, b2 + U(q) * LINE)",
+        ]) + [
+            "    n = U(nbr[k])",
+            "    pm = perm[k]",
+            "    A = (uo - O0) * LS * FS",
+        ]
+        if sense == "fwd":
+            # U_mu(x) at the output site: permuted only through the neighbour's half spinor
+            body += ["    lo = uo * GS + M", "    if pm != 0:", "        for s in range(Ls):"]
+            body += steps("            permute(t, K0, h, K0, R12, lanes, pm)", f"{fname}(uh, u, lo, t)")
+        else:
+            # U_mu(x - mu)^dag from the neighbour, lanes permuted like its spinor
+            body += ["    lo = n * GS + M", "    if pm != 0:", "        permute(ul, K0, u, lo, R18, lanes, pm)",
+                     "        for s in range(Ls):"]
+            body += steps("            permute(t, K0, h, K0, R12, lanes, pm)", f"{fname}(uh, ul, K0, t)")
+        body += ["    else:", "        for s in range(Ls):"]
+        body += steps("", f"{fname}(uh, u, lo, h)")
+        what = "U_mu(x) psi(x + mu)" if sense == "fwd" else "U_mu(x - mu)^dag psi(x - mu)"
+        fn(f"point_{sense}(o0, o1, acc, psi, u, nbr, perm, lanes, n4, Ls, p, M, im, ya, yb, sa, sb, ka, kb, ra, rb, "
+           "h, t, uh, ul)", [x[4:] if False else x for x in body],
+           f"acc[tile] += (1 +- g_mu) {what} for point p on outer sites [o0, o1).")
+
     body = [
         "scale = coef[0]", "alpha = coef[1]", "sf = coef[2]", "sb = coef[3]",
-        "acc = np.empty(Ls * 24 * NS, Z)", "h = np.empty(12 * NS, Z)", "t = np.empty(12 * NS, Z)",
+        "acc = np.empty(tile * Ls * 24 * NS, Z)", "h = np.empty(12 * NS, Z)", "t = np.empty(12 * NS, Z)",
         "uh = np.empty(12 * NS, Z)", "ul = np.empty(18 * NS, Z)",
-        "N4 = U(n4)", "LS = U(Ls)", "nacc = Ls * 24 * NS",
-        "for o in range(lo, hi):",
-        "    uo = U(o)",
-        "    zero(acc, nacc)",
-        "    G = uo * GS",
+        "LS = U(Ls)",
+        "for o0 in range(lo, hi, tile):",
+        "    o1 = min(o0 + tile, hi)",
+        "    nrows = (o1 - o0) * Ls * 24",
+        "    zero(acc, nrows * NS)",
     ]
     for p in range(8):
         mu = p % 4
+        pa, pb = gam[mu]
         sg = "sf" if p < 4 else "sb"
-        body += [
-            f"    # point {p}: " + (f"U_{mu}(x) psi(x + {mu})" if p < 4 else f"U_{mu}(x - {mu})^dag psi(x - {mu})"),
-            f"    k = U({p}) * N4 + uo",
-            "    n = U(nbr[k])",
-            "    pm = perm[k]",
-        ]
-        # no array variable is reassigned (that would cost atomic reference counts per site)
-        if p < 4:
-            lk, lo_ = "uf", f"G + M{mu}"
-            body += ["    if pm != 0:", "        pass"]
-        else:
-            lk, lo_ = "ul", "K0"
-            body += ["    if pm != 0:", f"        permute(ul, K0, ub, n * GS + M{mu}, 18, lanes, pm)"]
-        fname = "mult" if p < 4 else "mult_adj"
-        body += [
-            "        for s in range(Ls):",
-            f"            proj{mu}(h, psi, (n * LS + U(s)) * FS, {sg})",
-            "            permute(t, K0, h, K0, 12, lanes, pm)",
-            f"            {fname}(uh, {lk}, {lo_}, t)",
-            f"            recon{mu}(acc, U(s) * FS, uh, {sg})",
-            "    else:",
-            "        for s in range(Ls):",
-            f"            proj{mu}(h, psi, (n * LS + U(s)) * FS, {sg})",
-            f"            {fname}(uh, {'uf' if p < 4 else 'ub'}, {f'G + M{mu}' if p < 4 else f'n * GS + M{mu}'}, h)",
-            f"            recon{mu}(acc, U(s) * FS, uh, {sg})",
-        ]
+        if pa[0][1] != pa[1][1] or pb[0][1] != pb[1][1] or pa[0][1] != pb[0][1]:
+            raise SiteTypeError("spin projection expects one phase kind (real or imaginary) per gamma matrix")
+        im = pa[0][1]
+        sgn = lambda x: sg if x > 0 else f"-{sg}"  # noqa: E731
+        body.append(
+            f"    point_{'fwd' if p < 4 else 'bwd'}(o0, o1, acc, psi, {'uf' if p < 4 else 'ub'}, nbr, perm, lanes, n4, Ls, "
+            f"P{p}, M{mu}, K{im}, Q{3 * (2 + pa[0][0])}, Q{3 * (2 + pa[1][0])}, {sgn(pa[0][2])}, {sgn(pa[1][2])}, "
+            f"Q{3 * pb[0][0]}, Q{3 * pb[1][0]}, {sgn(pb[0][2])}, {sgn(pb[1][2])}, h, t, uh, ul)")
     body += [
+        "    D = U(o0) * LS * FS",
         "    if use_diag:",
-        "        for s in range(Ls):",
-        "            write_diag(out, (uo * LS + U(s)) * FS, acc, U(s) * FS, scale, diag, alpha)",
+        "        write_diag(out, D, acc, K0, scale, diag, alpha, nrows)",
         "    else:",
-        "        for s in range(Ls):",
-        "            write(out, (uo * LS + U(s)) * FS, acc, U(s) * FS, scale)",
+        "        write(out, D, acc, K0, scale, nrows)",
     ]
-    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, n4, Ls, coef, diag, use_diag)", body,
-       "The hopping term on 4D outer sites [lo, hi) (all Ls slices); flat buffers, see dhop().")
+    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, n4, Ls, coef, diag, use_diag, tile)", body,
+       "The hopping term on 4D outer sites [lo, hi) (all Ls slices) in tiles of outer sites; see dhop().")
     return "\n".join(out) + "\n"
 
 _kernels = {}
@@ -312,6 +413,14 @@ def _threads():
         return numba.get_num_threads()
     except Exception:  # pragma: no cover
         return 1
+
+
+#: bytes of the per-tile accumulator (Ls slices of a tile of outer sites), sized to stay in L1
+TILE_BYTES = 24 * 1024
+
+
+def _tile(Ls, nsimd, dtype):
+    return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
 
 
 def _flat(a, name):
@@ -362,5 +471,5 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     backend.accelerator_for(
         n4, k, _flat(out, "out"), _flat(psi, "psi"), _flat(uf, "uf"), _flat(ub, "ub"),
         stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
-        n4, int(Ls), coef, _flat(diag, "diag"), use_diag)
+        n4, int(Ls), coef, _flat(diag, "diag"), use_diag, _tile(Ls, nsimd, dtype))
     return out
