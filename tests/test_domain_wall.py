@@ -17,6 +17,7 @@ import pytest
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
 from pygrid.tensors.constant import Gamma
+from numpy_refs import dhop_ref
 
 G = [np.asarray(Gamma.mu[mu].array()) for mu in range(4)]
 G5 = np.asarray(Gamma.Five.array())
@@ -28,19 +29,6 @@ B, C = 1.5, 0.5
 
 
 # ---- the independent implementation ----------------------------------------------------------
-def dhop_ref(U, psi, dag=False):
-    """4D: -1/2 sum_mu [(1 -+ g_mu) U_mu(x) psi(x+mu) + (1 +- g_mu) U_mu(x-mu)^dag psi(x-mu)]."""
-    sgn = 1.0 if dag else -1.0
-    res = np.zeros_like(psi)
-    for mu in range(4):
-        Umu = U[..., mu, :, :]
-        t = np.einsum("...ab,...sb->...sa", Umu, np.roll(psi, -1, axis=mu))
-        res += t + sgn * np.einsum("st,...tc->...sc", G[mu], t)
-        Ub = np.roll(Umu, 1, axis=mu)
-        t = np.einsum("...ba,...sb->...sa", Ub.conj(), np.roll(psi, 1, axis=mu))
-        res += t - sgn * np.einsum("st,...tc->...sc", G[mu], t)
-    return -0.5 * res
-
 
 def spin(m, a):
     return np.einsum("st,...tc->...sc", m, a)

@@ -266,3 +266,11 @@ def test_eval_of_field_copies(fields):
     _, _, psi, _ = fields
     c = pg.eval(psi)
     assert c is not psi and np.array_equal(c.to_numpy(), psi.to_numpy())
+
+
+def test_gamma_matrices_are_designs_chiral_basis():
+    from numpy_refs import GAMMA_5, GAMMA_MU
+
+    for mu, g in enumerate(GAMMA_MU):
+        np.testing.assert_array_equal(pg.Gamma.mu[mu].array(), g)
+    np.testing.assert_array_equal(pg.Gamma.Five.array(), GAMMA_5)

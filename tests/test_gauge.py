@@ -4,20 +4,8 @@ import pytest
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401
+from numpy_refs import plaquette_ref
 
-
-def plaquette_ref(Un):
-    """numpy: 1/(6V) sum_x sum_{mu<nu} Re tr[U_mu(x) U_nu(x+mu) U_mu(x+nu)^dag U_nu(x)^dag] / 3."""
-    tot, n = 0.0, 0
-    for mu in range(4):
-        for nu in range(mu + 1, 4):
-            a = Un[..., mu, :, :]
-            b = np.roll(Un[..., nu, :, :], -1, axis=mu)
-            c = np.roll(Un[..., mu, :, :], -1, axis=nu).conj().swapaxes(-1, -2)
-            d = Un[..., nu, :, :].conj().swapaxes(-1, -2)
-            tot += np.einsum("...ab,...bc,...cd,...da->...", a, b, c, d).real.sum()
-            n += 1
-    return tot / (3 * n * np.prod(Un.shape[:4]))
 
 
 @pytest.fixture(params=[((4, 4, 4, 4), None), ((4, 4, 4, 8), (1, 2, 1, 2))])

@@ -13,6 +13,7 @@ import pygrid.io  # noqa: F401
 import pygrid.io.atomic
 import pygrid.qcd  # noqa: F401
 from pygrid.io import ChecksumError, FormatError, TruncatedFileError
+from numpy_refs import plaquette_ref, link_trace_ref
 
 MAGIC = 0x456789AB
 LAYOUTS = [((4, 4, 4, 4), None), ((2, 2, 2, 4), None), ((4, 4, 4, 8), (1, 1, 2, 2))]
@@ -33,21 +34,6 @@ def hot44():
 
 # ---- independent references --------------------------------------------------------------
 
-def plaquette_ref(Un):
-    tot, n = 0.0, 0
-    for mu in range(4):
-        for nu in range(mu + 1, 4):
-            a = Un[..., mu, :, :]
-            b = np.roll(Un[..., nu, :, :], -1, axis=mu)
-            c = np.roll(Un[..., mu, :, :], -1, axis=nu).conj().swapaxes(-1, -2)
-            d = Un[..., nu, :, :].conj().swapaxes(-1, -2)
-            tot += np.einsum("...ab,...bc,...cd,...da->...", a, b, c, d).real.sum()
-            n += 1
-    return tot / (3 * n * np.prod(Un.shape[:4]))
-
-
-def link_trace_ref(Un):
-    return np.einsum("...aa->...", Un).real.mean() / 3
 
 
 def binary_payload(Un, bits):

@@ -6,6 +6,7 @@ import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
 from pygrid.qcd import kernels_wilson as kw
 from pygrid.tensors.constant import Gamma
+from numpy_refs import dhop_ref
 
 G = [Gamma.mu[mu].array() for mu in range(4)]
 G5 = Gamma.Five.array()
@@ -19,21 +20,6 @@ MASS = 0.1
 
 
 # ---- the independent implementation: np.roll and einsum on to_numpy arrays ----
-def dhop_ref(U, psi, dag=False):
-    """-1/2 sum_mu [(1 -+ g_mu) U_mu(x) psi(x+mu) + (1 +- g_mu) U_mu(x-mu)^dag psi(x-mu)]."""
-    U = U.astype(np.complex128)
-    psi = psi.astype(np.complex128)
-    sgn = 1.0 if dag else -1.0
-    res = np.zeros_like(psi)
-    for mu in range(4):
-        Umu = U[..., mu, :, :]
-        t = np.einsum("...ab,...sb->...sa", Umu, np.roll(psi, -1, axis=mu))
-        res += t + sgn * np.einsum("st,...tc->...sc", G[mu], t)
-        Ub = np.roll(Umu, 1, axis=mu)
-        t = np.einsum("...ba,...sb->...sa", Ub.conj(), np.roll(psi, 1, axis=mu))
-        res += t - sgn * np.einsum("st,...tc->...sc", G[mu], t)
-    return -0.5 * res
-
 
 def m_ref(U, psi, mass, dag=False):
     return (4 + mass) * psi.astype(np.complex128) + dhop_ref(U, psi, dag)
