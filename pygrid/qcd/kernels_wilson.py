@@ -37,8 +37,11 @@ about 1.5x at 16^4 here).  Per 4D site and point the
 link is loaded (lane-permuted for a wrapped backward neighbour, and daggered
 in the multiply) once and reused for all Ls slices; per slice the neighbour
 spinor is projected to a half spinor (2 spins x 3 colours), its lanes are
-permuted only when the neighbour wrapped around a virtual node, it is
-multiplied by U or U^dag and reconstructed into the accumulator; the tile is
+permuted only when the neighbour wrapped around a virtual node (a constant
+lane map ``l ^ x`` for the half swap of a 2-way split dimension, which LLVM
+turns into a vector shuffle; an indexed gather for any other map), and
+``mr``/``mr_adj`` multiply it by U or U^dag one colour row at a time and add
+the rebuilt spinor to the accumulator (U h is never stored to scratch); the tile is
 written once: 1320 flops per site (Grid's count).
 
 Code generation follows what makes numba's LLVM vectorise the lanes: flat 1D
@@ -231,44 +234,44 @@ def _source(ns, dtype):
             body += ["    " + x for x in store("h", f"Q{3 * a} + C", f"x{a}r{{l}}" + tr, f"x{a}i{{l}}" + ti)]
         fn(f"proj_{kind}(h, psi, po, ya, yb, sa, sb)", body,
            "Half spinor h_a = psi_a + s_a " + ("i " if imag else "") + "psi[y_a] (a = 0, 1) of the spinor at psi[po:].")
-        # reconstruction: acc_a += uh_a, acc_{2+b} += s_b ph uh[k_b]
-        body = ["A = U(ao)", "for c in range(3):", "    C = U(c) * Q1"]
-        for a in range(2):
-            body += ["    " + x for x in load(f"h{a}", "uh", f"Q{3 * a} + C")]
-        for b, k in enumerate(("ka", "kb")):
-            body += ["    " + x for x in load(f"g{b}", "uh", f"{k} + C")]
-        for sp in range(4):
-            body += ["    " + x for x in load(f"a{sp}", "acc", f"A + Q{3 * sp} + C")]
-        for a in range(2):
-            body += ["    " + x for x in store("acc", f"A + Q{3 * a} + C", f"a{a}r{{l}} + h{a}r{{l}}",
-                                              f"a{a}i{{l}} + h{a}i{{l}}")]
-        for b, sg in enumerate(("sa", "sb")):
-            tr, ti = times_phase(imag, 1, f"g{b}", sg)
-            body += ["    " + x for x in store("acc", f"A + Q{3 * (2 + b)} + C", f"a{2 + b}r{{l}}" + tr,
-                                              f"a{2 + b}i{{l}}" + ti)]
-        fn(f"recon_{kind}(acc, ao, uh, ka, kb, sa, sb)", body,
-           "acc[ao:] += the full spinor (uh_0, uh_1, s_a " + ("i " if imag else "") + "uh[k_a], s_b "
-           + ("i " if imag else "") + "uh[k_b]) rebuilt from the half spinor uh.")
 
-    # colour multiply of the half spinor: uh_a = U h_a (adj: U^dag h_a)
-    for name, adj in (("mult", False), ("mult_adj", True)):
-        body = ["B = U(uo)", "for i in range(3):", "    I = U(i) * Q1" if adj else "    I = U(i) * Q3"]
-        for j in range(3):
-            # U[i, j] (row i) or U[j, i] (column i, conjugated later)
-            body += ["    " + x for x in load(f"u{j}", "u", f"B + I + Q{3 * j if adj else j}")]
-        for a in range(2):
+    # colour multiply fused with the reconstruction: the half spinor h is loaded once into locals,
+    # and per colour row i, uh_a = (U h_a)_i (adj: (U^dag h_a)_i) stays in registers and is added
+    # to the accumulator as acc_a += uh_a, acc_{2+b} += s_b ph uh[k_b] (k_0 = sw, k_1 = 1 - sw)
+    for kind, imag in (("re", 0), ("im", 1)):
+        for name, adj in (("mr", False), ("mr_adj", True)):
+            body = ["A = U(ao)", "B = U(uo)"]
+            for a in range(2):
+                for j in range(3):
+                    body += load(f"h{a}{j}", "h", f"Q{3 * a + j}")
+            body += ["for i in range(3):", "    I = U(i) * Q1" if adj else "    I = U(i) * Q3", "    C = U(i) * Q1"]
             for j in range(3):
-                body += ["    " + x for x in load(f"h{a}{j}", "h", f"Q{3 * a + j}")]
-        for a in range(2):
-            if adj:
-                re = " + ".join(f"u{j}r{{l}} * h{a}{j}r{{l}} + u{j}i{{l}} * h{a}{j}i{{l}}" for j in range(3))
-                im = " + ".join(f"u{j}r{{l}} * h{a}{j}i{{l}} - u{j}i{{l}} * h{a}{j}r{{l}}" for j in range(3))
-            else:
-                re = " + ".join(f"u{j}r{{l}} * h{a}{j}r{{l}} - u{j}i{{l}} * h{a}{j}i{{l}}" for j in range(3))
-                im = " + ".join(f"u{j}r{{l}} * h{a}{j}i{{l}} + u{j}i{{l}} * h{a}{j}r{{l}}" for j in range(3))
-            body += ["    " + x for x in store("uh", f"Q{3 * a} + U(i) * Q1", re, im)]
-        fn(f"{name}(uh, u, uo, h)", body,
-           "uh = " + ("U^dag" if adj else "U") + " h for the two spins of a half spinor, U the 3x3 link at u[uo:].")
+                body += ["    " + x for x in load(f"u{j}", "u", f"B + I + Q{3 * j if adj else j}")]
+            for a in range(2):
+                if adj:
+                    re = " + ".join(f"u{j}r{{l}} * h{a}{j}r{{l}} + u{j}i{{l}} * h{a}{j}i{{l}}" for j in range(3))
+                    im = " + ".join(f"u{j}r{{l}} * h{a}{j}i{{l}} - u{j}i{{l}} * h{a}{j}r{{l}}" for j in range(3))
+                else:
+                    re = " + ".join(f"u{j}r{{l}} * h{a}{j}r{{l}} - u{j}i{{l}} * h{a}{j}i{{l}}" for j in range(3))
+                    im = " + ".join(f"u{j}r{{l}} * h{a}{j}i{{l}} + u{j}i{{l}} * h{a}{j}r{{l}}" for j in range(3))
+                body.append("    " + assign([f"w{a}r{l}" for l in L], [re.format(l=l) for l in L]))
+                body.append("    " + assign([f"w{a}i{l}" for l in L], [im.format(l=l) for l in L]))
+            for b in range(2):
+                for c in "ri":
+                    body.append("    " + assign([f"g{b}{c}{l}" for l in L],
+                                               [f"w{1 - b}{c}{l} if sw else w{b}{c}{l}" for l in L]))
+            for sp in range(4):
+                body += ["    " + x for x in load(f"a{sp}", "acc", f"A + Q{3 * sp} + C")]
+            for a in range(2):
+                body += ["    " + x for x in store("acc", f"A + Q{3 * a} + C", f"a{a}r{{l}} + w{a}r{{l}}",
+                                                  f"a{a}i{{l}} + w{a}i{{l}}")]
+            for b, sg in enumerate(("sa", "sb")):
+                tr, ti = times_phase(imag, 1, f"g{b}", sg)
+                body += ["    " + x for x in store("acc", f"A + Q{3 * (2 + b)} + C", f"a{2 + b}r{{l}}" + tr,
+                                                  f"a{2 + b}i{{l}}" + ti)]
+            fn(f"{name}_{kind}(acc, ao, u, uo, h, sw, sa, sb)", body,
+               "acc[ao:] += the spinor rebuilt from uh = " + ("U^dag" if adj else "U")
+               + " h (U the link at u[uo:], h a half spinor), with phase " + ("i" if imag else "1") + ".")
 
     fn("permute(d, doff, s, soff, nrows, lanes, pm)", [
         "po = U(pm) * S1",
@@ -280,6 +283,19 @@ def _source(ns, dtype):
         "    " + assign([f"t{l}" for l in L], [f"s[S + q + m{l}]" for l in L]),
         "    " + assign([f"d[D + q + K{l}]" for l in L], [f"t{l}" for l in L]),
     ], "d[doff:] = nrows rows of NS lanes from s[soff:], lane l read from lane lanes[pm, l].")
+    # the same with the lane map l -> l ^ x for a power of two x (the half swap of one SIMD-split
+    # dimension, the only permute of a 2-way split): constant lane offsets, which LLVM turns into
+    # a vector load and a shuffle; any other map falls back to the indexed gather above
+    body = ["D = U(doff)", "S = U(soff)"]
+    xs = [1 << b for b in range(NS.bit_length() - 1)]
+    for i, x in enumerate(xs):
+        body += [f"{'if' if i == 0 else 'elif'} px == {x}:", "    for r in range(nrows):", "        q = U(r) * S1",
+                 "        " + assign([f"t{l}" for l in L], [f"s[S + q + K{l ^ x}]" for l in L]),
+                 "        " + assign([f"d[D + q + K{l}]" for l in L], [f"t{l}" for l in L])]
+    body += (["else:", "    permute(d, doff, s, soff, nrows, lanes, pm)"] if xs else
+             ["permute(d, doff, s, soff, nrows, lanes, pm)"])
+    fn("permx(d, doff, s, soff, nrows, lanes, pm, px)", body,
+       "permute() with the lane map given as an xor mask px when px > 0 (see lane_xor()).")
     fn("zero(d, n)", ["for i in range(n):", "    d[U(i)] = Z(0.0)"], "d[:n] = 0.")
     fn("write(d, doff, a, aoff, scale, nrows)", [
         "D = U(doff)", "A = U(aoff)", "for r in range(nrows):", "    q = U(r) * S1",
@@ -296,24 +312,23 @@ def _source(ns, dtype):
     # one helper per direction sense: the contribution of point p (mu, forward or backward) to a
     # tile of outer sites [o0, o1), all Ls slices; one neighbour stream at a time, the link loaded
     # once per 4D site and reused for every slice.  The gamma structure of mu comes in as offsets
-    # (ya, yb: partner spins; ka, kb: reconstruction sources), signs and im (phase 1 or i).
+    # (ya, yb: partner spins; sw: 1 if the reconstruction swaps the two halves), signs and im (phase 1 or i).
     step = [
         "            if im:",
         "                proj_im(h, psi, (n * LS + U(s)) * FS, ya, yb, sa, sb)",
         "            else:",
         "                proj_re(h, psi, (n * LS + U(s)) * FS, ya, yb, sa, sb)",
         "{perm}",
-        "            {mult}",
         "            if im:",
-        "                recon_im(acc, A + U(s) * FS, uh, ka, kb, ra, rb)",
+        "                {mult}_im(acc, A + U(s) * FS, {mult_args}, sw, ra, rb)",
         "            else:",
-        "                recon_re(acc, A + U(s) * FS, uh, ka, kb, ra, rb)",
+        "                {mult}_re(acc, A + U(s) * FS, {mult_args}, sw, ra, rb)",
     ]
 
     def steps(perm, mult):
-        return [x.format(perm=perm, mult=mult) for x in step if x != "{perm}" or perm]
+        return [x.format(perm=perm, mult=fname, mult_args=mult) for x in step if x != "{perm}" or perm]
 
-    for sense, fname in (("fwd", "mult"), ("bwd", "mult_adj")):
+    for sense, fname in (("fwd", "mr"), ("bwd", "mr_adj")):
         body = [
             "N4 = U(n4)", "LS = U(Ls)", "O0 = U(o0)",
             "for o in range(o0, o1):",
@@ -336,28 +351,29 @@ def _source(ns, dtype):
         ]) + [
             "    n = U(nbr[k])",
             "    pm = perm[k]",
+            "    px = pxor[pm]",
             "    A = (uo - O0) * LS * FS",
         ]
         if sense == "fwd":
             # U_mu(x) at the output site: permuted only through the neighbour's half spinor
             body += ["    lo = uo * GS + M", "    if pm != 0:", "        for s in range(Ls):"]
-            body += steps("            permute(t, K0, h, K0, R12, lanes, pm)", f"{fname}(uh, u, lo, t)")
+            body += steps("            permx(t, K0, h, K0, R12, lanes, pm, px)", "u, lo, t")
         else:
             # U_mu(x - mu)^dag from the neighbour, lanes permuted like its spinor
-            body += ["    lo = n * GS + M", "    if pm != 0:", "        permute(ul, K0, u, lo, R18, lanes, pm)",
+            body += ["    lo = n * GS + M", "    if pm != 0:", "        permx(ul, K0, u, lo, R18, lanes, pm, px)",
                      "        for s in range(Ls):"]
-            body += steps("            permute(t, K0, h, K0, R12, lanes, pm)", f"{fname}(uh, ul, K0, t)")
+            body += steps("            permx(t, K0, h, K0, R12, lanes, pm, px)", "ul, K0, t")
         body += ["    else:", "        for s in range(Ls):"]
-        body += steps("", f"{fname}(uh, u, lo, h)")
+        body += steps("", "u, lo, h")
         what = "U_mu(x) psi(x + mu)" if sense == "fwd" else "U_mu(x - mu)^dag psi(x - mu)"
-        fn(f"point_{sense}(o0, o1, acc, psi, u, nbr, perm, lanes, n4, Ls, p, M, im, ya, yb, sa, sb, ka, kb, ra, rb, "
-           "h, t, uh, ul)", [x[4:] if False else x for x in body],
+        fn(f"point_{sense}(o0, o1, acc, psi, u, nbr, perm, lanes, pxor, n4, Ls, p, M, im, ya, yb, sa, sb, sw, ra, rb, "
+           "h, t, ul)", [x[4:] if False else x for x in body],
            f"acc[tile] += (1 +- g_mu) {what} for point p on outer sites [o0, o1).")
 
     body = [
         "scale = coef[0]", "alpha = coef[1]", "sf = coef[2]", "sb = coef[3]",
         "acc = np.empty(tile * Ls * 24 * NS, Z)", "h = np.empty(12 * NS, Z)", "t = np.empty(12 * NS, Z)",
-        "uh = np.empty(12 * NS, Z)", "ul = np.empty(18 * NS, Z)",
+        "ul = np.empty(18 * NS, Z)",
         "LS = U(Ls)",
         "for o0 in range(lo, hi, tile):",
         "    o1 = min(o0 + tile, hi)",
@@ -368,14 +384,16 @@ def _source(ns, dtype):
         mu = p % 4
         pa, pb = gam[mu]
         sg = "sf" if p < 4 else "sb"
+        if pb[0][0] + pb[1][0] != 1:
+            raise SiteTypeError("spin reconstruction expects the lower block of gamma_mu to be a permutation")
         if pa[0][1] != pa[1][1] or pb[0][1] != pb[1][1] or pa[0][1] != pb[0][1]:
             raise SiteTypeError("spin projection expects one phase kind (real or imaginary) per gamma matrix")
         im = pa[0][1]
         sgn = lambda x: sg if x > 0 else f"-{sg}"  # noqa: E731
         body.append(
-            f"    point_{'fwd' if p < 4 else 'bwd'}(o0, o1, acc, psi, {'uf' if p < 4 else 'ub'}, nbr, perm, lanes, n4, Ls, "
+            f"    point_{'fwd' if p < 4 else 'bwd'}(o0, o1, acc, psi, {'uf' if p < 4 else 'ub'}, nbr, perm, lanes, pxor, n4, Ls, "
             f"P{p}, M{mu}, K{im}, Q{3 * (2 + pa[0][0])}, Q{3 * (2 + pa[1][0])}, {sgn(pa[0][2])}, {sgn(pa[1][2])}, "
-            f"Q{3 * pb[0][0]}, Q{3 * pb[1][0]}, {sgn(pb[0][2])}, {sgn(pb[1][2])}, h, t, uh, ul)")
+            f"K{pb[0][0]}, {sgn(pb[0][2])}, {sgn(pb[1][2])}, h, t, ul)")
     body += [
         "    D = U(o0) * LS * FS",
         "    if use_diag:",
@@ -383,7 +401,7 @@ def _source(ns, dtype):
         "    else:",
         "        write(out, D, acc, K0, scale, nrows)",
     ]
-    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, n4, Ls, coef, diag, use_diag, tile)", body,
+    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile)", body,
        "The hopping term on 4D outer sites [lo, hi) (all Ls slices) in tiles of outer sites; see dhop().")
     return "\n".join(out) + "\n"
 
@@ -421,6 +439,18 @@ TILE_BYTES = 24 * 1024
 
 def _tile(Ls, nsimd, dtype):
     return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
+
+
+def lane_xor(lanes):
+    """Per permute pm, the x with lanes[pm, l] == l ^ x for all l if x is a power of two, else 0 (generic)."""
+    lanes = np.asarray(lanes).reshape(len(lanes), -1)
+    ids = np.arange(lanes.shape[1])
+    out = np.zeros(len(lanes), np.int64)
+    for pm, row in enumerate(lanes):
+        x = int(row[0])
+        if pm and x and x & (x - 1) == 0 and np.array_equal(row, ids ^ x):
+            out[pm] = x
+    return out
 
 
 def _flat(a, name):
@@ -471,5 +501,5 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     backend.accelerator_for(
         n4, k, _flat(out, "out"), _flat(psi, "psi"), _flat(uf, "uf"), _flat(ub, "ub"),
         stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
-        n4, int(Ls), coef, _flat(diag, "diag"), use_diag, _tile(Ls, nsimd, dtype))
+        lane_xor(stencil.lanes), n4, int(Ls), coef, _flat(diag, "diag"), use_diag, _tile(Ls, nsimd, dtype))
     return out
