@@ -3,6 +3,8 @@
 Gamma matrices are typed in from DESIGN.md's Conventions (Grid's chiral basis),
 so tests that use them also pin pygrid's own constants (tests/test_expr.py).
 """
+import zlib
+
 import numpy as np
 
 I = 1j
@@ -49,3 +51,14 @@ def dhop_ref(U, psi, dag=False):
         t = np.einsum("...ba,...sb->...sa", Ub.conj(), np.roll(psi, 1, axis=mu))
         res += t - sgn * np.einsum("st,...tc->...sc", GAMMA_MU[mu], t)
     return -0.5 * res
+
+
+def scidac_ref(payload, site_bytes):
+    """SciDAC checksum by its definition: per-site CRC32 rotated by rank mod 29 / mod 31, XORed."""
+    a = b = 0
+    for r in range(len(payload) // site_bytes):
+        c = zlib.crc32(payload[r * site_bytes:(r + 1) * site_bytes]) & 0xFFFFFFFF
+        ra, rb = r % 29, r % 31
+        a ^= ((c << ra) | (c >> (32 - ra))) & 0xFFFFFFFF
+        b ^= ((c << rb) | (c >> (32 - rb))) & 0xFFFFFFFF
+    return a, b

@@ -3,7 +3,6 @@ LIME/ILDG/SciDAC definitions, the structure of what we write, every corruption, 
 import errno
 import os
 import struct
-import zlib
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import pygrid.io  # noqa: F401
 import pygrid.io.atomic
 import pygrid.qcd  # noqa: F401
 from pygrid.io import ChecksumError, FormatError, TruncatedFileError
-from numpy_refs import plaquette_ref, link_trace_ref
+from numpy_refs import plaquette_ref, link_trace_ref, scidac_ref
 
 MAGIC = 0x456789AB
 LAYOUTS = [((4, 4, 4, 4), None), ((2, 2, 2, 4), None), ((4, 4, 4, 8), (1, 1, 2, 2))]
@@ -44,15 +43,6 @@ def binary_payload(Un, bits):
         vals += [float(z.real), float(z.imag)]
     return struct.pack((">%dd" if bits == 64 else ">%df") % len(vals), *vals)
 
-
-def scidac_ref(payload, site_bytes):
-    a = b = 0
-    for r in range(len(payload) // site_bytes):
-        c = zlib.crc32(payload[r * site_bytes:(r + 1) * site_bytes]) & 0xFFFFFFFF
-        ra, rb = r % 29, r % 31
-        a ^= ((c << ra) | (c >> (32 - ra))) & 0xFFFFFFFF
-        b ^= ((c << rb) | (c >> (32 - rb))) & 0xFFFFFFFF
-    return a, b
 
 
 def lime_record(rtype, data, mb, me):

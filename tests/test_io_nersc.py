@@ -4,7 +4,6 @@ and `pygrid convert`."""
 import errno
 import os
 import struct
-import zlib
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ import pygrid.io  # noqa: F401
 import pygrid.io.atomic
 import pygrid.qcd  # noqa: F401
 from pygrid.io import ChecksumError, FormatError, TruncatedFileError
-from numpy_refs import plaquette_ref, link_trace_ref
+from numpy_refs import plaquette_ref, link_trace_ref, scidac_ref
 
 LAYOUTS = [((4, 4, 4, 4), None), ((2, 2, 2, 4), None), ((4, 4, 4, 8), (1, 1, 2, 2))]
 
@@ -55,15 +54,6 @@ def nersc_sum_ref(payload, big):
     n = len(payload) // 4
     return sum(struct.unpack((">" if big else "<") + "%dI" % n, payload)) % 2 ** 32
 
-
-def scidac_ref(payload, site_bytes):
-    a = b = 0
-    for r in range(len(payload) // site_bytes):
-        c = zlib.crc32(payload[r * site_bytes:(r + 1) * site_bytes]) & 0xFFFFFFFF
-        ra, rb = r % 29, r % 31
-        a ^= ((c << ra) | (c >> (32 - ra))) & 0xFFFFFFFF
-        b ^= ((c << rb) | (c >> (32 - rb))) & 0xFFFFFFFF
-    return a, b
 
 
 def messy_header(dims, datatype, fp, checksum, plaq, ltr):

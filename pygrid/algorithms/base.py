@@ -91,3 +91,22 @@ def finish(solver, log, A, *, converged, k, true_res, final_res, history, elapse
         if solver.raise_on_fail:
             raise SolverError(solver.name, k, final_res, solver.tol, rec, reason)
     return rec
+
+
+class IterativeSolver:
+    """What every Krylov solver here shares: its options, checked, and the call form."""
+
+    def __init__(self, tol, maxiter, verbose, raise_on_fail, log_every, name):
+        if not tol > 0:
+            raise ValueError(f"{name}: tol must be positive, got {tol!r}")
+        if int(maxiter) < 0:
+            raise ValueError(f"{name}: maxiter must be >= 0, got {maxiter!r}")
+        self.tol = float(tol)
+        self.maxiter = int(maxiter)
+        self.verbose = verbose
+        self.raise_on_fail = raise_on_fail
+        self.log_every = max(1, int(log_every))
+        self.name = name
+
+    def __call__(self, op, b, x0=None):
+        return self.solve(op, b, x0)

@@ -5,14 +5,14 @@ import math
 import time
 
 from ..lattice import inner_product, norm2
-from .base import SolverRecord, finish, rel, vector_flops
+from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_operator
 
 __all__ = ["BiCGStab"]
 
 
-class BiCGStab:
+class BiCGStab(IterativeSolver):
     """Stabilised biconjugate gradient (van der Vorst): ``x, record = BiCGStab(tol)(op, b, x0=None)``.
 
     Solves ``op.M x = b`` for a general non-singular ``op.M`` (``op`` follows
@@ -24,17 +24,7 @@ class BiCGStab:
 
     def __init__(self, tol=1e-8, maxiter=1000, verbose=None, raise_on_fail=False, log_every=10,
                  name="BiCGStab"):
-        if not tol > 0:
-            raise ValueError(f"BiCGStab: tol must be positive, got {tol!r}")
-        self.tol = float(tol)
-        self.maxiter = int(maxiter)
-        self.verbose = verbose
-        self.raise_on_fail = raise_on_fail
-        self.log_every = max(1, int(log_every))
-        self.name = name
-
-    def __call__(self, op, b, x0=None):
-        return self.solve(op, b, x0)
+        super().__init__(tol, maxiter, verbose, raise_on_fail, log_every, name)
 
     def solve(self, op, b, x0=None):
         A = as_operator(op)

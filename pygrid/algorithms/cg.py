@@ -5,14 +5,14 @@ import math
 import time
 
 from ..lattice import inner_product, norm2
-from .base import SolverRecord, finish, rel, vector_flops
+from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_hermitian
 
 __all__ = ["ConjugateGradient"]
 
 
-class ConjugateGradient:
+class ConjugateGradient(IterativeSolver):
     """Conjugate gradient: ``x, record = ConjugateGradient(tol=1e-8)(op, b, x0=None)``.
 
     Solves ``A x = b`` for Hermitian positive definite ``A``: ``op`` is a
@@ -31,19 +31,7 @@ class ConjugateGradient:
 
     def __init__(self, tol=1e-8, maxiter=1000, verbose=None, raise_on_fail=False, log_every=10,
                  name="ConjugateGradient"):
-        if not tol > 0:
-            raise ValueError(f"ConjugateGradient: tol must be positive, got {tol!r}")
-        if int(maxiter) < 0:
-            raise ValueError(f"ConjugateGradient: maxiter must be >= 0, got {maxiter!r}")
-        self.tol = float(tol)
-        self.maxiter = int(maxiter)
-        self.verbose = verbose
-        self.raise_on_fail = raise_on_fail
-        self.log_every = max(1, int(log_every))
-        self.name = name
-
-    def __call__(self, op, b, x0=None):
-        return self.solve(op, b, x0)
+        super().__init__(tol, maxiter, verbose, raise_on_fail, log_every, name)
 
     def solve(self, op, b, x0=None, true_residual=True):
         A = as_hermitian(op)
