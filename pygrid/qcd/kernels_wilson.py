@@ -27,32 +27,37 @@ Structure (generated source, one module per lane count and precision, numba's
 on-disk cache keeps the machine code).  The kernel is a nogil
 ``dhop_kernel(lo, hi, ...)`` over 4D outer sites, launched with the backend's
 ``accelerator_for`` (a thread pool; no ``prange``, whose spinning OpenMP
-threads fight the other pools on a 2-core machine).  It walks tiles of outer
-sites (accumulator of the tile, all Ls slices, about 24 KiB: ``TILE_BYTES``)
-and calls one helper per point and tile (``point_fwd``/``point_bwd``, the
-gamma structure of mu passed as spin offsets and signs), so the neighbour
-spinors of one direction are read as one stream, with a software prefetch
-of the neighbour spinor and link ``PREFETCH_DISTANCE`` sites ahead (worth
-about 1.5x at 16^4 here).  Per 4D site and point the
-link is loaded (lane-permuted for a wrapped backward neighbour, and daggered
-in the multiply) once and reused for all Ls slices; per slice the neighbour
-spinor is projected to a half spinor (2 spins x 3 colours), its lanes are
-permuted only when the neighbour wrapped around a virtual node (a constant
-lane map ``l ^ x`` for the half swap of a 2-way split dimension, which LLVM
-turns into a vector shuffle; an indexed gather for any other map), and
-``mr``/``mr_adj`` multiply it by U or U^dag one colour row at a time and add
-the rebuilt spinor to the accumulator (U h is never stored to scratch); the tile is
-written once: 1320 flops per site (Grid's count).
+threads fight the other pools on a 2-core machine).  It is written with
+explicit SIMD vectors (:mod:`pygrid.accelerator.simd_numba`: one variable is
+one ``<Nsimd x real>`` register, so every operation is a vector instruction and
+the source is Nsimd times shorter than a lane-unrolled one).
 
-Code generation follows what makes numba's LLVM vectorise the lanes: flat 1D
-arrays indexed with unsigned integers (``U = np.uint64``), every lane written
-out and all lanes of the operands loaded before anything is stored (the SLP
-vectoriser then merges them), colour loops kept as loops inside small helper
-functions (compile time grows faster than linearly with function size), no
-array variable reassigned in the site loop (numba would count references with
-atomics on every site, which two threads contend on), and integer arguments
-passed as typed globals (an integer literal argument compiles a variant of the
-callee per value).
+It walks tiles of outer sites (accumulator of the tile, all Ls slices, about
+24 KiB: ``TILE_BYTES``) and, per tile, one loop per stencil point, so the
+neighbour spinors of one direction are read as one stream, with a software
+prefetch of the neighbour spinors and link ``PREFETCH_DISTANCE`` sites ahead.
+Per site, slice and point, everything stays in registers: the neighbour is
+projected to a half spinor (2 spins x 3 colours, 12 vectors) with the +-1/+-i
+structure of g_mu fixed in the code and the sign (forward, backward, dagger)
+a splatted +-1 folded into fused multiply-adds; its lanes are permuted only
+when the neighbour wrapped around a virtual node (a constant lane map
+``l ^ x``, one shuffle per vector, for the half swap of a 2-way split
+dimension; any other map through the lane table); it is multiplied by U (or
+U^dag of the backward link, whose product is permuted instead of the link)
+and the rebuilt spinor is added to the tile's accumulator.  The last point
+writes ``scale * acc + alpha * diag`` straight to ``out``: 1320 flops per site
+(Grid's count).
+
+Measured alternatives (docs/performance.md): one pass over the 8 points per
+site with the accumulator in registers is 1.3x faster in cache but slower
+from memory at 16^4 (eight neighbour streams at once, and at power-of-two
+extents the neighbours share L1 sets); the lane-unrolled kernel that relied
+on LLVM's SLP vectoriser was 10-35% slower.  Flat 1D arrays are indexed
+with unsigned integers (``U = np.uint64``; numba's wraparound checks on
+signed indices defeat vectorisation); small helpers are inlined by numba
+(``inline="always"``), so the vectors never go through memory between them;
+no array variable is reassigned in the site loop (numba would count
+references with atomics on every site, which two threads contend on).
 
 Spin projection in Grid's chiral basis: every g_mu = [[0, A], [B, 0]] with
 2x2 blocks, AB = 1, and each row of A and B has one nonzero entry, +-1 or +-i.
@@ -69,31 +74,10 @@ import functools
 
 import numpy as np
 
+from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
 from ..errors import ConformabilityError, SiteTypeError
 from ..tensors.constant import Gamma
-
-try:
-    from llvmlite import ir as _ir
-    from numba.core import cgutils as _cgutils
-    from numba.core import types as _types
-    from numba.extending import intrinsic as _intrinsic
-
-    @_intrinsic
-    def prefetch(typingctx, arr, idx):
-        """Software prefetch (LLVM llvm.prefetch: read, high locality) of arr[idx] into the caches."""
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), _ir.IntType(8).as_pointer())
-            i32 = _ir.IntType(32)
-            fnty = _ir.FunctionType(_ir.VoidType(), [ptr.type, i32, i32, i32])
-            fn = _cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-            builder.call(fn, [ptr, _ir.Constant(i32, 0), _ir.Constant(i32, 3), _ir.Constant(i32, 1)])
-            return context.get_dummy_value()
-
-        return _types.void(arr, idx), codegen
-except ImportError:  # pragma: no cover - numba is a hard dependency
-    prefetch = None
 
 #: outer sites ahead of the current one whose neighbour data each point helper prefetches
 PREFETCH_DISTANCE = 4
@@ -166,244 +150,160 @@ def _gamma_structure():
 
 
 def _source(ns, dtype):
-    """numba source of the hopping kernel and its helpers for ns lanes of ``dtype`` reals."""
+    """numba source of the hopping kernel written with explicit SIMD vectors (pygrid.accelerator.simd_numba)."""
     NS = int(ns)
-    L = range(NS)
     gam = _gamma_structure()
     out = [
         "import numpy as np",
         "from numba import njit",
-        "from pygrid.qcd.kernels_wilson import prefetch",
+        "from pygrid.accelerator.simd_numba import prefetch, vload, vstore, vzero, vsplat, vfma, vfms, vxor, vpermute",
         "",
-        f"NS = {NS}",
+        f"W = {NS}",
         f"Z = np.{dtype}",
         "U = np.uint64",
-        f"S1 = U({NS})",
         f"FS = U({24 * NS})  # reals per fermion site",
         f"GS = U({72 * NS})  # reals per gauge-field site (4 links)",
+        f"NSU = U({NS})",
     ]
-    out += [f"K{k} = U({k})" for k in range(2 * NS)]
-    out += [f"Q{k} = U({k * 2 * NS})" for k in range(12)]  # offset of complex component k
-    out += [f"M{mu} = U({mu * 9 * 2 * NS})" for mu in range(4)]  # offset of link mu in a site
-    out += [f"P{p} = U({p})" for p in range(8)]
-    # integer arguments go through typed globals: a literal argument would compile a variant per value
-    out += ["R12 = np.int64(12)", "R18 = np.int64(18)"]
-    line = 64 // np.dtype(dtype).itemsize  # reals per cache line
-    out += [f"LINE = U({line})", f"NLS = {(24 * NS + line - 1) // line}  # cache lines per fermion site",
+    out += [f"Q{k} = U({k * NS})" for k in range(24)]  # offset of real plane k (component k//2, re/im)
+    out += [f"M{mu} = U({mu * 18 * NS})" for mu in range(4)]
+    line = 64 // np.dtype(dtype).itemsize
+    out += [f"LINE = U({line})", f"NLS = {(24 * NS + line - 1) // line}",
             f"NLG = {(18 * NS + line - 1) // line + 1}  # cache lines a link may straddle",
-            f"PD = {int(PREFETCH_DISTANCE)}", f"PDU = U({int(PREFETCH_DISTANCE)})"]
-    # (mult is deliberately not inline="always": measured here, that cost 40-150% more compile time
-    # and was no faster)
-    out += ['_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)', ""]
+            f"PD = {int(PREFETCH_DISTANCE)}", "PDU = U(PD)"]
+    out += ['_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)',
+            '_inl = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")', ""]
 
     def fn(sig, body, doc):
-        out.append("@_jit")
+        out.append("@_jit" if sig.startswith("dhop_kernel") else "@_inl")
         out.append(f"def {sig}:")
         out.append(f'    """{doc}"""')
-        out.extend("    " + line for line in body)
+        out.extend("    " + x for x in body)
         out.append("")
 
-    def assign(names, values):
-        return "; ".join(f"{n} = {v}" for n, v in zip(names, values))
+    def tup(names):
+        return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
 
-    def load(var, arr, base):
-        """Two lines of lane loads: var r{l} (real plane) and var i{l} (imaginary plane) at arr[base]."""
-        return [assign([f"{var}r{l}" for l in L], [f"{arr}[{base} + K{l}]" for l in L]),
-                assign([f"{var}i{l}" for l in L], [f"{arr}[{base} + K{NS + l}]" for l in L])]
-
-    def store(arr, base, re, im):
-        """Lane stores arr[base] = (re, im) with format strings in {l}."""
-        return [assign([f"{arr}[{base} + K{l}]" for l in L], [re.format(l=l) for l in L]),
-                assign([f"{arr}[{base} + K{NS + l}]" for l in L], [im.format(l=l) for l in L])]
-
-    def times_phase(imag, sign, var, sg="sg"):
-        """(re, im) format strings of sg * phase * var for phase = sign (imag=0) or sign*i (imag=1)."""
-        p, m = ("+", "-") if sign > 0 else ("-", "+")
+    def cplx_axpy(dst, x, y, imag, sign, g="g"):
+        """dst = x + sign * g * (i if imag) * y on (re, im) variable-name pairs; g a splatted sign vector."""
+        (dr, di), (xr, xi), (yr, yi) = dst, x, y
         if not imag:
-            return f" {p} {sg} * {var}r{{l}}", f" {p} {sg} * {var}i{{l}}"
-        return f" {m} {sg} * {var}i{{l}}", f" {p} {sg} * {var}r{{l}}"
+            f = "vfma" if sign > 0 else "vfms"
+            return [f"{dr} = {f}({g}, {yr}, {xr})", f"{di} = {f}({g}, {yi}, {xi})"]
+        fr, fi = ("vfms", "vfma") if sign > 0 else ("vfma", "vfms")
+        return [f"{dr} = {fr}({g}, {yi}, {xr})", f"{di} = {fi}({g}, {yr}, {xi})"]
 
-    for kind, imag in (("re", 0), ("im", 1)):
-        # projection: h_a = psi_a + s_a ph psi[y_a]   (ph = 1 or i; y_a the partner spin's offset)
-        body = ["P = U(po)", "for c in range(3):", "    C = U(c) * Q1"]
-        for a, (y, sg) in enumerate((("ya", "sa"), ("yb", "sb"))):
-            body += ["    " + x for x in load(f"x{a}", "psi", f"P + Q{3 * a} + C")]
-            body += ["    " + x for x in load(f"y{a}", "psi", f"P + {y} + C")]
-        for a, sg in enumerate(("sa", "sb")):
-            tr, ti = times_phase(imag, 1, f"y{a}", sg)
-            body += ["    " + x for x in store("h", f"Q{3 * a} + C", f"x{a}r{{l}}" + tr, f"x{a}i{{l}}" + ti)]
-        fn(f"proj_{kind}(h, psi, po, ya, yb, sa, sb)", body,
-           "Half spinor h_a = psi_a + s_a " + ("i " if imag else "") + "psi[y_a] (a = 0, 1) of the spinor at psi[po:].")
-
-    # colour multiply fused with the reconstruction: the half spinor h is loaded once into locals,
-    # and per colour row i, uh_a = (U h_a)_i (adj: (U^dag h_a)_i) stays in registers and is added
-    # to the accumulator as acc_a += uh_a, acc_{2+b} += s_b ph uh[k_b] (k_0 = sw, k_1 = 1 - sw)
-    for kind, imag in (("re", 0), ("im", 1)):
-        for name, adj in (("mr", False), ("mr_adj", True)):
-            body = ["A = U(ao)", "B = U(uo)"]
-            for a in range(2):
-                for j in range(3):
-                    body += load(f"h{a}{j}", "h", f"Q{3 * a + j}")
-            body += ["for i in range(3):", "    I = U(i) * Q1" if adj else "    I = U(i) * Q3", "    C = U(i) * Q1"]
-            for j in range(3):
-                body += ["    " + x for x in load(f"u{j}", "u", f"B + I + Q{3 * j if adj else j}")]
-            for a in range(2):
-                if adj:
-                    re = " + ".join(f"u{j}r{{l}} * h{a}{j}r{{l}} + u{j}i{{l}} * h{a}{j}i{{l}}" for j in range(3))
-                    im = " + ".join(f"u{j}r{{l}} * h{a}{j}i{{l}} - u{j}i{{l}} * h{a}{j}r{{l}}" for j in range(3))
+    hn = [f"h{a}{c}{ri}" for a in range(2) for c in range(3) for ri in "ri"]  # half spinor: (spin a, colour c)
+    wn = [f"w{a}{c}{ri}" for a in range(2) for c in range(3) for ri in "ri"]
+    an = [f"a{sp}{c}{ri}" for sp in range(4) for c in range(3) for ri in "ri"]
+    for mu in range(4):
+        pa, pb = gam[mu]
+        body = []
+        for a in range(2):
+            j, imag, sign = pa[a]
+            for c in range(3):
+                body += [f"x{ri} = vload(psi, b + Q{2 * (3 * a + c) + k}, W)" for k, ri in enumerate("ri")]
+                body += [f"y{ri} = vload(psi, b + Q{2 * (3 * (2 + j) + c) + k}, W)" for k, ri in enumerate("ri")]
+                body += cplx_axpy((f"h{a}{c}r", f"h{a}{c}i"), ("xr", "xi"), ("yr", "yi"), imag, sign)
+        body.append("return " + tup(hn))
+        fn(f"proj{mu}(psi, b, g)", body,
+           f"Half spinor of (1 + g gamma_{mu}) psi at psi[b:] (g = +-1 splatted).")
+        body = [f"{tup(an)} = acc", f"{tup(wn)} = w"]
+        for sp in range(4):
+            for c in range(3):
+                if sp < 2:
+                    body += [f"a{sp}{c}{ri} = a{sp}{c}{ri} + w{sp}{c}{ri}" for ri in "ri"]
                 else:
-                    re = " + ".join(f"u{j}r{{l}} * h{a}{j}r{{l}} - u{j}i{{l}} * h{a}{j}i{{l}}" for j in range(3))
-                    im = " + ".join(f"u{j}r{{l}} * h{a}{j}i{{l}} + u{j}i{{l}} * h{a}{j}r{{l}}" for j in range(3))
-                body.append("    " + assign([f"w{a}r{l}" for l in L], [re.format(l=l) for l in L]))
-                body.append("    " + assign([f"w{a}i{l}" for l in L], [im.format(l=l) for l in L]))
-            for b in range(2):
-                for c in "ri":
-                    body.append("    " + assign([f"g{b}{c}{l}" for l in L],
-                                               [f"w{1 - b}{c}{l} if sw else w{b}{c}{l}" for l in L]))
-            for sp in range(4):
-                body += ["    " + x for x in load(f"a{sp}", "acc", f"A + Q{3 * sp} + C")]
-            for a in range(2):
-                body += ["    " + x for x in store("acc", f"A + Q{3 * a} + C", f"a{a}r{{l}} + w{a}r{{l}}",
-                                                  f"a{a}i{{l}} + w{a}i{{l}}")]
-            for b, sg in enumerate(("sa", "sb")):
-                tr, ti = times_phase(imag, 1, f"g{b}", sg)
-                body += ["    " + x for x in store("acc", f"A + Q{3 * (2 + b)} + C", f"a{2 + b}r{{l}}" + tr,
-                                                  f"a{2 + b}i{{l}}" + ti)]
-            fn(f"{name}_{kind}(acc, ao, u, uo, h, sw, sa, sb)", body,
-               "acc[ao:] += the spinor rebuilt from uh = " + ("U^dag" if adj else "U")
-               + " h (U the link at u[uo:], h a half spinor), with phase " + ("i" if imag else "1") + ".")
+                    k, imag, sign = pb[sp - 2]
+                    body += cplx_axpy((f"a{sp}{c}r", f"a{sp}{c}i"), (f"a{sp}{c}r", f"a{sp}{c}i"),
+                                      (f"w{k}{c}r", f"w{k}{c}i"), imag, sign)
+        body.append("return " + tup(an))
+        fn(f"recon{mu}(acc, w, g)", body,
+           f"acc + the spinor rebuilt from the half spinor w of (1 + g gamma_{mu}).")
+    for name, adj in (("mult", False), ("mult_adj", True)):
+        body = [f"{tup(hn)} = h"]
+        for i in range(3):
+            for j in range(3):
+                e = 2 * (3 * j + i if adj else 3 * i + j)
+                body += [f"u{i}{j}r = vload(u, b + Q{e}, W)", f"u{i}{j}i = vload(u, b + Q{e + 1}, W)"]
+        for a in range(2):
+            for i in range(3):
+                r, m = f"w{a}{i}r", f"w{a}{i}i"
+                for j in range(3):
+                    ur, ui, hr, hi = f"u{i}{j}r", f"u{i}{j}i", f"h{a}{j}r", f"h{a}{j}i"
+                    if j == 0:
+                        body += [f"{r} = {ur} * {hr}", f"{m} = {ur} * {hi}"]
+                    else:
+                        body += [f"{r} = vfma({ur}, {hr}, {r})", f"{m} = vfma({ur}, {hi}, {m})"]
+                    if adj:  # conj(u) h: re += ui hi, im -= ui hr
+                        body += [f"{r} = vfma({ui}, {hi}, {r})", f"{m} = vfms({ui}, {hr}, {m})"]
+                    else:
+                        body += [f"{r} = vfms({ui}, {hi}, {r})", f"{m} = vfma({ui}, {hr}, {m})"]
+        body.append("return " + tup(wn))
+        fn(f"{name}(u, b, h)", body, ("U^dag" if adj else "U") + " h for the link at u[b:] and a half spinor h.")
+    xs = [1 << k for k in range(NS.bit_length() - 1)]
+    body = []
+    for x in xs:
+        body += [f"if px == {x}:", "    return (" + ", ".join(f"vxor(t[{k}], {x})" for k in range(12)) + ")"]
+    body.append("return (" + ", ".join(f"vpermute(t[{k}], lanes, off)" for k in range(12)) + ")")
+    fn("perm12(t, px, lanes, off)", body,
+       "Lanes of 12 vectors permuted: l ^ px for a power of two px (one shuffle), else lanes[off + l].")
+    body = [f"{tup(an)} = acc"]
+    body += [f"vstore(out, d + Q{k}, s * {an[k]})" for k in range(24)]
+    fn("store(out, d, acc, s)", body, "out[d:] = s * acc.")
+    body = [f"{tup(an)} = acc"]
+    body += [f"vstore(out, d + Q{k}, vfma(al, vload(x, d + Q{k}, W), s * {an[k]}))" for k in range(24)]
+    fn("store_diag(out, d, acc, s, x, al)", body, "out[d:] = s * acc + al * x[d:] (x may be out).")
 
-    fn("permute(d, doff, s, soff, nrows, lanes, pm)", [
-        "po = U(pm) * S1",
-        assign([f"m{l}" for l in L], [f"U(lanes[po + K{l}])" for l in L]),
-        "D = U(doff)",
-        "S = U(soff)",
-        "for r in range(nrows):",
-        "    q = U(r) * S1",
-        "    " + assign([f"t{l}" for l in L], [f"s[S + q + m{l}]" for l in L]),
-        "    " + assign([f"d[D + q + K{l}]" for l in L], [f"t{l}" for l in L]),
-    ], "d[doff:] = nrows rows of NS lanes from s[soff:], lane l read from lane lanes[pm, l].")
-    # the same with the lane map l -> l ^ x for a power of two x (the half swap of one SIMD-split
-    # dimension, the only permute of a 2-way split): constant lane offsets, which LLVM turns into
-    # a vector load and a shuffle; any other map falls back to the indexed gather above
-    body = ["D = U(doff)", "S = U(soff)"]
-    xs = [1 << b for b in range(NS.bit_length() - 1)]
-    for i, x in enumerate(xs):
-        body += [f"{'if' if i == 0 else 'elif'} px == {x}:", "    for r in range(nrows):", "        q = U(r) * S1",
-                 "        " + assign([f"t{l}" for l in L], [f"s[S + q + K{l ^ x}]" for l in L]),
-                 "        " + assign([f"d[D + q + K{l}]" for l in L], [f"t{l}" for l in L])]
-    body += (["else:", "    permute(d, doff, s, soff, nrows, lanes, pm)"] if xs else
-             ["permute(d, doff, s, soff, nrows, lanes, pm)"])
-    fn("permx(d, doff, s, soff, nrows, lanes, pm, px)", body,
-       "permute() with the lane map given as an xor mask px when px > 0 (see lane_xor()).")
-    fn("zero(d, n)", ["for i in range(n):", "    d[U(i)] = Z(0.0)"], "d[:n] = 0.")
-    fn("write(d, doff, a, aoff, scale, nrows)", [
-        "D = U(doff)", "A = U(aoff)", "for r in range(nrows):", "    q = U(r) * S1",
-        "    " + assign([f"t{l}" for l in L], [f"a[A + q + K{l}]" for l in L]),
-        "    " + assign([f"d[D + q + K{l}]" for l in L], [f"scale * t{l}" for l in L]),
-    ], "d[doff:] = scale * a[aoff:] for nrows rows of NS lanes.")
-    fn("write_diag(d, doff, a, aoff, scale, x, alpha, nrows)", [
-        "D = U(doff)", "A = U(aoff)", "for r in range(nrows):", "    q = U(r) * S1",
-        "    " + assign([f"t{l}" for l in L], [f"a[A + q + K{l}]" for l in L]),
-        "    " + assign([f"y{l}" for l in L], [f"x[D + q + K{l}]" for l in L]),
-        "    " + assign([f"d[D + q + K{l}]" for l in L], [f"scale * t{l} + alpha * y{l}" for l in L]),
-    ], "d[doff:] = scale * a[aoff:] + alpha * x[doff:] for nrows rows of NS lanes (x may be d).")
+    body = _tiled_body()
+    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile)", body,
+       "The hopping term on 4D outer sites [lo, hi), all Ls slices; see dhop().")
+    body = [f"return (" + ", ".join(f"vload(a, b + Q{k}, W)" for k in range(24)) + ")"]
+    fn("load_acc(a, b)", body, "The 24 vectors of a spinor at a[b:].")
+    body = [f"{tup(an)} = acc"] + [f"vstore(a, b + Q{k}, {an[k]})" for k in range(24)]
+    fn("store_acc(a, b, acc)", body, "a[b:] = the 24 vectors of acc.")
+    return "\n".join(out) + "\n"
 
-    # one helper per direction sense: the contribution of point p (mu, forward or backward) to a
-    # tile of outer sites [o0, o1), all Ls slices; one neighbour stream at a time, the link loaded
-    # once per 4D site and reused for every slice.  The gamma structure of mu comes in as offsets
-    # (ya, yb: partner spins; sw: 1 if the reconstruction swaps the two halves), signs and im (phase 1 or i).
-    step = [
-        "            if im:",
-        "                proj_im(h, psi, (n * LS + U(s)) * FS, ya, yb, sa, sb)",
-        "            else:",
-        "                proj_re(h, psi, (n * LS + U(s)) * FS, ya, yb, sa, sb)",
-        "{perm}",
-        "            if im:",
-        "                {mult}_im(acc, A + U(s) * FS, {mult_args}, sw, ra, rb)",
-        "            else:",
-        "                {mult}_re(acc, A + U(s) * FS, {mult_args}, sw, ra, rb)",
-    ]
 
-    def steps(perm, mult):
-        return [x.format(perm=perm, mult=fname, mult_args=mult) for x in step if x != "{perm}" or perm]
-
-    for sense, fname in (("fwd", "mr"), ("bwd", "mr_adj")):
-        body = [
-            "N4 = U(n4)", "LS = U(Ls)", "O0 = U(o0)",
-            "for o in range(o0, o1):",
-            "    uo = U(o)",
-            "    k = p * N4 + uo",
-            "    if o + PD < n4:",
-            "        # the neighbour spinors and the link PD sites ahead, read in PD sites' time",
-            "        n2 = U(nbr[k + PDU])",
-            "        b2 = n2 * LS * FS",
-            "        for q in range(Ls * NLS):",
-            "            prefetch(psi, b2 + U(q) * LINE)",
-        ] + ([
-            "        b2 = n2 * GS + M",
-            "        for q in range(NLG):",
-            "            prefetch(u, b2 + U(q) * LINE)",
-        ] if sense == "bwd" else [
-            "        b2 = (uo + PDU) * GS + M",
-            "        for q in range(NLG):",
-            "            prefetch(u, b2 + U(q) * LINE)",
-        ]) + [
-            "    n = U(nbr[k])",
-            "    pm = perm[k]",
-            "    px = pxor[pm]",
-            "    A = (uo - O0) * LS * FS",
-        ]
-        if sense == "fwd":
-            # U_mu(x) at the output site: permuted only through the neighbour's half spinor
-            body += ["    lo = uo * GS + M", "    if pm != 0:", "        for s in range(Ls):"]
-            body += steps("            permx(t, K0, h, K0, R12, lanes, pm, px)", "u, lo, t")
-        else:
-            # U_mu(x - mu)^dag from the neighbour, lanes permuted like its spinor
-            body += ["    lo = n * GS + M", "    if pm != 0:", "        permx(ul, K0, u, lo, R18, lanes, pm, px)",
-                     "        for s in range(Ls):"]
-            body += steps("            permx(t, K0, h, K0, R12, lanes, pm, px)", "ul, K0, t")
-        body += ["    else:", "        for s in range(Ls):"]
-        body += steps("", "u, lo, h")
-        what = "U_mu(x) psi(x + mu)" if sense == "fwd" else "U_mu(x - mu)^dag psi(x - mu)"
-        fn(f"point_{sense}(o0, o1, acc, psi, u, nbr, perm, lanes, pxor, n4, Ls, p, M, im, ya, yb, sa, sb, sw, ra, rb, "
-           "h, t, ul)", [x[4:] if False else x for x in body],
-           f"acc[tile] += (1 +- g_mu) {what} for point p on outer sites [o0, o1).")
-
+def _tiled_body():
     body = [
-        "scale = coef[0]", "alpha = coef[1]", "sf = coef[2]", "sb = coef[3]",
-        "acc = np.empty(tile * Ls * 24 * NS, Z)", "h = np.empty(12 * NS, Z)", "t = np.empty(12 * NS, Z)",
-        "ul = np.empty(18 * NS, Z)",
-        "LS = U(Ls)",
+        "sc = vsplat(coef[0], W)", "al = vsplat(coef[1], W)", "gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)",
+        "z = vzero(gf)", "N4 = U(n4)", "LS = U(Ls)",
+        "zacc = (" + ", ".join(["z"] * 24) + ")",
+        "acc_t = np.empty(tile * Ls * 24 * W, Z)",
         "for o0 in range(lo, hi, tile):",
         "    o1 = min(o0 + tile, hi)",
-        "    nrows = (o1 - o0) * Ls * 24",
-        "    zero(acc, nrows * NS)",
+        "    O0 = U(o0)",
     ]
     for p in range(8):
         mu = p % 4
-        pa, pb = gam[mu]
-        sg = "sf" if p < 4 else "sb"
-        if pb[0][0] + pb[1][0] != 1:
-            raise SiteTypeError("spin reconstruction expects the lower block of gamma_mu to be a permutation")
-        if pa[0][1] != pa[1][1] or pb[0][1] != pb[1][1] or pa[0][1] != pb[0][1]:
-            raise SiteTypeError("spin projection expects one phase kind (real or imaginary) per gamma matrix")
-        im = pa[0][1]
-        sgn = lambda x: sg if x > 0 else f"-{sg}"  # noqa: E731
-        body.append(
-            f"    point_{'fwd' if p < 4 else 'bwd'}(o0, o1, acc, psi, {'uf' if p < 4 else 'ub'}, nbr, perm, lanes, pxor, n4, Ls, "
-            f"P{p}, M{mu}, K{im}, Q{3 * (2 + pa[0][0])}, Q{3 * (2 + pa[1][0])}, {sgn(pa[0][2])}, {sgn(pa[1][2])}, "
-            f"K{pb[0][0]}, {sgn(pb[0][2])}, {sgn(pb[1][2])}, h, t, ul)")
-    body += [
-        "    D = U(o0) * LS * FS",
-        "    if use_diag:",
-        "        write_diag(out, D, acc, K0, scale, diag, alpha, nrows)",
-        "    else:",
-        "        write(out, D, acc, K0, scale, nrows)",
-    ]
-    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile)", body,
-       "The hopping term on 4D outer sites [lo, hi) (all Ls slices) in tiles of outer sites; see dhop().")
-    return "\n".join(out) + "\n"
+        g = "gf" if p < 4 else "gb"
+        body += ["    for o in range(o0, o1):", "        uo = U(o)", f"        k = U({p}) * N4 + uo"]
+        # the neighbour spinors (all slices) and the link PD sites ahead, read in PD sites' time
+        body += ["        if o + PD < n4:", "            n2 = U(nbr[k + PDU])", "            b2 = n2 * LS * FS",
+                 "            for q in range(Ls * NLS):", "                prefetch(psi, b2 + U(q) * LINE)",
+                 "            b2 = " + (f"(uo + PDU) * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}"),
+                 "            for q in range(NLG):", f"                prefetch({'uf' if p < 4 else 'ub'}, b2 + U(q) * LINE)"]
+        body += ["        n = U(nbr[k])", "        m = perm[k]", "        for s in range(Ls):", "            S = U(s)",
+                 f"            h = proj{mu}(psi, (n * LS + S) * FS, {g})"]
+        if p < 4:
+            body += ["            if m != 0:", "                h = perm12(h, pxor[m], lanes, U(m) * NSU)",
+                     f"            w = mult(uf, uo * GS + M{mu}, h)"]
+        else:
+            body += [f"            w = mult_adj(ub, n * GS + M{mu}, h)", "            if m != 0:",
+                     "                w = perm12(w, pxor[m], lanes, U(m) * NSU)"]
+        body += ["            A = ((uo - O0) * LS + S) * FS"]
+        if p == 0:
+            body += [f"            store_acc(acc_t, A, recon{mu}(zacc, w, {g}))"]
+        elif p < 7:
+            body += [f"            store_acc(acc_t, A, recon{mu}(load_acc(acc_t, A), w, {g}))"]
+        else:
+            body += [f"            acc = recon{mu}(load_acc(acc_t, A), w, {g})",
+                     "            d = (uo * LS + S) * FS", "            if use_diag:",
+                     "                store_diag(out, d, acc, sc, diag, al)", "            else:",
+                     "                store(out, d, acc, sc)"]
+    return body
+
 
 _kernels = {}
 
@@ -413,12 +313,9 @@ def kernel_for(nsimd, dtype="float64"):
     key = (int(nsimd), np.dtype(dtype).name)
     k = _kernels.get(key)
     if k is None:
-        import numba
-
-        # the lane-unrolled statements vectorise only with LLVM's SLP vectoriser (switched on by
-        # pygrid.accelerator.backends); the flag is part of the source so that numba's on-disk
-        # cache keeps the two builds apart
-        src = f"# numba SLP_VECTORIZE={int(numba.config.SLP_VECTORIZE)}\n" + _source(*key)
+        # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
+        # version is part of the source, so a change recompiles
+        src = f"# simd_numba version {simd_numba.VERSION}\n" + _source(*key)
         k = load_module(src, "pygrid_wilson").dhop_kernel
         _kernels[key] = k
     return k

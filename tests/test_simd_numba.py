@@ -1,0 +1,67 @@
+"""The explicit SIMD vector operations for numba kernels, lane by lane against numpy."""
+import numpy as np
+import pytest
+from numba import njit
+from numba.core.errors import TypingError
+
+from pygrid.accelerator.simd_numba import prefetch, vfma, vfms, vload, vpermute, vsplat, vstore, vxor, vzero
+
+U = np.uint64
+
+
+def _kernel(w):
+    @njit(fastmath=True)
+    def k(a, b, c, out, lanes):
+        for v in range(a.size // w):
+            i = U(v * w)
+            prefetch(a, i)
+            x, y, z = vload(a, i, w), vload(b, i, w), vload(c, i, w)
+            vstore(out, U(0 * a.size) + i, x + y)
+            vstore(out, U(1 * a.size) + i, x - y)
+            vstore(out, U(2 * a.size) + i, x * y)
+            vstore(out, U(3 * a.size) + i, -x + 0.5 * y + z * 2.0)
+            vstore(out, U(4 * a.size) + i, vfma(x, y, z))
+            vstore(out, U(5 * a.size) + i, vfms(x, y, z))
+            vstore(out, U(6 * a.size) + i, vxor(x, 1) + vzero(x) + vsplat(a[0], w))
+            vstore(out, U(7 * a.size) + i, vpermute(y, lanes, v * w))
+    return k
+
+
+@pytest.mark.parametrize("w", [2, 4, 8, 16])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_operations_lane_by_lane(w, dtype):
+    rng = np.random.default_rng(w)
+    nv = 3
+    a, b, c = (rng.normal(size=nv * w).astype(dtype) for _ in range(3))
+    lanes = np.concatenate([rng.permutation(w) for _ in range(nv)]).astype(np.int64)
+    out = np.zeros(8 * nv * w, dtype)
+    _kernel(w)(a, b, c, out, lanes)
+    got = out.reshape(8, nv, w)
+    A, B, C = (x.reshape(nv, w) for x in (a, b, c))
+    perm = lanes.reshape(nv, w)
+    want = [A + B, A - B, A * B, -A + 0.5 * B + 2 * C, A * B + C, C - A * B,
+            A[:, np.arange(w) ^ 1] + a[0], np.take_along_axis(B, perm, axis=1)]
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    for k, wv in enumerate(want):
+        np.testing.assert_allclose(got[k], wv, rtol=tol, atol=tol, err_msg=f"operation {k}")
+
+
+def test_misuse_is_a_typing_error():
+    @njit
+    def width_not_literal(a, w):
+        return vload(a, U(0), w)
+
+    @njit
+    def mixed(a, b):
+        return vload(a, U(0), 4) + vload(b, U(0), 4)
+
+    @njit
+    def xor_out_of_range(a):
+        vstore(a, U(0), vxor(vload(a, U(0), 4), 4))
+
+    with pytest.raises(TypingError, match="literal"):
+        width_not_literal(np.zeros(8), 4)
+    with pytest.raises(TypingError, match="SIMD"):
+        mixed(np.zeros(8), np.zeros(8, np.float32))
+    with pytest.raises(TypingError, match="out of range"):
+        xor_out_of_range(np.zeros(8))
