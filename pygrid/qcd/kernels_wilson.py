@@ -35,7 +35,7 @@ the source is Nsimd times shorter than a lane-unrolled one).
 It walks tiles of outer sites (accumulator of the tile, all Ls slices, about
 24 KiB: ``TILE_BYTES``) and, per tile, one loop per stencil point, so the
 neighbour spinors of one direction are read as one stream, with a software
-prefetch of the neighbour spinors and link ``PREFETCH_DISTANCE`` sites ahead.
+prefetch of the neighbour spinor (its first slice) and link ``PREFETCH_DISTANCE`` sites ahead.
 Per site, slice and point, everything stays in registers: the neighbour is
 projected to a half spinor (2 spins x 3 colours, 12 vectors) with the +-1/+-i
 structure of g_mu fixed in the code and the sign (forward, backward, dagger)
@@ -168,9 +168,10 @@ def _source(ns, dtype):
     out += [f"Q{k} = U({k * NS})" for k in range(24)]  # offset of real plane k (component k//2, re/im)
     out += [f"M{mu} = U({mu * 18 * NS})" for mu in range(4)]
     line = 64 // np.dtype(dtype).itemsize
-    out += [f"LINE = U({line})", f"NLS = {(24 * NS + line - 1) // line}",
-            f"NLG = {(18 * NS + line - 1) // line + 1}  # cache lines a link may straddle",
-            f"PD = {int(PREFETCH_DISTANCE)}", "PDU = U(PD)"]
+    # cache lines of one fermion slice, and that a link may straddle; L{q}: offset of line q
+    nls, nlg = (24 * NS + line - 1) // line, (18 * NS + line - 1) // line + 1
+    out += [f"L{q} = U({q * line})" for q in range(max(nls, nlg))]
+    out += [f"PD = {int(PREFETCH_DISTANCE)}", "PDU = U(PD)"]
     out += ['_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)',
             '_inl = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")', ""]
 
@@ -255,7 +256,7 @@ def _source(ns, dtype):
     body += [f"vstore(out, d + Q{k}, vfma(al, vload(x, d + Q{k}, W), s * {an[k]}))" for k in range(24)]
     fn("store_diag(out, d, acc, s, x, al)", body, "out[d:] = s * acc + al * x[d:] (x may be out).")
 
-    body = _tiled_body()
+    body = _tiled_body(nls, nlg)
     fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile)", body,
        "The hopping term on 4D outer sites [lo, hi), all Ls slices; see dhop().")
     body = [f"return (" + ", ".join(f"vload(a, b + Q{k}, W)" for k in range(24)) + ")"]
@@ -265,7 +266,7 @@ def _source(ns, dtype):
     return "\n".join(out) + "\n"
 
 
-def _tiled_body():
+def _tiled_body(nls, nlg):
     body = [
         "sc = vsplat(coef[0], W)", "al = vsplat(coef[1], W)", "gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)",
         "z = vzero(gf)", "N4 = U(n4)", "LS = U(Ls)",
@@ -279,11 +280,14 @@ def _tiled_body():
         mu = p % 4
         g = "gf" if p < 4 else "gb"
         body += ["    for o in range(o0, o1):", "        uo = U(o)", f"        k = U({p}) * N4 + uo"]
-        # the neighbour spinors (all slices) and the link PD sites ahead, read in PD sites' time
-        body += ["        if o + PD < n4:", "            n2 = U(nbr[k + PDU])", "            b2 = n2 * LS * FS",
-                 "            for q in range(Ls * NLS):", "                prefetch(psi, b2 + U(q) * LINE)",
-                 "            b2 = " + (f"(uo + PDU) * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}"),
-                 "            for q in range(NLG):", f"                prefetch({'uf' if p < 4 else 'ub'}, b2 + U(q) * LINE)"]
+        # the neighbour spinor and the link PD sites ahead, read in PD sites' time; for a 5D field
+        # only the first slice (the hardware prefetcher follows the rest: prefetching all Ls = 8
+        # slices was 15% slower)
+        # (unrolled with constant offsets: one instruction per cache line)
+        body += ["        if o + PD < n4:", "            n2 = U(nbr[k + PDU])", "            b2 = n2 * LS * FS"]
+        body += [f"            prefetch(psi, b2 + L{q})" for q in range(nls)]
+        body += ["            b2 = " + (f"(uo + PDU) * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}")]
+        body += [f"            prefetch({'uf' if p < 4 else 'ub'}, b2 + L{q})" for q in range(nlg)]
         body += ["        n = U(nbr[k])", "        m = perm[k]", "        for s in range(Ls):", "            S = U(s)",
                  f"            h = proj{mu}(psi, (n * LS + S) * FS, {g})"]
         if p < 4:
