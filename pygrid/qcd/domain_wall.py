@@ -61,8 +61,10 @@ overlap one: ``physical_field(M^{-1} import_physical_source(q)) = (1 - m)^{-1}
 tests/test_domain_wall.py).
 
 The s matrices are applied densely (Ls^2 per site and chirality, zeros skipped:
-banded ones cost 2-3 Ls); Grid's O(Ls) LU sweep for MooeeInv is a possible
-optimisation for large Ls.  Only real b, c are supported (Grid's zMobius with complex per-slice
+banded ones cost 2-3 Ls), except MooeeInv and MooeeInvDag: their matrices are
+cyclic bidiagonal, and :func:`bidiag_apply` solves them with two O(Ls) sweeps
+per site (:func:`bidiag_solver`; the dense inverse is kept as the fallback and
+as the test reference).  Only real b, c are supported (Grid's zMobius with complex per-slice
 coefficients is not).
 """
 from __future__ import annotations
@@ -81,7 +83,7 @@ from ..tensors.constant import Gamma
 from . import kernels_wilson as kw
 from .wilson import WilsonFermion
 
-__all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "fifth_dim_hop_matrices"]
+__all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "bidiag_apply", "bidiag_solver", "fifth_dim_hop_matrices"]
 
 _FERMION = st.SpinColourVector()
 
@@ -177,6 +179,123 @@ def s_apply(out, x, ax, y=None, by=None, Ls=None, nchunk=None):
     return out
 
 
+_BIDIAG_SOURCE = '''\
+import numpy as np
+from numba import njit
+
+U = np.uint64
+
+
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)
+def bidiag_kernel(lo, hi, out, x, order, invd, ed, q, r, Ls, half):
+    """out = A^-1 x per 4D site in [lo, hi) and chirality, A cyclic bidiagonal (see bidiag_solver()).
+
+    Flat buffers, Ls rows of 2 * half reals per 4D site (chirality c: reals [c * half, (c + 1) * half)
+    of a row).  Row j of the sweep is slice order[c, j]; out may alias x (x[s] is read before out[s]
+    is written, and nothing else of x after that).
+    """
+    H = U(half)
+    for o in range(lo, hi):
+        base = U(o) * U(Ls) * U(2) * H
+        for c in range(2):
+            C = U(c) * H
+            a = invd[c]
+            e = ed[c]
+            s0 = base + U(order[c, 0]) * U(2) * H + C
+            for i in range(half):
+                out[s0 + U(i)] = a * x[s0 + U(i)]
+            for j in range(1, Ls):
+                sp = base + U(order[c, j - 1]) * U(2) * H + C
+                sj = base + U(order[c, j]) * U(2) * H + C
+                for i in range(half):
+                    out[sj + U(i)] = a * x[sj + U(i)] - e * out[sp + U(i)]
+            # close the cycle: the last slice t = p_last / (1 - q_last), then x_j = p_j + q_j t
+            sl = base + U(order[c, Ls - 1]) * U(2) * H + C
+            rc = r[c]
+            for j in range(Ls - 1):
+                sj = base + U(order[c, j]) * U(2) * H + C
+                qj = q[c, j] * rc
+                for i in range(half):
+                    out[sj + U(i)] += qj * out[sl + U(i)]
+            for i in range(half):
+                out[sl + U(i)] *= rc
+'''
+
+
+@functools.lru_cache(maxsize=None)
+def _bidiag_kernel():
+    return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_kernel
+
+
+def bidiag_solver(A, tol=1e-12):
+    """O(Ls) solver tables for per-chirality cyclic bidiagonal matrices A (2, Ls, Ls), or None.
+
+    Each A[c] must be d on the diagonal, e on the sub- (or super-) diagonal and f in
+    the corner that closes the cycle (A[c, 0, Ls-1], or A[c, Ls-1, 0]): Mooee and
+    MooeeDag of every Möbius operator.  In sweep order j (slices ``order[c]``),
+    row j reads d x_j + e x_{j-1} = b_j, and row 0 d x_0 + f x_last = b_0; so
+    x_j = p_j + q_j x_last with p_j = b_j / d - (e / d) p_{j-1}, q_0 = -f / d,
+    q_j = -(e / d) q_{j-1}, and x_last = p_last / (1 - q_last).  Returns
+    (order, 1/d, e/d, q, r = 1/(1 - q_last)) or None when A has another
+    structure or the sweep would be ill-conditioned.
+    """
+    A = np.asarray(A, dtype=np.float64)
+    Ls = A.shape[1]
+    if Ls < 2:
+        return None
+    order = np.zeros((2, Ls), np.int64)
+    invd, ed, r = np.zeros(2), np.zeros(2), np.zeros(2)
+    q = np.zeros((2, Ls))
+    for c in range(2):
+        a = A[c]
+        d = a[0, 0]
+        lower = Ls == 2 or a[1, 0] != 0
+        idx = np.arange(Ls) if lower else np.arange(Ls)[::-1]
+        e, f = (a[1, 0], a[0, Ls - 1]) if lower else (a[0, 1], a[Ls - 1, 0])
+        if Ls == 2:
+            e, f = a[1, 0], a[0, 1]
+        rebuilt = np.zeros((Ls, Ls))
+        for j in range(Ls):
+            rebuilt[idx[j], idx[j]] += d
+            rebuilt[idx[j], idx[j - 1]] += e if j else f
+        if d == 0 or not np.allclose(rebuilt, a, rtol=0, atol=tol * np.abs(a).max()):
+            return None
+        order[c] = idx
+        invd[c], ed[c] = 1.0 / d, e / d
+        q[c, 0] = -f / d
+        for j in range(1, Ls):
+            q[c, j] = -ed[c] * q[c, j - 1]
+        if abs(1.0 - q[c, Ls - 1]) < 1e-8:
+            return None
+        r[c] = 1.0 / (1.0 - q[c, Ls - 1])
+    return order, invd, ed, q, r
+
+
+def bidiag_apply(out, x, tables, Ls):
+    """out = A^-1 x on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd) with ``tables = bidiag_solver(A)``.
+
+    ``out`` may alias ``x``.  Threads split the 4D sites (the backend's ``accelerator_for``).
+    """
+    from ..accelerator.backends import get_backend
+
+    if x.shape != out.shape or x.dtype != out.dtype:
+        raise ConformabilityError(f"bidiag_apply: x buffer {x.shape} {x.dtype} does not match out "
+                                  f"{out.shape} {out.dtype}")
+    if out.ndim != 4 or out.shape[1] != 12 or out.shape[0] % Ls or not out.flags.c_contiguous:
+        raise ConformabilityError(f"bidiag_apply: out buffer {out.shape} is not a contiguous 5D fermion "
+                                  f"with Ls={Ls}")
+    order, invd, ed, q, r = tables
+    dt = out.dtype
+    n4 = out.shape[0] // Ls
+    half = 6 * 2 * out.shape[3]
+    backend = get_backend()
+    if backend.name not in ("numpy", "openmp"):
+        backend = get_backend("openmp")
+    backend.accelerator_for(n4, _bidiag_kernel(), out.reshape(-1), x.reshape(-1), order, invd.astype(dt),
+                            ed.astype(dt), q.astype(dt), r.astype(dt), int(Ls), half)
+    return out
+
+
 def fifth_dim_hop_matrices(Ls, mass):
     """The matrices (2, Ls, Ls) of S (index 0: P_+ chirality, 1: P_-); S^dag is their transpose."""
     S = np.zeros((2, Ls, Ls))
@@ -250,6 +369,8 @@ class MobiusFermion:
         for k in list(mats):
             mats[k + "Dag"] = _dagger(mats[k])
         self._mats = {k: np.ascontiguousarray(v, dtype=self._dtype) for k, v in mats.items()}
+        # MooeeInv as an O(Ls) sweep per site instead of the dense Ls x Ls inverse
+        self._sweeps = {"MooeeInv": bidiag_solver(mats["Mooee"]), "MooeeInvDag": bidiag_solver(mats["MooeeDag"])}
         self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
 
     def __repr__(self):
@@ -320,13 +441,21 @@ class MobiusFermion:
         """out = mats[key] . psi in s, per chirality (full or red-black fields; out may be psi)."""
         self._check(psi, None, name)
         res, _ = self._out(psi, out, psi.checkerboard, name)
+        sweep = self._sweeps.get(key)
+
+        def apply(o, p):
+            if sweep is not None:
+                bidiag_apply(o, p, sweep, self.Ls)
+            else:
+                s_apply(o, p, self._mats[key], Ls=self.Ls)
+
         if res is psi:
-            # one writable view is source and result (the kernel reads a site's Ls rows before writing them)
+            # one writable view is source and result (the kernels read a site's rows before writing them)
             with res.view(ViewMode.AcceleratorWrite) as o:
-                s_apply(o, o, self._mats[key], Ls=self.Ls)
+                apply(o, o)
             return res
         with psi.view(ViewMode.AcceleratorRead) as p, res.view(ViewMode.AcceleratorWriteDiscard) as o:
-            s_apply(o, p, self._mats[key], Ls=self.Ls)
+            apply(o, p)
         return res
 
     def _hop(self, psi, tgt, dag, alpha=0.0, diag=None, scale=-0.5):
