@@ -289,16 +289,25 @@ def test_errors():
         pg.qcd.DomainWallFermion(psi4, 4, MASS, M5)
 
 
-# ---- the O(Ls) sweep for MooeeInv against the dense inverse ------------------------------------
+# ---- the O(Ls) s-matrix kernels against the dense kernel ------------------------------------------
 @pytest.mark.parametrize("Ls", [2, 3, 8, 16])
-def test_mooee_inverse_sweep_matches_dense_inverse(Ls):
-    from pygrid.qcd.domain_wall import bidiag_apply, bidiag_solver, fifth_dim_hop_matrices, s_apply
+def test_banded_s_matrices_match_dense(Ls):
+    from pygrid.qcd.domain_wall import (bidiag_apply, bidiag_multiply, bidiag_solver, bidiag_structure,
+                                        fifth_dim_hop_matrices, s_apply)
     rng = np.random.default_rng(Ls)
     S = fifth_dim_hop_matrices(Ls, 0.07)
     one = np.broadcast_to(np.eye(Ls), (2, Ls, Ls))
     bee, cee = 1.0 + 1.3 * rng.random(), 0.4 + rng.random()
     x = rng.normal(size=(Ls * 6, 12, 2, 4))
-    for A in (bee * one - cee * S, bee * one - cee * np.transpose(S, (0, 2, 1))):
+    St = np.transpose(S, (0, 2, 1))
+    for A in (bee * one - cee * S, bee * one - cee * St, one - S, one - St, 1.5 * one + 0.5 * S, 1.5 * one + 0.5 * St):
+        # the multiply, out of place and in place
+        want = s_apply(np.empty_like(x), x, A, Ls=Ls)
+        band = bidiag_structure(A)
+        assert band is not None
+        assert relerr(bidiag_multiply(np.empty_like(x), x, band, Ls), want) < 1e-14
+        y = x.copy()
+        assert relerr(bidiag_multiply(y, y, band, Ls), want) < 1e-14
         tables = bidiag_solver(A)
         assert tables is not None
         want = s_apply(np.empty_like(x), x, np.linalg.inv(A), Ls=Ls)
@@ -311,9 +320,11 @@ def test_mooee_inverse_sweep_matches_dense_inverse(Ls):
         assert relerr(bidiag_apply(np.empty_like(y32), y32, tables, Ls), want) < 1e-5
     # a matrix of another structure is left to the dense path
     assert bidiag_solver(bee * one - cee * S + 0.1 * rng.random((2, Ls, Ls))) is None
+    assert bidiag_structure(bee * one - cee * S + 0.1 * rng.random((2, Ls, Ls))) is None
 
 
 def test_operator_uses_the_sweep_for_mooee_inverse():
     U, D, Mb = ops()
     for op in (D, Mb):
         assert op._sweeps["MooeeInv"] is not None and op._sweeps["MooeeInvDag"] is not None
+        assert all(v is not None for v in op._banded.values())

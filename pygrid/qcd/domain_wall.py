@@ -60,11 +60,12 @@ overlap one: ``physical_field(M^{-1} import_physical_source(q)) = (1 - m)^{-1}
 ((1+x)^Ls + (1-x)^Ls)`` (checked on the free constant mode in
 tests/test_domain_wall.py).
 
-The s matrices are applied densely (Ls^2 per site and chirality, zeros skipped:
-banded ones cost 2-3 Ls), except MooeeInv and MooeeInvDag: their matrices are
-cyclic bidiagonal, and :func:`bidiag_apply` solves them with two O(Ls) sweeps
-per site (:func:`bidiag_solver`; the dense inverse is kept as the fallback and
-as the test reference).  Only real b, c are supported (Grid's zMobius with complex per-slice
+Every s matrix here is cyclic bidiagonal per chirality (:func:`bidiag_structure`):
+``Mooee``, ``M5D`` and ``b + c S`` are applied by an O(Ls) multiply
+(:func:`bidiag_multiply`) and ``MooeeInv`` by two O(Ls) sweeps per site
+(:func:`bidiag_apply`, :func:`bidiag_solver`).  The dense kernel
+(:func:`s_apply`, Ls^2 per site and chirality, zeros skipped) remains for the
+two-matrix sums inside ``M``/``Mdag``, for Ls = 1, and as the test reference.  Only real b, c are supported (Grid's zMobius with complex per-slice
 coefficients is not).
 """
 from __future__ import annotations
@@ -83,7 +84,7 @@ from ..tensors.constant import Gamma
 from . import kernels_wilson as kw
 from .wilson import WilsonFermion
 
-__all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "bidiag_apply", "bidiag_solver", "fifth_dim_hop_matrices"]
+__all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "bidiag_apply", "bidiag_multiply", "bidiag_solver", "bidiag_structure", "fifth_dim_hop_matrices"]
 
 _FERMION = st.SpinColourVector()
 
@@ -219,6 +220,36 @@ def bidiag_kernel(lo, hi, out, x, order, invd, ed, q, r, Ls, half):
                     out[sj + U(i)] += qj * out[sl + U(i)]
             for i in range(half):
                 out[sl + U(i)] *= rc
+
+
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)
+def bidiag_mult_kernel(lo, hi, out, x, order, d, e, f, Ls, half):
+    """out = A x per 4D site in [lo, hi) and chirality, A cyclic bidiagonal (see bidiag_structure()).
+
+    Row j of the sweep (slice order[c, j]) is d x_j + e x_{j-1}, row 0 d x_0 + f x_last.  The
+    rows are written from the last down, each after the rows it reads, and x_last is kept
+    aside for row 0, so out may alias x.
+    """
+    H = U(half)
+    t = np.empty(half, out.dtype)
+    for o in range(lo, hi):
+        base = U(o) * U(Ls) * U(2) * H
+        for c in range(2):
+            C = U(c) * H
+            dc = d[c]
+            ec = e[c]
+            sl = base + U(order[c, Ls - 1]) * U(2) * H + C
+            for i in range(half):
+                t[U(i)] = x[sl + U(i)]
+            for j in range(Ls - 1, 0, -1):
+                sj = base + U(order[c, j]) * U(2) * H + C
+                sp = base + U(order[c, j - 1]) * U(2) * H + C
+                for i in range(half):
+                    out[sj + U(i)] = dc * x[sj + U(i)] + ec * x[sp + U(i)]
+            s0 = base + U(order[c, 0]) * U(2) * H + C
+            fc = f[c]
+            for i in range(half):
+                out[s0 + U(i)] = dc * x[s0 + U(i)] + fc * t[U(i)]
 '''
 
 
@@ -227,42 +258,60 @@ def _bidiag_kernel():
     return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_kernel
 
 
-def bidiag_solver(A, tol=1e-12):
-    """O(Ls) solver tables for per-chirality cyclic bidiagonal matrices A (2, Ls, Ls), or None.
+@functools.lru_cache(maxsize=None)
+def _bidiag_mult_kernel():
+    return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_mult_kernel
 
-    Each A[c] must be d on the diagonal, e on the sub- (or super-) diagonal and f in
-    the corner that closes the cycle (A[c, 0, Ls-1], or A[c, Ls-1, 0]): Mooee and
-    MooeeDag of every Möbius operator.  In sweep order j (slices ``order[c]``),
-    row j reads d x_j + e x_{j-1} = b_j, and row 0 d x_0 + f x_last = b_0; so
-    x_j = p_j + q_j x_last with p_j = b_j / d - (e / d) p_{j-1}, q_0 = -f / d,
-    q_j = -(e / d) q_{j-1}, and x_last = p_last / (1 - q_last).  Returns
-    (order, 1/d, e/d, q, r = 1/(1 - q_last)) or None when A has another
-    structure or the sweep would be ill-conditioned.
+
+def bidiag_structure(A, tol=1e-12):
+    """(order, d, e, f) when every A[c] (2, Ls, Ls) is cyclic bidiagonal, else None.
+
+    In sweep order j (slices ``order[c]``, ascending for a lower and descending
+    for an upper matrix), row j of A[c] is d x_j + e x_{j-1} and row 0 is
+    d x_0 + f x_last: every s matrix of the Möbius operator (Mooee, M5D, b + c S
+    and their adjoints) has this form.
     """
     A = np.asarray(A, dtype=np.float64)
     Ls = A.shape[1]
     if Ls < 2:
         return None
     order = np.zeros((2, Ls), np.int64)
-    invd, ed, r = np.zeros(2), np.zeros(2), np.zeros(2)
-    q = np.zeros((2, Ls))
+    d, e, f = np.zeros(2), np.zeros(2), np.zeros(2)
     for c in range(2):
         a = A[c]
-        d = a[0, 0]
         lower = Ls == 2 or a[1, 0] != 0
         idx = np.arange(Ls) if lower else np.arange(Ls)[::-1]
-        e, f = (a[1, 0], a[0, Ls - 1]) if lower else (a[0, 1], a[Ls - 1, 0])
-        if Ls == 2:
-            e, f = a[1, 0], a[0, 1]
+        d[c] = a[0, 0]
+        e[c], f[c] = (a[1, 0], a[0, Ls - 1]) if lower else (a[0, 1], a[Ls - 1, 0])
         rebuilt = np.zeros((Ls, Ls))
         for j in range(Ls):
-            rebuilt[idx[j], idx[j]] += d
-            rebuilt[idx[j], idx[j - 1]] += e if j else f
-        if d == 0 or not np.allclose(rebuilt, a, rtol=0, atol=tol * np.abs(a).max()):
+            rebuilt[idx[j], idx[j]] += d[c]
+            rebuilt[idx[j], idx[j - 1]] += e[c] if j else f[c]
+        if not np.allclose(rebuilt, a, rtol=0, atol=tol * max(np.abs(a).max(), 1e-300)):
             return None
         order[c] = idx
-        invd[c], ed[c] = 1.0 / d, e / d
-        q[c, 0] = -f / d
+    return order, d, e, f
+
+
+def bidiag_solver(A, tol=1e-12):
+    """O(Ls) solver tables for per-chirality cyclic bidiagonal matrices A (2, Ls, Ls), or None.
+
+    With the structure of :func:`bidiag_structure`, x_j = p_j + q_j x_last where
+    p_j = b_j / d - (e / d) p_{j-1}, q_0 = -f / d, q_j = -(e / d) q_{j-1}, and
+    x_last = p_last / (1 - q_last).  Returns (order, 1/d, e/d, q, r = 1/(1 - q_last)),
+    or None when A has another structure or the sweep would be ill-conditioned.
+    """
+    st = bidiag_structure(A, tol)
+    if st is None:
+        return None
+    order, d, e, f = st
+    Ls = order.shape[1]
+    if np.any(d == 0):
+        return None
+    invd, ed, r = 1.0 / d, e / d, np.zeros(2)
+    q = np.zeros((2, Ls))
+    for c in range(2):
+        q[c, 0] = -f[c] / d[c]
         for j in range(1, Ls):
             q[c, j] = -ed[c] * q[c, j - 1]
         if abs(1.0 - q[c, Ls - 1]) < 1e-8:
@@ -271,29 +320,39 @@ def bidiag_solver(A, tol=1e-12):
     return order, invd, ed, q, r
 
 
+def _bidiag_launch(name, kernel, out, x, Ls, *tables):
+    from ..accelerator.backends import get_backend
+
+    if x.shape != out.shape or x.dtype != out.dtype:
+        raise ConformabilityError(f"{name}: x buffer {x.shape} {x.dtype} does not match out "
+                                  f"{out.shape} {out.dtype}")
+    if out.ndim != 4 or out.shape[1] != 12 or out.shape[0] % Ls or not out.flags.c_contiguous:
+        raise ConformabilityError(f"{name}: out buffer {out.shape} is not a contiguous 5D fermion "
+                                  f"with Ls={Ls}")
+    dt = out.dtype
+    tables = [t if t.dtype.kind == "i" else t.astype(dt) for t in tables]
+    backend = get_backend()
+    if backend.name not in ("numpy", "openmp"):
+        backend = get_backend("openmp")
+    backend.accelerator_for(out.shape[0] // Ls, kernel, out.reshape(-1), x.reshape(-1), *tables, int(Ls),
+                            6 * 2 * out.shape[3])
+    return out
+
+
+def bidiag_multiply(out, x, structure, Ls):
+    """out = A x on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd), ``structure = bidiag_structure(A)``.
+
+    ``out`` may alias ``x``.  Threads split the 4D sites (the backend's ``accelerator_for``).
+    """
+    return _bidiag_launch("bidiag_multiply", _bidiag_mult_kernel(), out, x, Ls, *structure)
+
+
 def bidiag_apply(out, x, tables, Ls):
     """out = A^-1 x on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd) with ``tables = bidiag_solver(A)``.
 
     ``out`` may alias ``x``.  Threads split the 4D sites (the backend's ``accelerator_for``).
     """
-    from ..accelerator.backends import get_backend
-
-    if x.shape != out.shape or x.dtype != out.dtype:
-        raise ConformabilityError(f"bidiag_apply: x buffer {x.shape} {x.dtype} does not match out "
-                                  f"{out.shape} {out.dtype}")
-    if out.ndim != 4 or out.shape[1] != 12 or out.shape[0] % Ls or not out.flags.c_contiguous:
-        raise ConformabilityError(f"bidiag_apply: out buffer {out.shape} is not a contiguous 5D fermion "
-                                  f"with Ls={Ls}")
-    order, invd, ed, q, r = tables
-    dt = out.dtype
-    n4 = out.shape[0] // Ls
-    half = 6 * 2 * out.shape[3]
-    backend = get_backend()
-    if backend.name not in ("numpy", "openmp"):
-        backend = get_backend("openmp")
-    backend.accelerator_for(n4, _bidiag_kernel(), out.reshape(-1), x.reshape(-1), order, invd.astype(dt),
-                            ed.astype(dt), q.astype(dt), r.astype(dt), int(Ls), half)
-    return out
+    return _bidiag_launch("bidiag_apply", _bidiag_kernel(), out, x, Ls, *tables)
 
 
 def fifth_dim_hop_matrices(Ls, mass):
@@ -371,6 +430,8 @@ class MobiusFermion:
         self._mats = {k: np.ascontiguousarray(v, dtype=self._dtype) for k, v in mats.items()}
         # MooeeInv as an O(Ls) sweep per site instead of the dense Ls x Ls inverse
         self._sweeps = {"MooeeInv": bidiag_solver(mats["Mooee"]), "MooeeInvDag": bidiag_solver(mats["MooeeDag"])}
+        # and the other s matrices (all cyclic bidiagonal) as O(Ls) multiplies
+        self._banded = {k: bidiag_structure(mats[k]) for k in ("Mooee", "MooeeDag", "M5D", "M5DDag", "bcS", "bcSDag")}
         self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
 
     def __repr__(self):
@@ -441,11 +502,13 @@ class MobiusFermion:
         """out = mats[key] . psi in s, per chirality (full or red-black fields; out may be psi)."""
         self._check(psi, None, name)
         res, _ = self._out(psi, out, psi.checkerboard, name)
-        sweep = self._sweeps.get(key)
+        sweep, band = self._sweeps.get(key), self._banded.get(key)
 
         def apply(o, p):
             if sweep is not None:
                 bidiag_apply(o, p, sweep, self.Ls)
+            elif band is not None:
+                bidiag_multiply(o, p, band, self.Ls)
             else:
                 s_apply(o, p, self._mats[key], Ls=self.Ls)
 
