@@ -236,3 +236,20 @@ def test_errors():
         D.M(pg.pick_checkerboard(0, psi))
     with pytest.raises(pg.SiteTypeError):
         pg.qcd.WilsonFermion(psi, MASS)
+
+
+@pytest.mark.parametrize("layout,nsimd", [((1, 1, 2, 2), 4), ((1, 1, 1, 4), 4), ((1, 2, 2, 2), 8)])
+def test_stencil_lane_xor_marks_exactly_the_xor_maps(layout, nsimd):
+    """The kernel's shuffle fast path is taken for a lane map only if it is l -> l ^ x (else the table lookup)."""
+    from pygrid.stencil import Stencil, wilson_displacements
+    grid = pg.GridCartesian((4, 4, 4, 8), simd_layout=layout, precision="double" if nsimd == 4 else "single")
+    st = Stencil(grid, wilson_displacements())
+    ids = np.arange(nsimd)
+    assert st.lane_xor[0] == 0
+    for row, x in zip(st.lanes[1:], st.lane_xor[1:]):
+        if x:
+            assert np.array_equal(row, ids ^ x)
+        else:
+            assert not any(np.array_equal(row, ids ^ y) for y in (1, 2, 4))
+    # 2-way splits give only xor maps; a 4-way split of t gives rotations, which are not
+    assert (layout == (1, 1, 1, 4)) == (0 in st.lane_xor[1:])

@@ -344,18 +344,6 @@ def _tile(Ls, nsimd, dtype):
     return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
 
 
-def lane_xor(lanes):
-    """Per permute pm, the x with lanes[pm, l] == l ^ x for all l if x is a power of two, else 0 (generic)."""
-    lanes = np.asarray(lanes).reshape(len(lanes), -1)
-    ids = np.arange(lanes.shape[1])
-    out = np.zeros(len(lanes), np.int64)
-    for pm, row in enumerate(lanes):
-        x = int(row[0])
-        if pm and x and x & (x - 1) == 0 and np.array_equal(row, ids ^ x):
-            out[pm] = x
-    return out
-
-
 def _flat(a, name):
     if not a.flags.c_contiguous:
         raise ConformabilityError(f"dhop: {name} buffer must be C-contiguous")
@@ -404,5 +392,5 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     backend.accelerator_for(
         n4, k, _flat(out, "out"), _flat(psi, "psi"), _flat(uf, "uf"), _flat(ub, "ub"),
         stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
-        lane_xor(stencil.lanes), n4, int(Ls), coef, _flat(diag, "diag"), use_diag, _tile(Ls, nsimd, dtype))
+        stencil.lane_xor, n4, int(Ls), coef, _flat(diag, "diag"), use_diag, _tile(Ls, nsimd, dtype))
     return out

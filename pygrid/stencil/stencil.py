@@ -29,6 +29,18 @@ def wilson_displacements(nd=4):
     return out
 
 
+def lane_xor(lanes):
+    """Per lane map (row of ``lanes``), x with row[l] == l ^ x for all l if x is a power of two, else 0."""
+    lanes = np.asarray(lanes).reshape(len(lanes), -1)
+    ids = np.arange(lanes.shape[1])
+    out = np.zeros(len(lanes), np.int64)
+    for pm, row in enumerate(lanes):
+        x = int(row[0])
+        if pm and x and x & (x - 1) == 0 and np.array_equal(row, ids ^ x):
+            out[pm] = x
+    return out
+
+
 class Stencil:
     """Neighbour tables of ``grid`` for a list of displacement vectors.
 
@@ -49,6 +61,9 @@ class Stencil:
     ``perm`` / ``lanes`` (the kernel form)
         ``perm[p, o]`` indexes one stacked table ``lanes`` (int32 (nmaps, nsimd))
         shared by all points, with row 0 the identity: what kernels take.
+    ``lane_xor`` (int64, shape (nmaps,))
+        per row of ``lanes``, x when the map is ``l -> l ^ x`` for a power of two x
+        (the half swap of a 2-way split dimension, one shuffle instruction), else 0.
 
     Halo buffers (MPI, not implemented here).  With more than one rank in a
     dimension, a neighbour across the rank boundary lives in a halo buffer
@@ -105,10 +120,11 @@ class Stencil:
                 stacked.append(lanes[k])
             self.perm[p] = glob[perm]
         self.lanes = np.ascontiguousarray(np.array(stacked, dtype=np.int32))
+        self.lane_xor = lane_xor(self.lanes)
         # halo layout (empty on one rank; see the class docstring)
         self.halo_offsets = np.zeros(self.npoints, dtype=np.int64)
         self.nhalo = 0
-        for a in (self.neighbours, self.permutes, self.perm, self.lanes):
+        for a in (self.neighbours, self.permutes, self.perm, self.lanes, self.lane_xor):
             a.setflags(write=False)
 
     @property
