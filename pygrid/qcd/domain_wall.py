@@ -187,6 +187,12 @@ from numba import njit
 U = np.uint64
 
 
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")
+def row(order, c, j, base, H):
+    """Flat offset of chirality c of slice order[c, j] of the 4D site at base (rows of 2 H reals)."""
+    return base + U(order[c, j]) * U(2) * H + U(c) * H
+
+
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)
 def bidiag_kernel(lo, hi, out, x, order, invd, ed, q, r, Ls, half):
     """out = A^-1 x per 4D site in [lo, hi) and chirality, A cyclic bidiagonal (see bidiag_solver()).
@@ -199,22 +205,21 @@ def bidiag_kernel(lo, hi, out, x, order, invd, ed, q, r, Ls, half):
     for o in range(lo, hi):
         base = U(o) * U(Ls) * U(2) * H
         for c in range(2):
-            C = U(c) * H
             a = invd[c]
             e = ed[c]
-            s0 = base + U(order[c, 0]) * U(2) * H + C
+            s0 = row(order, c, 0, base, H)
             for i in range(half):
                 out[s0 + U(i)] = a * x[s0 + U(i)]
             for j in range(1, Ls):
-                sp = base + U(order[c, j - 1]) * U(2) * H + C
-                sj = base + U(order[c, j]) * U(2) * H + C
+                sp = row(order, c, j - 1, base, H)
+                sj = row(order, c, j, base, H)
                 for i in range(half):
                     out[sj + U(i)] = a * x[sj + U(i)] - e * out[sp + U(i)]
             # close the cycle: the last slice t = p_last / (1 - q_last), then x_j = p_j + q_j t
-            sl = base + U(order[c, Ls - 1]) * U(2) * H + C
+            sl = row(order, c, Ls - 1, base, H)
             rc = r[c]
             for j in range(Ls - 1):
-                sj = base + U(order[c, j]) * U(2) * H + C
+                sj = row(order, c, j, base, H)
                 qj = q[c, j] * rc
                 for i in range(half):
                     out[sj + U(i)] += qj * out[sl + U(i)]
@@ -235,18 +240,17 @@ def bidiag_mult_kernel(lo, hi, out, x, order, d, e, f, Ls, half):
     for o in range(lo, hi):
         base = U(o) * U(Ls) * U(2) * H
         for c in range(2):
-            C = U(c) * H
             dc = d[c]
             ec = e[c]
-            sl = base + U(order[c, Ls - 1]) * U(2) * H + C
+            sl = row(order, c, Ls - 1, base, H)
             for i in range(half):
                 t[U(i)] = x[sl + U(i)]
             for j in range(Ls - 1, 0, -1):
-                sj = base + U(order[c, j]) * U(2) * H + C
-                sp = base + U(order[c, j - 1]) * U(2) * H + C
+                sj = row(order, c, j, base, H)
+                sp = row(order, c, j - 1, base, H)
                 for i in range(half):
                     out[sj + U(i)] = dc * x[sj + U(i)] + ec * x[sp + U(i)]
-            s0 = base + U(order[c, 0]) * U(2) * H + C
+            s0 = row(order, c, 0, base, H)
             fc = f[c]
             for i in range(half):
                 out[s0 + U(i)] = dc * x[s0 + U(i)] + fc * t[U(i)]
