@@ -203,6 +203,19 @@ def accelerator_for(osites, kernel, *args):
     get_backend().accelerator_for(osites, kernel, *args)
 
 
+def host_accelerator_for(osites, kernel, *args):
+    """``accelerator_for`` for a hand-written numba kernel on host buffers.
+
+    Runs on the current backend when it is a CPU one (numpy, openmp), else on the
+    openmp thread pool: the GPU backends do not run numba kernels, and the buffers
+    the hand-written operators pass are host arrays.
+    """
+    backend = get_backend()
+    if backend.name not in ("numpy", "openmp"):
+        backend = get_backend("openmp")
+    backend.accelerator_for(osites, kernel, *args)
+
+
 def set_backend(name):
     global _current
     _current = get_backend(name)

@@ -81,6 +81,14 @@ def _pointer(context, builder, arrty, arr, idx, vt):
     return builder.bitcast(ptr, _vtype(context, vt).as_pointer())
 
 
+def _splat(builder, ty, value):
+    """A vector of type ty with every lane = value."""
+    v = ir.Constant(ty, ir.Undefined)
+    for l in range(ty.count):
+        v = builder.insert_element(v, value, ir.Constant(ir.IntType(32), l))
+    return v
+
+
 @intrinsic
 def vload(typingctx, a, i, w):
     _float_array(a, "vload")
@@ -128,11 +136,7 @@ def vsplat(typingctx, x, w):
     vt = SimdVector(x, _literal_int(w, "vsplat width"))
 
     def codegen(context, builder, sig, args):
-        ty = _vtype(context, vt)
-        v = ir.Constant(ty, ir.Undefined)
-        for l in range(vt.width):
-            v = builder.insert_element(v, args[0], ir.Constant(ir.IntType(32), l))
-        return v
+        return _splat(builder, _vtype(context, vt), args[0])
 
     return vt(x, w), codegen
 
@@ -169,11 +173,7 @@ def _vscale(typingctx, x, v):
 
     def codegen(context, builder, sig, args):
         s = context.cast(builder, args[0], x, v.dtype)
-        ty = _vtype(context, v)
-        sv = ir.Constant(ty, ir.Undefined)
-        for l in range(v.width):
-            sv = builder.insert_element(sv, s, ir.Constant(ir.IntType(32), l))
-        return builder.fmul(sv, args[1], flags=_FAST)
+        return builder.fmul(_splat(builder, _vtype(context, v), s), args[1], flags=_FAST)
 
     return v(x, v), codegen
 

@@ -325,7 +325,7 @@ def bidiag_solver(A, tol=1e-12):
 
 
 def _bidiag_launch(name, kernel, out, x, Ls, *tables):
-    from ..accelerator.backends import get_backend
+    from ..accelerator.backends import host_accelerator_for
 
     if x.shape != out.shape or x.dtype != out.dtype:
         raise ConformabilityError(f"{name}: x buffer {x.shape} {x.dtype} does not match out "
@@ -334,12 +334,10 @@ def _bidiag_launch(name, kernel, out, x, Ls, *tables):
         raise ConformabilityError(f"{name}: out buffer {out.shape} is not a contiguous 5D fermion "
                                   f"with Ls={Ls}")
     dt = out.dtype
-    tables = [t if t.dtype.kind == "i" else t.astype(dt) for t in tables]
-    backend = get_backend()
-    if backend.name not in ("numpy", "openmp"):
-        backend = get_backend("openmp")
-    backend.accelerator_for(out.shape[0] // Ls, kernel, out.reshape(-1), x.reshape(-1), *tables, int(Ls),
-                            6 * 2 * out.shape[3])
+    # no copy when the tables are already in the field's precision (the operators keep them so)
+    tables = [t if t.dtype.kind == "i" else t.astype(dt, copy=False) for t in tables]
+    host_accelerator_for(out.shape[0] // Ls, kernel, out.reshape(-1), x.reshape(-1), *tables, int(Ls),
+                         6 * 2 * out.shape[3])
     return out
 
 
@@ -433,9 +431,15 @@ class MobiusFermion:
             mats[k + "Dag"] = _dagger(mats[k])
         self._mats = {k: np.ascontiguousarray(v, dtype=self._dtype) for k, v in mats.items()}
         # MooeeInv as an O(Ls) sweep per site instead of the dense Ls x Ls inverse
-        self._sweeps = {"MooeeInv": bidiag_solver(mats["Mooee"]), "MooeeInvDag": bidiag_solver(mats["MooeeDag"])}
+        def cast(tables):
+            return None if tables is None else tuple(
+                t if t.dtype.kind == "i" else t.astype(self._dtype) for t in tables)
+
+        self._sweeps = {"MooeeInv": cast(bidiag_solver(mats["Mooee"])),
+                        "MooeeInvDag": cast(bidiag_solver(mats["MooeeDag"]))}
         # and the other s matrices (all cyclic bidiagonal) as O(Ls) multiplies
-        self._banded = {k: bidiag_structure(mats[k]) for k in ("Mooee", "MooeeDag", "M5D", "M5DDag", "bcS", "bcSDag")}
+        self._banded = {k: cast(bidiag_structure(mats[k]))
+                        for k in ("Mooee", "MooeeDag", "M5D", "M5DDag", "bcS", "bcSDag")}
         self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
 
     def __repr__(self):

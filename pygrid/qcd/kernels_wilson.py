@@ -394,13 +394,9 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     sf = 1.0 if dag else -1.0
     coef = np.array([scale, alpha, sf, -sf], dtype=dtype)
     k = kernel_for(nsimd, dtype, Ls)
-    from ..accelerator.backends import get_backend
+    from ..accelerator.backends import host_accelerator_for
 
-    backend = get_backend()
-    if backend.name not in ("numpy", "openmp"):
-        # the GPU backends do not run hand-written numba kernels; these buffers are host arrays
-        backend = get_backend("openmp")
-    backend.accelerator_for(
+    host_accelerator_for(
         n4, k, _flat(out, "out"), _flat(psi, "psi"), _flat(uf, "uf"), _flat(ub, "ub"),
         stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
         stencil.lane_xor, n4, int(Ls), coef, _flat(diag, "diag"), use_diag, _tile(Ls, nsimd, dtype))
