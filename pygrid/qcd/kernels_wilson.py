@@ -35,33 +35,38 @@ the source is Nsimd times shorter than a lane-unrolled one).
 It walks tiles of outer sites (accumulator of the tile, all Ls slices, about
 24 KiB: ``TILE_BYTES``) and, per tile, one loop per stencil point, so the
 neighbour spinors of one direction are read as one stream, with a software
-prefetch of the neighbour spinor (its first slice) and link ``PREFETCH_DISTANCE`` sites ahead.
-Per site, slice and point, everything stays in registers: the neighbour is
-projected to a half spinor (2 spins x 3 colours, 12 vectors) with the +-1/+-i
-structure of g_mu fixed in the code and the sign (forward, backward, dagger)
-a splatted +-1 folded into fused multiply-adds; its lanes are permuted only
-when the neighbour wrapped around a virtual node (a constant lane map
-``l ^ x``, one shuffle per vector, for the half swap of a 2-way split
-dimension; any other map through the lane table); it is multiplied by U (or
-U^dag of the backward link, whose product is permuted instead of the link)
-and the rebuilt spinor is added to the tile's accumulator (for 5D fields
-the link is loaded once per 4D site and point, before the slice loop: a
-separate variant of the kernel, see :func:`_source`).  The last point
-writes ``scale * acc + alpha * diag`` straight to ``out``: 1320 flops per site
-(Grid's count).
+prefetch of the neighbour spinor (its first slice) and link ``PREFETCH_DISTANCE``
+sites ahead, and for 5D fields of the neighbour's slice ``SLICE_PREFETCH`` slices
+ahead inside the loop over s (a separate variant of the kernel).  Per site,
+slice and point the work is split by the spin of the half spinor (Grid keeps
+the whole spinor in AVX-512's 32 registers; AVX2 has 16): for each of its two
+spins the neighbour is projected (3 colours, 6 vectors) with the +-1/+-i
+structure of g_mu fixed in the code and the sign (forward, backward, dagger) a
+splatted +-1 folded into fused multiply-adds; its lanes are permuted only when
+the neighbour wrapped around a virtual node (a constant lane map ``l ^ x``, one
+shuffle per vector, for the half swap of a 2-way split dimension; any other map
+through the lane table); it is multiplied by U (or U^dag of the backward link,
+whose product is permuted instead of the link), reading the link from memory;
+and the two spins of the accumulator that it rebuilds are updated in place.
+That keeps every live value in registers (6 + 6 + 2 + a sign): no spills, and
+stores only to the accumulator.  The last point writes ``scale * acc + alpha *
+diag`` straight to ``out``: 1320 flops per site (Grid's count).  A compiler
+barrier between the two halves keeps LLVM from merging their loads of the same
+link, which would keep 18 more vectors live.
 
-Measured alternatives (docs/performance.md): one pass over the 8 points per
-site with the accumulator in registers is 1.3x faster in cache but slower
-from memory at 16^4 (eight neighbour streams at once, and at power-of-two
-extents the neighbours share L1 sets); the lane-unrolled kernel that relied
-on LLVM's SLP vectoriser was 10-35% slower.  Flat 1D arrays are indexed
-with unsigned integers (``U = np.uint64``; numba's wraparound checks on
-signed indices defeat vectorisation); the small helpers on the hot path are
-inlined by numba (``inline="always"``), so the vectors never go through
-memory between them (left to LLVM, some were not: 20-25% slower), but not
-the lane permute of wrapped sites, which cost 20% of the compile time
-(25 s -> 21 s) for no measurable speed; no array variable is reassigned in the site loop (numba would count
-references with atomics on every site, which two threads contend on).
+Measured alternatives (docs/performance.md): the whole half spinor at once
+(12 vectors, the link held in registers across the Ls slices) spilled about 20
+vectors per site and point and was 10% slower for domain wall, equal for
+Wilson; one pass over the 8 points per site with the accumulator in registers
+is 1.3x faster in cache but slower from memory at 16^4 (eight neighbour streams
+at once, and at power-of-two extents the neighbours share L1 sets); the
+lane-unrolled kernel that relied on LLVM's SLP vectoriser was 10-35% slower.
+Flat 1D arrays are indexed with unsigned integers (``U = np.uint64``; numba's
+wraparound checks on signed indices defeat vectorisation); the small helpers
+are inlined by numba (``inline="always"``), so the vectors never go through
+memory between them (left to LLVM, some were not: 20-25% slower); no array
+variable is reassigned in the site loop (numba would count references with
+atomics on every site, which two threads contend on).
 
 Spin projection in Grid's chiral basis: every g_mu = [[0, A], [B, 0]] with
 2x2 blocks, AB = 1, and each row of A and B has one nonzero entry, +-1 or +-i.
@@ -85,6 +90,9 @@ from ..tensors.constant import Gamma
 
 #: outer sites ahead of the current one whose neighbour data each point helper prefetches
 PREFETCH_DISTANCE = 4
+
+#: 5D fields: slices ahead of the current one of the neighbour's Ls slices that are prefetched
+SLICE_PREFETCH = 2
 
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
 FLOPS_PER_SITE = 1320
@@ -153,19 +161,19 @@ def _gamma_structure():
     return tuple(out)
 
 
-def _source(ns, dtype, hoist):
+def _source(ns, dtype, five_d):
     """numba source of the hopping kernel written with explicit SIMD vectors (pygrid.accelerator.simd_numba).
 
-    ``hoist``: load each link once per 4D site and point, before the loop over the Ls
-    slices (for 5D fields; measured 7-11% faster there), instead of next to its
-    multiply in every slice (measured 5-8% faster for Ls = 1).
+    ``five_d``: the variant for 5D fields, which also prefetches the neighbour's slice
+    ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
     """
     NS = int(ns)
     gam = _gamma_structure()
     out = [
         "import numpy as np",
         "from numba import njit",
-        "from pygrid.accelerator.simd_numba import prefetch, vload, vstore, vzero, vsplat, vfma, vfms, vxor, vpermute",
+        "from pygrid.accelerator.simd_numba import memory_barrier, prefetch, vload, vstore, vzero, vsplat, vfma, vfms, "
+        "vxor, vpermute",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
@@ -180,19 +188,16 @@ def _source(ns, dtype, hoist):
     # cache lines of one fermion slice, and that a link may straddle; L{q}: offset of line q
     nls, nlg = (24 * NS + line - 1) // line, (18 * NS + line - 1) // line + 1
     out += [f"L{q} = U({q * line})" for q in range(max(nls, nlg))]
-    out += [f"PD = {int(PREFETCH_DISTANCE)}", "PDU = U(PD)"]
-    out += ['_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)',
-            '_inl = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")', ""]
+    out += [f"PD = {int(PREFETCH_DISTANCE)}", "PDU = U(PD)", f"SPF = U({int(SLICE_PREFETCH)})"]
+    out += ['_inl = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")',
+            '_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)', ""]
 
-    def fn(sig, body, doc):
-        out.append("@_jit" if sig.startswith(("dhop_kernel", "perm12")) else "@_inl")
+    def fn(sig, body, doc, deco="@_inl"):
+        out.append(deco)
         out.append(f"def {sig}:")
         out.append(f'    """{doc}"""')
         out.extend("    " + x for x in body)
         out.append("")
-
-    def tup(names):
-        return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
 
     def cplx_axpy(dst, x, y, imag, sign, g="g"):
         """dst = x + sign * g * (i if imag) * y on (re, im) variable-name pairs; g a splatted sign vector."""
@@ -203,85 +208,83 @@ def _source(ns, dtype, hoist):
         fr, fi = ("vfms", "vfma") if sign > 0 else ("vfma", "vfms")
         return [f"{dr} = {fr}({g}, {yi}, {xr})", f"{di} = {fi}({g}, {yr}, {xi})"]
 
-    hn = [f"h{a}{c}{ri}" for a in range(2) for c in range(3) for ri in "ri"]  # half spinor: (spin a, colour c)
-    wn = [f"w{a}{c}{ri}" for a in range(2) for c in range(3) for ri in "ri"]
-    an = [f"a{sp}{c}{ri}" for sp in range(4) for c in range(3) for ri in "ri"]
+    w6 = "(w0r, w0i, w1r, w1i, w2r, w2i)"
     for mu in range(4):
         pa, pb = gam[mu]
-        body = []
         for a in range(2):
             j, imag, sign = pa[a]
+            body = []
             for c in range(3):
                 body += [f"x{ri} = vload(psi, b + Q{2 * (3 * a + c) + k}, W)" for k, ri in enumerate("ri")]
                 body += [f"y{ri} = vload(psi, b + Q{2 * (3 * (2 + j) + c) + k}, W)" for k, ri in enumerate("ri")]
-                body += cplx_axpy((f"h{a}{c}r", f"h{a}{c}i"), ("xr", "xi"), ("yr", "yi"), imag, sign)
-        body.append("return " + tup(hn))
-        fn(f"proj{mu}(psi, b, g)", body,
-           f"Half spinor of (1 + g gamma_{mu}) psi at psi[b:] (g = +-1 splatted).")
-        body = [f"{tup(an)} = acc", f"{tup(wn)} = w"]
-        for sp in range(4):
-            for c in range(3):
-                if sp < 2:
-                    body += [f"a{sp}{c}{ri} = a{sp}{c}{ri} + w{sp}{c}{ri}" for ri in "ri"]
-                else:
-                    k, imag, sign = pb[sp - 2]
-                    body += cplx_axpy((f"a{sp}{c}r", f"a{sp}{c}i"), (f"a{sp}{c}r", f"a{sp}{c}i"),
-                                      (f"w{k}{c}r", f"w{k}{c}i"), imag, sign)
-        body.append("return " + tup(an))
-        fn(f"recon{mu}(acc, w, g)", body,
-           f"acc + the spinor rebuilt from the half spinor w of (1 + g gamma_{mu}).")
-    fn("load_link(u, b)", ["return (" + ", ".join(f"vload(u, b + Q{e}, W)" for e in range(18)) + ")"],
-       "The 18 vectors of the link at u[b:], held across the slices of a 5D field.")
+                body += cplx_axpy((f"w{c}r", f"w{c}i"), ("xr", "xi"), ("yr", "yi"), imag, sign)
+            body.append(f"return {w6}")
+            fn(f"proj{mu}h{a}(psi, b, g)", body,
+               f"Spin {a} of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (g = +-1 splatted).")
+            # the lower spin that spin a of the half spinor rebuilds, and its phase
+            bl = [b for b in range(2) if pb[b][0] == a][0]
+            _, bimag, bsign = pb[bl]
+            lo_ = 2 + bl
+            for mode in ("init", "add", "fin"):
+                body = [f"{w6} = w"]
+                for c in range(3):
+                    qu = [f"A + Q{2 * (3 * a + c) + k}" for k in range(2)]
+                    ql = [f"A + Q{2 * (3 * lo_ + c) + k}" for k in range(2)]
+                    if mode == "init":
+                        body += [f"vstore(acc, {qu[0]}, w{c}r)", f"vstore(acc, {qu[1]}, w{c}i)",
+                                 "zr = vzero(w0r)", "zi = zr"]
+                        body += cplx_axpy(("lr", "li"), ("zr", "zi"), (f"w{c}r", f"w{c}i"), bimag, bsign)
+                        body += [f"vstore(acc, {ql[0]}, lr)", f"vstore(acc, {ql[1]}, li)"]
+                        continue
+                    body += [f"ur = vload(acc, {qu[0]}, W) + w{c}r", f"ui = vload(acc, {qu[1]}, W) + w{c}i",
+                             f"lr = vload(acc, {ql[0]}, W)", f"li = vload(acc, {ql[1]}, W)"]
+                    body += cplx_axpy(("lr", "li"), ("lr", "li"), (f"w{c}r", f"w{c}i"), bimag, bsign)
+                    for q, v in ((qu[0], "ur"), (qu[1], "ui"), (ql[0], "lr"), (ql[1], "li")):
+                        if mode == "add":
+                            body.append(f"vstore(acc, {q}, {v})")
+                        else:
+                            qo = q.replace("A +", "d +")
+                            body += ["if use_diag:", f"    vstore(out, {qo}, vfma(al, vload(x, {qo}, W), s * {v}))",
+                                     "else:", f"    vstore(out, {qo}, s * {v})"]
+                sig = "(acc, A, w, g)" if mode != "fin" else "(acc, A, w, g, out, d, s, x, al, use_diag)"
+                what = {"init": "acc[A:] = the", "add": "acc[A:] +=  the",
+                        "fin": "out[d:] = s * (acc[A:] + the) (+ al * x[d:] if use_diag), for the"}[mode]
+                fn(f"{mode}{mu}h{a}{sig}", body,
+                   f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + g gamma_{mu}).")
     for name, adj in (("mult", False), ("mult_adj", True)):
-        body = [f"{tup(hn)} = h"]
+        body = ["(h0r, h0i, h1r, h1i, h2r, h2i) = h"]
         for i in range(3):
+            r, m = f"w{i}r", f"w{i}i"
             for j in range(3):
                 e = 2 * (3 * j + i if adj else 3 * i + j)
-                body += [f"u{i}{j}r = lk[{e}]", f"u{i}{j}i = lk[{e + 1}]"]
-        for a in range(2):
-            for i in range(3):
-                r, m = f"w{a}{i}r", f"w{a}{i}i"
-                for j in range(3):
-                    ur, ui, hr, hi = f"u{i}{j}r", f"u{i}{j}i", f"h{a}{j}r", f"h{a}{j}i"
-                    if j == 0:
-                        body += [f"{r} = {ur} * {hr}", f"{m} = {ur} * {hi}"]
-                    else:
-                        body += [f"{r} = vfma({ur}, {hr}, {r})", f"{m} = vfma({ur}, {hi}, {m})"]
-                    if adj:  # conj(u) h: re += ui hi, im -= ui hr
-                        body += [f"{r} = vfma({ui}, {hi}, {r})", f"{m} = vfms({ui}, {hr}, {m})"]
-                    else:
-                        body += [f"{r} = vfms({ui}, {hi}, {r})", f"{m} = vfma({ui}, {hr}, {m})"]
-        body.append("return " + tup(wn))
-        fn(f"{name}(lk, h)", body, ("U^dag" if adj else "U") + " h for a link lk (load_link()) and a half spinor h.")
-    xs = [1 << k for k in range(NS.bit_length() - 1)]
+                body += [f"ur = vload(u, b + Q{e}, W)", f"ui = vload(u, b + Q{e + 1}, W)"]
+                hr, hi = f"h{j}r", f"h{j}i"
+                if j == 0:
+                    body += [f"{r} = ur * {hr}", f"{m} = ur * {hi}"]
+                else:
+                    body += [f"{r} = vfma(ur, {hr}, {r})", f"{m} = vfma(ur, {hi}, {m})"]
+                if adj:  # conj(u) h: re += ui hi, im -= ui hr
+                    body += [f"{r} = vfma(ui, {hi}, {r})", f"{m} = vfms(ui, {hr}, {m})"]
+                else:
+                    body += [f"{r} = vfms(ui, {hi}, {r})", f"{m} = vfma(ui, {hr}, {m})"]
+        body.append(f"return {w6}")
+        fn(f"{name}(u, b, h)", body,
+           ("U^dag" if adj else "U") + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
     body = []
-    for x in xs:
-        body += [f"if px == {x}:", "    return (" + ", ".join(f"vxor(t[{k}], {x})" for k in range(12)) + ")"]
-    body.append("return (" + ", ".join(f"vpermute(t[{k}], lanes, off)" for k in range(12)) + ")")
-    fn("perm12(t, px, lanes, off)", body,
-       "Lanes of 12 vectors permuted: l ^ px for a power of two px (one shuffle), else lanes[off + l].")
-    body = [f"{tup(an)} = acc"]
-    body += [f"vstore(out, d + Q{k}, s * {an[k]})" for k in range(24)]
-    fn("store(out, d, acc, s)", body, "out[d:] = s * acc.")
-    body = [f"{tup(an)} = acc"]
-    body += [f"vstore(out, d + Q{k}, vfma(al, vload(x, d + Q{k}, W), s * {an[k]}))" for k in range(24)]
-    fn("store_diag(out, d, acc, s, x, al)", body, "out[d:] = s * acc + al * x[d:] (x may be out).")
-
-    body = _tiled_body(nls, nlg, hoist)
-    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile)", body,
-       "The hopping term on 4D outer sites [lo, hi), all Ls slices; see dhop().")
-    body = [f"return (" + ", ".join(f"vload(a, b + Q{k}, W)" for k in range(24)) + ")"]
-    fn("load_acc(a, b)", body, "The 24 vectors of a spinor at a[b:].")
-    body = [f"{tup(an)} = acc"] + [f"vstore(a, b + Q{k}, {an[k]})" for k in range(24)]
-    fn("store_acc(a, b, acc)", body, "a[b:] = the 24 vectors of acc.")
+    for x in [1 << k for k in range(NS.bit_length() - 1)]:
+        body += [f"if px == {x}:", "    return (" + ", ".join(f"vxor(t[{k}], {x})" for k in range(6)) + ")"]
+    body.append("return (" + ", ".join(f"vpermute(t[{k}], lanes, off)" for k in range(6)) + ")")
+    fn("perm6(t, px, lanes, off)", body,
+       "Lanes of 6 vectors permuted: l ^ px for a power of two px (one shuffle each), else lanes[off + l].")
+    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile)",
+       _kernel_body(nls, nlg, five_d), "The hopping term on 4D outer sites [lo, hi), all Ls slices; see dhop().", "@_jit")
     return "\n".join(out) + "\n"
 
 
-def _tiled_body(nls, nlg, hoist):
+def _kernel_body(nls, nlg, five_d):
     body = [
         "sc = vsplat(coef[0], W)", "al = vsplat(coef[1], W)", "gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)",
-        "z = vzero(gf)", "N4 = U(n4)", "LS = U(Ls)",
-        "zacc = (" + ", ".join(["z"] * 24) + ")",
+        "N4 = U(n4)", "LS = U(Ls)",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
         "for o0 in range(lo, hi, tile):",
         "    o1 = min(o0 + tile, hi)",
@@ -291,34 +294,36 @@ def _tiled_body(nls, nlg, hoist):
         mu = p % 4
         g = "gf" if p < 4 else "gb"
         body += ["    for o in range(o0, o1):", "        uo = U(o)", f"        k = U({p}) * N4 + uo"]
-        # the neighbour spinor and the link PD sites ahead, read in PD sites' time; for a 5D field
-        # only the first slice (the hardware prefetcher follows the rest: prefetching all Ls = 8
-        # slices was 15% slower)
+        # the neighbour spinor (its first slice) and the link PD sites ahead, read in PD sites' time
         # (unrolled with constant offsets: one instruction per cache line)
         body += ["        if o + PD < n4:", "            n2 = U(nbr[k + PDU])", "            b2 = n2 * LS * FS"]
         body += [f"            prefetch(psi, b2 + L{q})" for q in range(nls)]
         body += ["            b2 = " + (f"(uo + PDU) * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}")]
         body += [f"            prefetch({'uf' if p < 4 else 'ub'}, b2 + L{q})" for q in range(nlg)]
-        link = "load_link(" + (f"uf, uo * GS + M{mu})" if p < 4 else f"ub, n * GS + M{mu})")
-        body += ["        n = U(nbr[k])", "        m = perm[k]"] + ([f"        lk = {link}"] if hoist else []) + [
-                 "        for s in range(Ls):", "            S = U(s)",
-                 f"            h = proj{mu}(psi, (n * LS + S) * FS, {g})"]
-        if p < 4:
-            body += ["            if m != 0:", "                h = perm12(h, pxor[m], lanes, U(m) * NSU)",
-                     ] + ([] if hoist else [f"            lk = {link}"]) + ["            w = mult(lk, h)"]
-        else:
-            body += ([] if hoist else [f"            lk = {link}"]) + ["            w = mult_adj(lk, h)", "            if m != 0:",
-                     "                w = perm12(w, pxor[m], lanes, U(m) * NSU)"]
-        body += ["            A = ((uo - O0) * LS + S) * FS"]
-        if p == 0:
-            body += [f"            store_acc(acc_t, A, recon{mu}(zacc, w, {g}))"]
-        elif p < 7:
-            body += [f"            store_acc(acc_t, A, recon{mu}(load_acc(acc_t, A), w, {g}))"]
-        else:
-            body += [f"            acc = recon{mu}(load_acc(acc_t, A), w, {g})",
-                     "            d = (uo * LS + S) * FS", "            if use_diag:",
-                     "                store_diag(out, d, acc, sc, diag, al)", "            else:",
-                     "                store(out, d, acc, sc)"]
+        link = f"uf, uo * GS + M{mu}" if p < 4 else f"ub, n * GS + M{mu}"
+        body += ["        n = U(nbr[k])", "        m = perm[k]",
+                 "        for s in range(Ls):", "            S = U(s)", "            B = (n * LS + S) * FS",
+                 "            A = ((uo - O0) * LS + S) * FS", "            d = (uo * LS + S) * FS"]
+        if five_d:
+            # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
+            # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
+            body += [f"            prefetch(psi, B + SPF * FS + L{q})" for q in range(nls)]
+        for a in range(2):
+            body += [f"            w = proj{mu}h{a}(psi, B, {g})"]
+            if p < 4:
+                body += ["            if m != 0:", "                w = perm6(w, pxor[m], lanes, U(m) * NSU)",
+                         f"            w = mult({link}, w)"]
+            else:
+                body += [f"            w = mult_adj({link}, w)", "            if m != 0:",
+                         "                w = perm6(w, pxor[m], lanes, U(m) * NSU)"]
+            if p == 0:
+                body += [f"            init{mu}h{a}(acc_t, A, w, {g})"]
+            elif p < 7:
+                body += [f"            add{mu}h{a}(acc_t, A, w, {g})"]
+            else:
+                body += [f"            fin{mu}h{a}(acc_t, A, w, {g}, out, d, sc, diag, al, use_diag)"]
+            # keeps LLVM from merging the two halves' loads of the same link (18 values kept live = spills)
+            body += ["            memory_barrier()"]
     return body
 
 
