@@ -92,7 +92,7 @@ from ..tensors.constant import Gamma
 PREFETCH_DISTANCE = 4
 
 #: 5D fields: slices ahead of the current one of the neighbour's Ls slices that are prefetched
-SLICE_PREFETCH = 2
+SLICE_PREFETCH = 4
 
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
 FLOPS_PER_SITE = 1320
