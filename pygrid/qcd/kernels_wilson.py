@@ -56,8 +56,8 @@ link, which would keep 18 more vectors live.
 
 Measured alternatives (docs/performance.md): the whole half spinor at once
 (12 vectors, the link held in registers across the Ls slices) spilled about 20
-vectors per site and point and was 10% slower for domain wall, equal for
-Wilson; one pass over the 8 points per site with the accumulator in registers
+vectors per site and point and was up to 1.45x slower for domain wall and 1.13x
+for Wilson at 16^4; one pass over the 8 points per site with the accumulator in registers
 is 1.3x faster in cache but slower from memory at 16^4 (eight neighbour streams
 at once, and at power-of-two extents the neighbours share L1 sets); the
 lane-unrolled kernel that relied on LLVM's SLP vectoriser was 10-35% slower.
