@@ -4,7 +4,7 @@ import pytest
 from numba import njit
 from numba.core.errors import TypingError
 
-from pygrid.accelerator.simd_numba import memory_barrier, prefetch, vfma, vfms, vload, vpermute, vsplat, vstore, vxor, vzero
+from pygrid.accelerator.simd_numba import prefetch, vfma, vfms, vload, vpermute, vsplat, vstore, vxor, vzero
 
 U = np.uint64
 
@@ -66,17 +66,3 @@ def test_misuse_is_a_typing_error():
     with pytest.raises(TypingError, match="out of range"):
         xor_out_of_range(np.zeros(8))
 
-
-@njit(cache=False)
-def _reload_across_barrier(a, b, out):
-    x = vload(a, 0, 4)
-    b[0] = 7.0  # b may alias a: the value loaded after the barrier must see the store
-    memory_barrier()
-    vstore(out, 0, x + vload(a, 0, 4))
-
-
-def test_memory_barrier_keeps_loads_and_stores_in_order():
-    a = np.arange(4.0)
-    out = np.empty(4)
-    _reload_across_barrier(a, a, out)
-    np.testing.assert_array_equal(out, [7.0, 2.0, 4.0, 6.0])

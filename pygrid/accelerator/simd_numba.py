@@ -290,17 +290,3 @@ def prefetch(typingctx, a, i):
         return context.get_dummy_value()
 
     return types.void(a, i), codegen
-
-
-@intrinsic
-def memory_barrier(typingctx):
-    """A compiler-only barrier (no instruction): memory may have changed, so loads after it are not merged
-    with loads before it.  Without it LLVM keeps a value loaded twice live in between, which with 16
-    vector registers means a spill (a store) per value."""
-
-    def codegen(context, builder, sig, args):
-        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", side_effect=True)
-        builder.call(asm, [])
-        return context.get_dummy_value()
-
-    return types.void(), codegen

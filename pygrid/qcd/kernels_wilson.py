@@ -50,9 +50,7 @@ whose product is permuted instead of the link), reading the link from memory;
 and the two spins of the accumulator that it rebuilds are updated in place.
 That keeps every live value in registers (6 + 6 + 2 + a sign): no spills, and
 stores only to the accumulator.  The last point writes ``scale * acc + alpha *
-diag`` straight to ``out``: 1320 flops per site (Grid's count).  A compiler
-barrier between the two halves keeps LLVM from merging their loads of the same
-link, which would keep 18 more vectors live.
+diag`` straight to ``out``: 1320 flops per site (Grid's count).
 
 Measured alternatives (docs/performance.md): the whole half spinor at once
 (12 vectors, the link held in registers across the Ls slices) spilled about 20
@@ -172,7 +170,7 @@ def _source(ns, dtype, five_d):
     out = [
         "import numpy as np",
         "from numba import njit",
-        "from pygrid.accelerator.simd_numba import memory_barrier, prefetch, vload, vstore, vzero, vsplat, vfma, vfms, "
+        "from pygrid.accelerator.simd_numba import prefetch, vload, vstore, vzero, vsplat, vfma, vfms, "
         "vxor, vpermute",
         "",
         f"W = {NS}",
@@ -322,8 +320,6 @@ def _kernel_body(nls, nlg, five_d):
                 body += [f"            add{mu}h{a}(acc_t, A, w, {g})"]
             else:
                 body += [f"            fin{mu}h{a}(acc_t, A, w, {g}, out, d, sc, diag, al, use_diag)"]
-            # keeps LLVM from merging the two halves' loads of the same link (18 values kept live = spills)
-            body += ["            memory_barrier()"]
     return body
 
 
