@@ -328,6 +328,10 @@ _kernels = {}
 
 def kernel_for(nsimd, dtype="float64", Ls=1):
     """The compiled kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (source cached on disk)."""
+    fast = (nsimd, dtype, Ls > 1)  # what dhop() passes: a lookup without np.dtype(...).name (7 us a call)
+    k = _kernels.get(fast)
+    if k is not None:
+        return k
     key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1)
     k = _kernels.get(key)
     if k is None:
@@ -336,6 +340,10 @@ def kernel_for(nsimd, dtype="float64", Ls=1):
         src = f"# simd_numba version {simd_numba.VERSION}\n" + _source(*key)
         k = load_module(src, "pygrid_wilson").dhop_kernel
         _kernels[key] = k
+    try:
+        _kernels[fast] = k
+    except TypeError:  # an unhashable dtype argument: the slow path every time
+        pass
     return k
 
 
