@@ -308,6 +308,11 @@ def test_banded_s_matrices_match_dense(Ls):
         assert relerr(bidiag_multiply(np.empty_like(x), x, band, Ls), want) < 1e-14
         y = x.copy()
         assert relerr(bidiag_multiply(y, y, band, Ls), want) < 1e-14
+        # accumulating: out += A x, as the sums of two s matrices in M and Mdag use it
+        z = rng.normal(size=x.shape)
+        assert relerr(bidiag_multiply(z.copy(), x, band, Ls, accumulate=True), z + want) < 1e-14
+        with pytest.raises(pg.ConformabilityError, match="alias"):
+            bidiag_multiply(y, y, band, Ls, accumulate=True)
         tables = bidiag_solver(A)
         assert tables is not None
         want = s_apply(np.empty_like(x), x, np.linalg.inv(A), Ls=Ls)

@@ -64,8 +64,9 @@ Every s matrix here is cyclic bidiagonal per chirality (:func:`bidiag_structure`
 ``Mooee``, ``M5D`` and ``b + c S`` are applied by an O(Ls) multiply
 (:func:`bidiag_multiply`) and ``MooeeInv`` by two O(Ls) sweeps per site
 (:func:`bidiag_apply`, :func:`bidiag_solver`).  The dense kernel
-(:func:`s_apply`, Ls^2 per site and chirality, zeros skipped) remains for the
-two-matrix sums inside ``M``/``Mdag``, for Ls = 1, and as the test reference.  Only real b, c are supported (Grid's zMobius with complex per-slice
+(:func:`s_apply`, Ls^2 per site and chirality, zeros skipped) remains for
+Ls = 1 and as the test reference; the sums of two s matrices inside
+``M``/``Mdag`` use the multiply's accumulating form.  Only real b, c are supported (Grid's zMobius with complex per-slice
 coefficients is not).
 """
 from __future__ import annotations
@@ -254,6 +255,27 @@ def bidiag_mult_kernel(lo, hi, out, x, order, d, e, f, Ls, half):
             fc = f[c]
             for i in range(half):
                 out[s0 + U(i)] = dc * x[s0 + U(i)] + fc * t[U(i)]
+
+
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)
+def bidiag_mult_add_kernel(lo, hi, out, x, order, d, e, f, Ls, half):
+    """out += A x per 4D site in [lo, hi) and chirality (as bidiag_mult_kernel; out must not alias x)."""
+    H = U(half)
+    for o in range(lo, hi):
+        base = U(o) * U(Ls) * U(2) * H
+        for c in range(2):
+            dc = d[c]
+            ec = e[c]
+            fc = f[c]
+            sl = row(order, c, Ls - 1, base, H)
+            s0 = row(order, c, 0, base, H)
+            for i in range(half):
+                out[s0 + U(i)] += dc * x[s0 + U(i)] + fc * x[sl + U(i)]
+            for j in range(1, Ls):
+                sj = row(order, c, j, base, H)
+                sp = row(order, c, j - 1, base, H)
+                for i in range(half):
+                    out[sj + U(i)] += dc * x[sj + U(i)] + ec * x[sp + U(i)]
 '''
 
 
@@ -265,6 +287,11 @@ def _bidiag_kernel():
 @functools.lru_cache(maxsize=None)
 def _bidiag_mult_kernel():
     return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_mult_kernel
+
+
+@functools.lru_cache(maxsize=None)
+def _bidiag_mult_add_kernel():
+    return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_mult_add_kernel
 
 
 def bidiag_structure(A, tol=1e-12):
@@ -341,11 +368,17 @@ def _bidiag_launch(name, kernel, out, x, Ls, *tables):
     return out
 
 
-def bidiag_multiply(out, x, structure, Ls):
-    """out = A x on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd), ``structure = bidiag_structure(A)``.
+def bidiag_multiply(out, x, structure, Ls, accumulate=False):
+    """out = A x (``accumulate``: out += A x) on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd),
+    ``structure = bidiag_structure(A)``.
 
-    ``out`` may alias ``x``.  Threads split the 4D sites (the backend's ``accelerator_for``).
+    ``out`` may alias ``x``, except when accumulating.  Threads split the 4D sites (the
+    backend's ``accelerator_for``).
     """
+    if accumulate:
+        if np.shares_memory(out, x):
+            raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
+        return _bidiag_launch("bidiag_multiply", _bidiag_mult_add_kernel(), out, x, Ls, *structure)
     return _bidiag_launch("bidiag_multiply", _bidiag_mult_kernel(), out, x, Ls, *structure)
 
 
@@ -590,7 +623,11 @@ class MobiusFermion:
             t = self._smat(psi, "bcS", None, "M")
         self._hop(t, tgt, False, 4.0 - self.M5, t)           # tgt = Dw t
         with tgt.view(ViewMode.AcceleratorWrite) as o, psi.view(ViewMode.AcceleratorRead) as p:
-            s_apply(o, o, self._mats["one"], p, self._mats["M5D"], Ls=self.Ls)
+            band = self._banded["M5D"]
+            if band is not None:
+                bidiag_multiply(o, p, band, self.Ls, accumulate=True)
+            else:
+                s_apply(o, o, self._mats["one"], p, self._mats["M5D"], Ls=self.Ls)
         return self._finish(res, tgt)
 
     def Mdag(self, psi, out=None):
@@ -599,7 +636,13 @@ class MobiusFermion:
         res, tgt = self._out(psi, out, None, "Mdag", avoid=(psi,))
         self._hop(psi, tgt, True, 4.0 - self.M5, psi)         # tgt = Dw^dag psi
         with tgt.view(ViewMode.AcceleratorWrite) as o, psi.view(ViewMode.AcceleratorRead) as p:
-            s_apply(o, o, self._mats["bcSDag"], p, self._mats["M5DDag"], Ls=self.Ls)
+            bc, m5 = self._banded["bcSDag"], self._banded["M5DDag"]
+            if bc is not None and m5 is not None:
+                if not self._trivial_bc:
+                    bidiag_multiply(o, o, bc, self.Ls)
+                bidiag_multiply(o, p, m5, self.Ls, accumulate=True)
+            else:
+                s_apply(o, o, self._mats["bcSDag"], p, self._mats["M5DDag"], Ls=self.Ls)
         return self._finish(res, tgt)
 
     def MdagM(self, psi, out=None):
