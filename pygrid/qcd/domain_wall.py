@@ -228,54 +228,39 @@ def bidiag_kernel(lo, hi, out, x, order, invd, ed, q, r, Ls, half):
                 out[sl + U(i)] *= rc
 
 
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")
+def combine_row(out, so, xa, sa, ca, xb, sb, cb, half, acc):
+    """out[so:] = ca xa[sa:] + cb xb[sb:] over one row of half reals (acc: added to out)."""
+    for i in range(half):
+        v = ca * xa[sa + U(i)] + cb * xb[sb + U(i)]
+        if acc:
+            out[so + U(i)] += v
+        else:
+            out[so + U(i)] = v
+
+
 @njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)
-def bidiag_mult_kernel(lo, hi, out, x, order, d, e, f, Ls, half):
-    """out = A x per 4D site in [lo, hi) and chirality, A cyclic bidiagonal (see bidiag_structure()).
+def bidiag_mult_kernel(lo, hi, out, x, order, d, e, f, Ls, half, acc):
+    """out = A x (acc: out += A x) per 4D site in [lo, hi) and chirality, A cyclic bidiagonal
+    (see bidiag_structure()).
 
     Row j of the sweep (slice order[c, j]) is d x_j + e x_{j-1}, row 0 d x_0 + f x_last.  The
     rows are written from the last down, each after the rows it reads, and x_last is kept
-    aside for row 0, so out may alias x.
+    aside for row 0, so out may alias x when not accumulating.
     """
     H = U(half)
     t = np.empty(half, out.dtype)
     for o in range(lo, hi):
         base = U(o) * U(Ls) * U(2) * H
         for c in range(2):
-            dc = d[c]
-            ec = e[c]
             sl = row(order, c, Ls - 1, base, H)
             for i in range(half):
                 t[U(i)] = x[sl + U(i)]
             for j in range(Ls - 1, 0, -1):
                 sj = row(order, c, j, base, H)
-                sp = row(order, c, j - 1, base, H)
-                for i in range(half):
-                    out[sj + U(i)] = dc * x[sj + U(i)] + ec * x[sp + U(i)]
+                combine_row(out, sj, x, sj, d[c], x, row(order, c, j - 1, base, H), e[c], half, acc)
             s0 = row(order, c, 0, base, H)
-            fc = f[c]
-            for i in range(half):
-                out[s0 + U(i)] = dc * x[s0 + U(i)] + fc * t[U(i)]
-
-
-@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)
-def bidiag_mult_add_kernel(lo, hi, out, x, order, d, e, f, Ls, half):
-    """out += A x per 4D site in [lo, hi) and chirality (as bidiag_mult_kernel; out must not alias x)."""
-    H = U(half)
-    for o in range(lo, hi):
-        base = U(o) * U(Ls) * U(2) * H
-        for c in range(2):
-            dc = d[c]
-            ec = e[c]
-            fc = f[c]
-            sl = row(order, c, Ls - 1, base, H)
-            s0 = row(order, c, 0, base, H)
-            for i in range(half):
-                out[s0 + U(i)] += dc * x[s0 + U(i)] + fc * x[sl + U(i)]
-            for j in range(1, Ls):
-                sj = row(order, c, j, base, H)
-                sp = row(order, c, j - 1, base, H)
-                for i in range(half):
-                    out[sj + U(i)] += dc * x[sj + U(i)] + ec * x[sp + U(i)]
+            combine_row(out, s0, x, s0, d[c], t, U(0), f[c], half, acc)
 '''
 
 
@@ -287,11 +272,6 @@ def _bidiag_kernel():
 @functools.lru_cache(maxsize=None)
 def _bidiag_mult_kernel():
     return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_mult_kernel
-
-
-@functools.lru_cache(maxsize=None)
-def _bidiag_mult_add_kernel():
-    return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_mult_add_kernel
 
 
 def bidiag_structure(A, tol=1e-12):
@@ -351,7 +331,7 @@ def bidiag_solver(A, tol=1e-12):
     return order, invd, ed, q, r
 
 
-def _bidiag_launch(name, kernel, out, x, Ls, *tables):
+def _bidiag_launch(name, kernel, out, x, Ls, *tables, extra=()):
     from ..accelerator.backends import host_accelerator_for
 
     if x.shape != out.shape or x.dtype != out.dtype:
@@ -364,7 +344,7 @@ def _bidiag_launch(name, kernel, out, x, Ls, *tables):
     # no copy when the tables are already in the field's precision (the operators keep them so)
     tables = [t if t.dtype.kind == "i" else t.astype(dt, copy=False) for t in tables]
     host_accelerator_for(out.shape[0] // Ls, kernel, out.reshape(-1), x.reshape(-1), *tables, int(Ls),
-                         6 * 2 * out.shape[3])
+                         6 * 2 * out.shape[3], *extra)
     return out
 
 
@@ -375,11 +355,10 @@ def bidiag_multiply(out, x, structure, Ls, accumulate=False):
     ``out`` may alias ``x``, except when accumulating.  Threads split the 4D sites (the
     backend's ``accelerator_for``).
     """
-    if accumulate:
-        if np.shares_memory(out, x):
-            raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
-        return _bidiag_launch("bidiag_multiply", _bidiag_mult_add_kernel(), out, x, Ls, *structure)
-    return _bidiag_launch("bidiag_multiply", _bidiag_mult_kernel(), out, x, Ls, *structure)
+    if accumulate and np.shares_memory(out, x):
+        raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
+    return _bidiag_launch("bidiag_multiply", _bidiag_mult_kernel(), out, x, Ls, *structure,
+                          extra=(bool(accumulate),))
 
 
 def bidiag_apply(out, x, tables, Ls):
