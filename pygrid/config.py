@@ -46,6 +46,9 @@ __all__ = [
 #: Backends ``--accelerator`` accepts. ``auto`` picks the best one available at init.
 ACCELERATORS = ("openmp", "numpy", "cuda", "hip", "sycl", "auto")
 
+#: Dirac kernel variants (Grid's ``--dslash-generic`` / ``--dslash-unroll``); ``auto``: the fastest for the backend.
+DSLASH_VARIANTS = ("auto", "generic", "unroll")
+
 #: Log levels ``--log`` accepts, from least to most verbose.
 LOG_LEVELS = ("error", "warning", "message", "iterative", "debug")
 
@@ -158,6 +161,10 @@ def _parse_accelerator(value: Any, label: str) -> str:
     return _parse_choice(value, label, ACCELERATORS, "unknown backend")
 
 
+def _parse_dslash(value: Any, label: str) -> str:
+    return _parse_choice(value, label, DSLASH_VARIANTS, "Dirac kernel variant")
+
+
 def _parse_log(value: Any, label: str) -> str:
     return _parse_choice(value, label, LOG_LEVELS, "unknown log level")
 
@@ -189,6 +196,7 @@ _FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "device_mem": _parse_device_mem,
     "debug_mem": _parse_bool,
     "emulate_device": _parse_bool,
+    "dslash": _parse_dslash,
     "log": _parse_log,
 }
 
@@ -222,6 +230,11 @@ class Config:
     emulate_device
         On the CPU, keep a separate "device" copy of every field so that the
         memory manager's cache is exercised for real.
+    dslash
+        The Dirac kernel variant, one of :data:`DSLASH_VARIANTS`: ``generic``
+        (generated from the one kernel description, every backend), ``unroll``
+        (the hand-unrolled CPU kernel, openmp and numpy backends) or ``auto``
+        (the fastest the backend has).
     log
         Log level, one of :data:`LOG_LEVELS`.
 
@@ -239,6 +252,7 @@ class Config:
     device_mem: int | None = 128
     debug_mem: bool = False
     emulate_device: bool = False
+    dslash: str = "auto"
     log: str = "message"
 
     def __post_init__(self) -> None:
@@ -281,6 +295,9 @@ class Config:
                 continue
             if spec.takes_value:
                 argv += [spec.flag, spec.format(value)]
+            elif spec.value is not True:
+                if value == spec.value:
+                    argv.append(spec.flag)
             elif value:
                 argv.append(spec.flag)
         return argv
@@ -319,6 +336,7 @@ class FlagSpec:
     help: str
     default: str
     env: tuple[str, ...] = ()
+    value: Any = True  # what a switch sets its field to
 
     @property
     def takes_value(self) -> bool:
@@ -353,6 +371,11 @@ FLAGS: tuple[FlagSpec, ...] = (
              "print the memory manager's transfer and eviction counts", "off"),
     FlagSpec("--emulate-device", "emulate_device", None,
              "keep a separate device copy on the CPU (tests the cache)", "off"),
+    FlagSpec("--dslash-generic", "dslash", None,
+             "Dirac operators use the generic kernel generated for every backend", "auto",
+             env=("PYGRID_DSLASH",), value="generic"),
+    FlagSpec("--dslash-unroll", "dslash", None,
+             "Dirac operators use the hand-unrolled CPU kernel (openmp, numpy)", "auto", value="unroll"),
     FlagSpec("--log", "log", "LEVEL",
              "log level: " + ", ".join(LOG_LEVELS), "message"),
 )
@@ -376,6 +399,7 @@ _ENV_VARS: tuple[tuple[str, str, Callable[[Any, str], Any]], ...] = (
     ("PYGRID_THREADS", "threads", _parse_positive_int),
     ("PYGRID_ACCELERATOR", "accelerator", _parse_accelerator),
     ("PYGRID_DEVICE_MEM", "device_mem", _parse_device_mem),
+    ("PYGRID_DSLASH", "dslash", _parse_dslash),
 )
 
 
@@ -428,7 +452,7 @@ def parse_args(
         if not spec.takes_value:
             if eq:
                 raise ConfigError(f"{arg}: {spec.flag} is a switch and takes no value")
-            values[spec.field] = True
+            values[spec.field] = spec.value
             i += 1
             continue
 

@@ -42,6 +42,12 @@ class NumpyBackend:
         """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites)."""
         kernel(0, osites, *args)
 
+    def launch(self, kernel, args, nsimd, dtype):
+        """Run a covariant kernel (pygrid.accelerator.covariant) with ``args`` (name -> value)."""
+        from . import covariant
+
+        covariant.host_launch(self, kernel, args, nsimd, dtype)
+
     # reductions over (osites, ncomp, 2, nsimd) buffers, accumulated in double
     def inner_product(self, a, b):
         a = a.astype(np.float64, copy=False)
@@ -201,19 +207,6 @@ def accelerator_for(osites, kernel, *args):
     should be a ``numba.njit(nogil=True)`` function so the blocks run in parallel.
     """
     get_backend().accelerator_for(osites, kernel, *args)
-
-
-def host_accelerator_for(osites, kernel, *args):
-    """``accelerator_for`` for a hand-written numba kernel on host buffers.
-
-    Runs on the current backend when it is a CPU one (numpy, openmp), else on the
-    openmp thread pool: the GPU backends do not run numba kernels, and the buffers
-    the hand-written operators pass are host arrays.
-    """
-    backend = get_backend()
-    if backend.name not in ("numpy", "openmp"):
-        backend = get_backend("openmp")
-    backend.accelerator_for(osites, kernel, *args)
 
 
 def set_backend(name):

@@ -40,9 +40,7 @@ Even-odd (Cayley) pieces, with ``bee = b (4 - M5) + 1`` and ``cee = 1 - c (4 - M
 
 so that ``M = Mooee + Meooe``.  ``Mooee`` is block diagonal in the 4D site and the
 chirality; on each chirality it is a cyclic bidiagonal Ls x Ls real matrix,
-the same on every site, so its inverse is computed once exactly (numpy LU,
-``np.linalg.inv``) and applied per site by a small numba kernel
-(:func:`s_apply`).  Shamir is g5 R5-Hermitian (``g5 R5 M g5 R5 = Mdag``,
+the same on every site.  Shamir is g5 R5-Hermitian (``g5 R5 M g5 R5 = Mdag``,
 R5 reflects s -> Ls-1-s); Möbius with c != 0 is not (``Dw`` and ``S`` do not
 commute), but ``Mdag`` is its adjoint for all b, c.
 
@@ -62,20 +60,18 @@ tests/test_domain_wall.py).
 
 Every s matrix here is cyclic bidiagonal per chirality (:func:`bidiag_structure`):
 ``Mooee``, ``M5D`` and ``b + c S`` are applied by an O(Ls) multiply
-(:func:`bidiag_multiply`) and ``MooeeInv`` by two O(Ls) sweeps per site
-(:func:`bidiag_apply`, :func:`bidiag_solver`).  The dense kernel
-(:func:`s_apply`, Ls^2 per site and chirality, zeros skipped) remains for
-Ls = 1 and as the test reference; the sums of two s matrices inside
-``M``/``Mdag`` use the multiply's accumulating form.  Only real b, c are supported (Grid's zMobius with complex per-slice
+(:func:`pygrid.qcd.dslash.bidiag_multiply`) and ``MooeeInv`` by two O(Ls)
+sweeps per site (:func:`pygrid.qcd.dslash.bidiag_apply`, tables from
+:func:`bidiag_solver`); both are generated for every backend from
+:mod:`pygrid.qcd.kernels_generic`.  The dense numpy :func:`s_apply` is the
+reference in tests, and the fallback for a matrix without that structure.
+Only real b, c are supported (Grid's zMobius with complex per-slice
 coefficients is not).
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from ..accelerator.compile_cache import load_module
 from ..cartesian import GridCartesian5D
 from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..lattice import Lattice
@@ -83,6 +79,7 @@ from ..memory import ViewMode
 from ..tensors import sitetype as st
 from ..tensors.constant import Gamma
 from . import kernels_wilson as kw
+from .dslash import bidiag_apply, bidiag_multiply, dhop
 from .wilson import WilsonFermion
 
 __all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "bidiag_apply", "bidiag_multiply", "bidiag_solver", "bidiag_structure", "fifth_dim_hop_matrices"]
@@ -98,180 +95,35 @@ def _check_chiral_basis():
 
 _check_chiral_basis()
 
-# ---- the fifth-dimension kernel ---------------------------------------------------------------
+# ---- the fifth dimension ----------------------------------------------------------------------
 
-_S_SOURCE = '''\
-import numpy as np
-from numba import njit, prange
+def s_apply(out, x, ax, y=None, by=None, Ls=None):
+    """out = ax . x (+ by . y): per-chirality dense Ls x Ls matrices in s, in numpy (the test reference).
 
-
-@njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")
-def s_kernel(nchunk, out, x, ax, y, by, has_y, Ls):
-    """out[s] = sum_s' ax[chi, s, s'] x[s'] (+ by[chi, s, s'] y[s']); chi = 0 for spins 0, 1 (P_+), 1 else.
-
-    Buffers (Ls * n4, 12, 2, NS); the rows of one 4D site are read completely
-    before they are written, so out may alias x or y.
+    ``ax``/``by`` are real arrays (2, Ls, Ls), index 0 acting on the P_+ spins (0, 1)
+    and 1 on the P_- spins (2, 3); buffers are host view arrays (Ls * n4, 12, 2, nsimd)
+    of 5D fermions; ``out`` may alias ``x`` or ``y``.  The operators apply their s
+    matrices with the O(Ls) kernels of :mod:`pygrid.qcd.dslash`.
     """
-    n4 = out.shape[0] // Ls
-    NS = out.shape[3]
-    for ch in prange(nchunk):
-        lo = (ch * n4) // nchunk
-        hi = ((ch + 1) * n4) // nchunk
-        tmp = np.empty((Ls, 12, 2, NS), dtype=out.dtype)
-        for o in range(lo, hi):
-            base = Ls * o
-            for s in range(Ls):
-                for k in range(12):
-                    c = 0 if k < 6 else 1
-                    for r in range(2):
-                        for l in range(NS):
-                            tmp[s, k, r, l] = 0
-                    for s2 in range(Ls):
-                        a = ax[c, s, s2]
-                        if a != 0:
-                            for r in range(2):
-                                for l in range(NS):
-                                    tmp[s, k, r, l] += a * x[base + s2, k, r, l]
-                        if has_y:
-                            b = by[c, s, s2]
-                            if b != 0:
-                                for r in range(2):
-                                    for l in range(NS):
-                                        tmp[s, k, r, l] += b * y[base + s2, k, r, l]
-            for s in range(Ls):
-                for k in range(12):
-                    for r in range(2):
-                        for l in range(NS):
-                            out[base + s, k, r, l] = tmp[s, k, r, l]
-'''
-
-
-@functools.lru_cache(maxsize=None)
-def _s_kernel():
-    return load_module(_S_SOURCE, "pygrid_dwf5").s_kernel
-
-
-def s_apply(out, x, ax, y=None, by=None, Ls=None, nchunk=None):
-    """Apply per-chirality Ls x Ls matrices in s on raw 5D fermion buffers; returns out.
-
-    ``out = ax . x (+ by . y)`` where ``ax``/``by`` are real arrays (2, Ls, Ls):
-    index 0 acts on the P_+ spins (0, 1), index 1 on the P_- spins (2, 3).  The
-    buffers are view arrays (Ls * n4, 12, 2, nsimd) of 5D fermions (full or
-    red-black); ``out`` may alias ``x`` or ``y``.
-    """
-    dtype = out.dtype
     if Ls is None:
         Ls = ax.shape[1]
     for name, a in (("x", x), ("y", y)):
-        if a is not None and (a.shape != out.shape or a.dtype != dtype):
+        if a is not None and (a.shape != out.shape or a.dtype != out.dtype):
             raise ConformabilityError(f"s_apply: {name} buffer {a.shape} {a.dtype} does not match out "
-                                      f"{out.shape} {dtype}")
+                                      f"{out.shape} {out.dtype}")
     if out.ndim != 4 or out.shape[1] != 12 or out.shape[0] % Ls:
         raise ConformabilityError(f"s_apply: out buffer {out.shape} is not a 5D fermion with Ls={Ls}")
-    ax = np.ascontiguousarray(ax, dtype=dtype)
-    has_y = y is not None
-    if has_y:
-        by = np.ascontiguousarray(by, dtype=dtype)
-    else:
-        y, by = x, ax
-    n4 = out.shape[0] // Ls
-    if nchunk is None:
-        nchunk = max(1, min(n4, 8 * kw._threads()))
-    _s_kernel()(nchunk, out, x, ax, y, by, has_y, int(Ls))
+
+    def apply(m, v):
+        v5 = v.reshape((-1, Ls, 2, 6) + v.shape[2:]).astype(np.float64)
+        r = np.einsum("cst,otc...->osc...", np.asarray(m, np.float64), v5)
+        return r.reshape(out.shape)
+
+    res = apply(ax, x)
+    if y is not None:
+        res = res + apply(by, y)
+    out[...] = res
     return out
-
-
-_BIDIAG_SOURCE = '''\
-import numpy as np
-from numba import njit
-
-U = np.uint64
-
-
-@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")
-def row(order, c, j, base, H):
-    """Flat offset of chirality c of slice order[c, j] of the 4D site at base (rows of 2 H reals)."""
-    return base + U(order[c, j]) * U(2) * H + U(c) * H
-
-
-@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)
-def bidiag_kernel(lo, hi, out, x, order, invd, ed, q, r, Ls, half):
-    """out = A^-1 x per 4D site in [lo, hi) and chirality, A cyclic bidiagonal (see bidiag_solver()).
-
-    Flat buffers, Ls rows of 2 * half reals per 4D site (chirality c: reals [c * half, (c + 1) * half)
-    of a row).  Row j of the sweep is slice order[c, j]; out may alias x (x[s] is read before out[s]
-    is written, and nothing else of x after that).
-    """
-    H = U(half)
-    for o in range(lo, hi):
-        base = U(o) * U(Ls) * U(2) * H
-        for c in range(2):
-            a = invd[c]
-            e = ed[c]
-            s0 = row(order, c, 0, base, H)
-            for i in range(half):
-                out[s0 + U(i)] = a * x[s0 + U(i)]
-            for j in range(1, Ls):
-                sp = row(order, c, j - 1, base, H)
-                sj = row(order, c, j, base, H)
-                for i in range(half):
-                    out[sj + U(i)] = a * x[sj + U(i)] - e * out[sp + U(i)]
-            # close the cycle: the last slice t = p_last / (1 - q_last), then x_j = p_j + q_j t
-            sl = row(order, c, Ls - 1, base, H)
-            rc = r[c]
-            for j in range(Ls - 1):
-                sj = row(order, c, j, base, H)
-                qj = q[c, j] * rc
-                for i in range(half):
-                    out[sj + U(i)] += qj * out[sl + U(i)]
-            for i in range(half):
-                out[sl + U(i)] *= rc
-
-
-@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")
-def combine_row(out, so, xa, sa, ca, xb, sb, cb, half, acc):
-    """out[so:] = ca xa[sa:] + cb xb[sb:] over one row of half reals (acc: added to out)."""
-    for i in range(half):
-        v = ca * xa[sa + U(i)] + cb * xb[sb + U(i)]
-        if acc:
-            out[so + U(i)] += v
-        else:
-            out[so + U(i)] = v
-
-
-@njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)
-def bidiag_mult_kernel(lo, hi, out, x, order, d, e, f, Ls, half, acc):
-    """out = A x (acc: out += A x) per 4D site in [lo, hi) and chirality, A cyclic bidiagonal
-    (see bidiag_structure()).
-
-    Row j of the sweep (slice order[c, j]) is d x_j + e x_{j-1}, row 0 d x_0 + f x_last.  The
-    rows are written from the last down, each after the rows it reads, and x_last is kept
-    aside for row 0, so out may alias x when not accumulating.
-    """
-    H = U(half)
-    t = np.empty(half, out.dtype)
-    for o in range(lo, hi):
-        base = U(o) * U(Ls) * U(2) * H
-        for c in range(2):
-            sl = row(order, c, Ls - 1, base, H)
-            for i in range(half):
-                t[U(i)] = x[sl + U(i)]
-            for j in range(Ls - 1, 0, -1):
-                sj = row(order, c, j, base, H)
-                combine_row(out, sj, x, sj, d[c], x, row(order, c, j - 1, base, H), e[c], half, acc)
-            s0 = row(order, c, 0, base, H)
-            combine_row(out, s0, x, s0, d[c], t, U(0), f[c], half, acc)
-'''
-
-
-@functools.lru_cache(maxsize=None)
-def _bidiag_kernel():
-    return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_kernel
-
-
-@functools.lru_cache(maxsize=None)
-def _bidiag_mult_kernel():
-    return load_module(_BIDIAG_SOURCE, "pygrid_dwf5").bidiag_mult_kernel
 
 
 def bidiag_structure(A, tol=1e-12):
@@ -284,12 +136,13 @@ def bidiag_structure(A, tol=1e-12):
     """
     A = np.asarray(A, dtype=np.float64)
     Ls = A.shape[1]
-    if Ls < 2:
-        return None
-    order = np.zeros((2, Ls), np.int64)
+    order = np.zeros((2, Ls), np.int32)
     d, e, f = np.zeros(2), np.zeros(2), np.zeros(2)
     for c in range(2):
         a = A[c]
+        if Ls == 1:  # a 1 x 1 matrix: d alone
+            d[c] = a[0, 0]
+            continue
         lower = Ls == 2 or a[1, 0] != 0
         idx = np.arange(Ls) if lower else np.arange(Ls)[::-1]
         d[c] = a[0, 0]
@@ -329,44 +182,6 @@ def bidiag_solver(A, tol=1e-12):
             return None
         r[c] = 1.0 / (1.0 - q[c, Ls - 1])
     return order, invd, ed, q, r
-
-
-def _bidiag_launch(name, kernel, out, x, Ls, *tables, extra=()):
-    from ..accelerator.backends import host_accelerator_for
-
-    if x.shape != out.shape or x.dtype != out.dtype:
-        raise ConformabilityError(f"{name}: x buffer {x.shape} {x.dtype} does not match out "
-                                  f"{out.shape} {out.dtype}")
-    if out.ndim != 4 or out.shape[1] != 12 or out.shape[0] % Ls or not out.flags.c_contiguous:
-        raise ConformabilityError(f"{name}: out buffer {out.shape} is not a contiguous 5D fermion "
-                                  f"with Ls={Ls}")
-    dt = out.dtype
-    # no copy when the tables are already in the field's precision (the operators keep them so)
-    tables = [t if t.dtype.kind == "i" else t.astype(dt, copy=False) for t in tables]
-    host_accelerator_for(out.shape[0] // Ls, kernel, out.reshape(-1), x.reshape(-1), *tables, int(Ls),
-                         6 * 2 * out.shape[3], *extra)
-    return out
-
-
-def bidiag_multiply(out, x, structure, Ls, accumulate=False):
-    """out = A x (``accumulate``: out += A x) on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd),
-    ``structure = bidiag_structure(A)``.
-
-    ``out`` may alias ``x``, except when accumulating.  Threads split the 4D sites (the
-    backend's ``accelerator_for``).
-    """
-    if accumulate and np.shares_memory(out, x):
-        raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
-    return _bidiag_launch("bidiag_multiply", _bidiag_mult_kernel(), out, x, Ls, *structure,
-                          extra=(bool(accumulate),))
-
-
-def bidiag_apply(out, x, tables, Ls):
-    """out = A^-1 x on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd) with ``tables = bidiag_solver(A)``.
-
-    ``out`` may alias ``x``.  Threads split the 4D sites (the backend's ``accelerator_for``).
-    """
-    return _bidiag_launch("bidiag_apply", _bidiag_kernel(), out, x, Ls, *tables)
 
 
 def fifth_dim_hop_matrices(Ls, mass):
@@ -547,12 +362,12 @@ class MobiusFermion:
         with psi.view(ViewMode.AcceleratorRead) as p, w.U.view(ViewMode.AcceleratorRead) as u, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard if diag is not tgt else ViewMode.AcceleratorWrite) as o:
             if diag is None or alpha == 0.0:
-                kw.dhop(o, p, u, u, w.stencil, self.Ls, scale, 0.0, None, dag)
+                dhop(o, p, u, u, w.stencil, self.Ls, scale, 0.0, None, dag)
             elif diag is psi:
-                kw.dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, p, dag)
+                dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, p, dag)
             else:
                 with diag.view(ViewMode.AcceleratorRead) as d:
-                    kw.dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, d, dag)
+                    dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, d, dag)
         return tgt
 
     def _hop_cb(self, psi, tgt, dag):
@@ -565,7 +380,7 @@ class MobiusFermion:
                 w.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
                 w.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
-            kw.dhop(o, p, uf, ub, w.stencil_cb[cb_in], self.Ls, -0.5, 0.0, None, dag)
+            dhop(o, p, uf, ub, w.stencil_cb[cb_in], self.Ls, -0.5, 0.0, None, dag)
         return tgt
 
     @staticmethod

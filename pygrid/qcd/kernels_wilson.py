@@ -1,8 +1,8 @@
-"""The Wilson hopping kernel: one numba kernel per call, spin-projected, lanes innermost, vectorised.
+"""The hand-unrolled Wilson hopping kernel for the CPU (``--dslash-unroll``): numba, explicit SIMD vectors.
 
-    dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False)
-
-computes, for every output site x (4D outer site o, fifth-dimension index s)
+The variant beside the generic kernel of :mod:`pygrid.qcd.kernels_generic`, as
+Grid keeps its HandUnroll kernels beside the generic ones; launched by
+:func:`pygrid.qcd.dslash.dhop`, which checks the buffers.  It computes, for every output site x (4D outer site o, fifth-dimension index s)
 
     out(x) = alpha * diag(x)
            + scale * sum_mu [ (1 - g_mu) U_mu(x) psi(x+mu) + (1 + g_mu) U_mu(x-mu)^dag psi(x-mu) ]
@@ -72,7 +72,7 @@ For (1 + s g_mu) psi (s = -1 forward, +1 backward; flipped for dag):
     h_a = psi_a + s A[a, pA(a)] psi_{2 + pA(a)}                 (a = 0, 1)
     result_a = h_a,   result_{2+b} = s B[b, pB(b)] h_{pB(b)}      (b = 0, 1)
 The generated code takes this structure from ``pygrid.tensors.constant.Gamma``
-(:func:`_gamma_structure`); :func:`projection_tables` gives it as tables (checked
+(:func:`gamma_structure`); :func:`projection_tables` gives it as tables (checked
 against (1 -+ g_mu) in tests/test_wilson.py).
 """
 from __future__ import annotations
@@ -141,7 +141,7 @@ def projection_tables():
     return psrc, pim, psg, rsrc, rim, rsg
 
 
-def _gamma_structure():
+def gamma_structure():
     """Per mu: [(j_a, is_imag, sign) for a in 0, 1] of A and [(k_b, is_imag, sign)] of B (g_mu = [[0, A], [B, 0]])."""
     out = []
     for mu in range(4):
@@ -166,7 +166,7 @@ def _source(ns, dtype, five_d):
     ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
     """
     NS = int(ns)
-    gam = _gamma_structure()
+    gam = gamma_structure()
     out = [
         "import numpy as np",
         "from numba import njit",
@@ -364,49 +364,15 @@ def _tile(Ls, nsimd, dtype):
     return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
 
 
-def _flat(a, name):
-    if not a.flags.c_contiguous:
-        raise ConformabilityError(f"dhop: {name} buffer must be C-contiguous")
-    return a.reshape(-1)
-
-
-def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False):
-    """Run the hopping kernel on raw buffers (see the module docstring); returns out.
-
-    ``out`` must not alias ``psi`` (neighbours are read while results are written);
-    ``diag`` may be ``out`` itself.  The 4D outer sites are split over the backend's
-    threads (``accelerator_for``).
-    """
-    nsimd = out.shape[3]
+def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag):
+    """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`."""
+    for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
+        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+            raise ConformabilityError(f"dhop: {name} buffer must be a C-contiguous host array")
+    nsimd, dtype = out.shape[3], out.dtype
     n4 = stencil.neighbours.shape[1]
-    dtype = out.dtype
-    if stencil.npoints != 8:
-        raise ConformabilityError("the Wilson kernel needs the 8-point stencil (wilson_displacements())")
-    for name, a, nc in (("out", out, 12), ("psi", psi, 12), ("uf", uf, 36), ("ub", ub, 36)):
-        if a.dtype != dtype or a.ndim != 4 or a.shape[1] != nc or a.shape[2] != 2 or a.shape[3] != nsimd:
-            raise ConformabilityError(
-                f"dhop: {name} buffer has shape {a.shape} and dtype {a.dtype}; expected (n, {nc}, 2, {nsimd}) {dtype}")
-    if out.shape[0] != Ls * n4 or psi.shape[0] != Ls * n4 or uf.shape[0] != n4 or ub.shape[0] != n4:
-        raise ConformabilityError(
-            f"dhop: buffer sizes out {out.shape[0]}, psi {psi.shape[0]}, links {uf.shape[0]}/{ub.shape[0]} "
-            f"do not match Ls={Ls} x {n4} stencil sites")
-    if out is psi or np.shares_memory(out, psi):
-        raise ConformabilityError("dhop: out must not alias psi")
-    use_diag = diag is not None and alpha != 0.0
-    if use_diag:
-        if diag.shape != out.shape or diag.dtype != dtype:
-            raise ConformabilityError(f"dhop: diag buffer has shape {diag.shape} and dtype {diag.dtype}; "
-                                      f"expected {out.shape} {dtype}")
-    else:
-        diag, alpha = out, 0.0
-    # forward points use (1 - g_mu), backward (1 + g_mu); dag swaps them
-    sf = 1.0 if dag else -1.0
-    coef = np.array([scale, alpha, sf, -sf], dtype=dtype)
     k = kernel_for(nsimd, dtype, Ls)
-    from ..accelerator.backends import host_accelerator_for
-
-    host_accelerator_for(
-        n4, k, _flat(out, "out"), _flat(psi, "psi"), _flat(uf, "uf"), _flat(ub, "ub"),
+    backend.accelerator_for(
+        n4, k, out.reshape(-1), psi.reshape(-1), uf.reshape(-1), ub.reshape(-1),
         stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
-        stencil.lane_xor, n4, int(Ls), coef, _flat(diag, "diag"), use_diag, _tile(Ls, nsimd, dtype))
-    return out
+        stencil.lane_xor, n4, int(Ls), coef, diag.reshape(-1), bool(use_diag), _tile(Ls, nsimd, dtype))

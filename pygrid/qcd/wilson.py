@@ -3,8 +3,8 @@
     Dhop psi(x) = -1/2 sum_mu [(1 - g_mu) U_mu(x) psi(x+mu) + (1 + g_mu) U_mu(x-mu)^dag psi(x-mu)]
     M = (4 + m) + Dhop,      Mdag = g5 M g5
 
-Every hopping term is one call of the hand-written kernel in
-:mod:`pygrid.qcd.kernels_wilson`.
+Every hopping term is one kernel launch through :func:`pygrid.qcd.dslash.dhop`
+(the generic kernel on every backend, or the hand-unrolled one on the CPU).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ..memory import ViewMode
 from ..stencil import Stencil, wilson_displacements
 from ..tensors import sitetype as st
 from . import kernels_wilson as kw
+from .dslash import dhop
 
 _FERMION = st.SpinColourVector()
 _GAUGE = st.LorentzColourMatrix()
@@ -93,7 +94,7 @@ class WilsonFermion:
         tgt = Lattice(self.grid, _FERMION, self.precision) if res is psi else res
         with psi.view(ViewMode.AcceleratorRead) as p, self.U.view(ViewMode.AcceleratorRead) as u, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
-            kw.dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag)
+            dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag)
         if tgt is not res:
             res.assign(tgt)
         return res
@@ -109,7 +110,7 @@ class WilsonFermion:
                 self.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
                 self.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
-            kw.dhop(o, p, uf, ub, self.stencil_cb[cb_in], 1, -0.5, 0.0, None, dag)
+            dhop(o, p, uf, ub, self.stencil_cb[cb_in], 1, -0.5, 0.0, None, dag)
         if tgt is not res:
             res.assign(tgt)
         return res

@@ -1,0 +1,143 @@
+"""Launching the Dirac kernels on the current backend: the hopping term and the fifth-dimension matrices.
+
+Two variants of the hopping kernel, as in Grid:
+
+* ``generic``: generated from the one description in
+  :mod:`pygrid.qcd.kernels_generic` for whatever backend runs (numba SIMD on
+  openmp and numpy, CUDA C on cuda and hip, OpenCL C on sycl);
+* ``unroll``: the hand-unrolled numba kernel of :mod:`pygrid.qcd.kernels_wilson`
+  (CPU backends only).
+
+``--dslash-generic`` / ``--dslash-unroll`` (``pg.init``, or ``PYGRID_DSLASH``)
+choose; the default (``auto``) is the fastest variant the backend has:
+``unroll`` on openmp and numpy, ``generic`` elsewhere.  The fifth-dimension
+kernels exist only as generated code.
+
+Buffers are the raw view arrays of the fields, shaped (osites, ncomp, 2, nsimd):
+numpy arrays on the CPU backends, the backend's device arrays elsewhere.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..accelerator.backends import get_backend
+from ..errors import BackendError, ConformabilityError
+from . import kernels_generic as kg
+from . import kernels_wilson as kw
+
+#: backends that run the hand-unrolled numba kernel
+UNROLL_BACKENDS = ("openmp", "numpy")
+
+
+def variant(backend=None):
+    """The hopping-kernel variant the current configuration selects for ``backend``."""
+    from ..config import current
+
+    backend = backend or get_backend()
+    want = current().dslash
+    if want == "auto":
+        return "unroll" if backend.name in UNROLL_BACKENDS else "generic"
+    if want == "unroll" and backend.name not in UNROLL_BACKENDS:
+        raise BackendError(f"the hand-unrolled Dirac kernel (--dslash-unroll) runs on the openmp and numpy "
+                           f"backends, not on {backend.name}; use --dslash-generic")
+    return want
+
+
+def _aliases(a, b):
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.shares_memory(a, b)
+    return False
+
+
+def _check_fermion(name, a, dtype, nsimd, nc=12):
+    if a.dtype != dtype or a.ndim != 4 or a.shape[1] != nc or a.shape[2] != 2 or a.shape[3] != nsimd:
+        raise ConformabilityError(
+            f"{name} buffer has shape {tuple(a.shape)} and dtype {a.dtype}; expected (n, {nc}, 2, {nsimd}) {dtype}")
+
+
+def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, which=None):
+    """``out = scale * hop(psi) + alpha * diag`` on raw buffers; returns out.
+
+    See :data:`pygrid.qcd.kernels_generic.WILSON_HOP` for the operation: ``uf``
+    the links at the output sites, ``ub`` at the source sites (``uf is ub`` on
+    a full grid), ``stencil`` the 4D Wilson stencil of the source checkerboard;
+    5D fields have ``Ls`` slices per 4D site, s fastest.  ``out`` must not
+    alias ``psi``; ``diag`` may be ``out``.  ``which`` overrides the variant.
+    """
+    nsimd = out.shape[3]
+    n4 = stencil.neighbours.shape[1]
+    dtype = out.dtype
+    if stencil.npoints != 8:
+        raise ConformabilityError("the Wilson kernel needs the 8-point stencil (wilson_displacements())")
+    for name, a, nc in (("out", out, 12), ("psi", psi, 12), ("uf", uf, 36), ("ub", ub, 36)):
+        _check_fermion(f"dhop: {name}", a, dtype, nsimd, nc)
+    if out.shape[0] != Ls * n4 or psi.shape[0] != Ls * n4 or uf.shape[0] != n4 or ub.shape[0] != n4:
+        raise ConformabilityError(
+            f"dhop: buffer sizes out {out.shape[0]}, psi {psi.shape[0]}, links {uf.shape[0]}/{ub.shape[0]} "
+            f"do not match Ls={Ls} x {n4} stencil sites")
+    if _aliases(out, psi):
+        raise ConformabilityError("dhop: out must not alias psi")
+    use_diag = diag is not None and alpha != 0.0
+    if use_diag:
+        if tuple(diag.shape) != tuple(out.shape) or diag.dtype != dtype:
+            raise ConformabilityError(f"dhop: diag buffer has shape {tuple(diag.shape)} and dtype {diag.dtype}; "
+                                      f"expected {tuple(out.shape)} {dtype}")
+    else:
+        diag, alpha = out, 0.0
+    # forward points use (1 - g_mu), backward (1 + g_mu); dag swaps them
+    sf = 1.0 if dag else -1.0
+    coef = np.array([scale, alpha, sf, -sf], dtype=dtype)
+    backend = get_backend()
+    if (which or variant(backend)) == "unroll":
+        if backend.name not in UNROLL_BACKENDS:
+            raise BackendError(f"the hand-unrolled Dirac kernel runs on the openmp and numpy backends, "
+                               f"not on {backend.name}")
+        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag)
+        return out
+    backend.launch(kg.WILSON_HOP, dict(
+        out=out, psi=psi, uf=uf, ub=ub, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
+        pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls)),
+        nsimd, dtype)
+    return out
+
+
+def _check_5d(name, out, x, Ls):
+    if tuple(x.shape) != tuple(out.shape) or x.dtype != out.dtype:
+        raise ConformabilityError(f"{name}: x buffer {tuple(x.shape)} {x.dtype} does not match out "
+                                  f"{tuple(out.shape)} {out.dtype}")
+    if out.ndim != 4 or out.shape[1] != 12 or out.shape[0] % Ls:
+        raise ConformabilityError(f"{name}: out buffer {tuple(out.shape)} is not a 5D fermion with Ls={Ls}")
+
+
+def _tables(tables, dtype):
+    # no copy when the operator keeps its tables as int32 and in the field's precision, so that
+    # the backends' device copies, keyed by the host array, are made once
+    return [np.ascontiguousarray(t, dtype=np.int32 if t.dtype.kind in "iu" else dtype) for t in tables]
+
+
+def bidiag_multiply(out, x, structure, Ls, accumulate=False):
+    """out = A x (``accumulate``: out += A x) on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd).
+
+    A is cyclic bidiagonal in s per chirality, given as ``structure =
+    bidiag_structure(A)`` (pygrid.qcd.fifth_dim).  ``out`` may alias ``x``,
+    except when accumulating.
+    """
+    _check_5d("bidiag_multiply", out, x, Ls)
+    if accumulate and _aliases(out, x):
+        raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
+    order, d, e, f = _tables(structure, out.dtype)
+    kernel = kg.BIDIAG_MULT_ACC if accumulate else kg.BIDIAG_MULT
+    get_backend().launch(kernel, dict(out=out, x=x, order=order, d=d, e=e, f=f, n4=out.shape[0] // Ls,
+                                      Ls=int(Ls)), out.shape[3], out.dtype)
+    return out
+
+
+def bidiag_apply(out, x, tables, Ls):
+    """out = A^-1 x on raw 5D fermion buffers with ``tables = bidiag_solver(A)``; ``out`` may alias ``x``."""
+    _check_5d("bidiag_apply", out, x, Ls)
+    order, invd, ed, q, r = _tables(tables, out.dtype)
+    get_backend().launch(kg.BIDIAG_SOLVE, dict(out=out, x=x, order=order, invd=invd, ed=ed, q=q, r=r,
+                                               n4=out.shape[0] // Ls, Ls=int(Ls)), out.shape[3], out.dtype)
+    return out

@@ -1,0 +1,247 @@
+"""The Dirac kernels written once, in the covariant vocabulary (pygrid.accelerator.covariant).
+
+Every backend's code is generated from these descriptions: numba SIMD for the
+openmp backend (the ``generic`` variant), CUDA C for cuda and hip, OpenCL C for
+sycl.  The kernels, on raw field buffers ``[osites][12][2][nsimd]``:
+
+* :data:`WILSON_HOP`: Grid's ``GenericDhopSite`` for the 8-point Wilson
+  stencil, 4D (``Ls = 1``) or 5D with s innermost (outer site ``o * Ls + s``;
+  the link of a 4D site serves its Ls slices, which are neighbours in
+  memory and, on SIMT, neighbouring threads)::
+
+      out(x) = scale * sum_p [ (1 -+ g_mu) U psi ](x)  (+ alpha * diag(x) when use_diag)
+
+  coef = (scale, alpha, g_forward, g_backward): the projector signs (-1, +1
+  for Dhop, +1, -1 for its adjoint).  Per point: the neighbour read with its
+  lane permute, spin projection to a half spinor, SU(3) multiply (by U(x), or
+  by U(x - mu)^dag read at the neighbour), reconstruction into the accumulator;
+  1320 flops per site.
+* :func:`bidiag_multiply_kernel`: ``out = A x`` (or ``out += A x``) for a cyclic
+  bidiagonal matrix A in s per chirality (Mooee, M5D, b + c S and their daggers);
+* :data:`BIDIAG_SOLVE`: ``out = A^-1 x`` by two O(Ls) sweeps (MooeeInv and its dagger).
+
+The spin structure (which spin feeds the half spinor, with which phase) is read
+from Grid's gamma matrices in :mod:`pygrid.tensors.constant` by
+:func:`pygrid.qcd.kernels_wilson.gamma_structure`.
+"""
+from __future__ import annotations
+
+from ..accelerator.covariant import Kernel, Param
+from .kernels_wilson import gamma_structure
+
+
+def _plane(spin, colour, imag):
+    return 2 * (3 * spin + colour) + imag
+
+
+def _times_phase(E, g, imag, sign, y):
+    """sign * g * (i if imag) * y for a complex (re, im) pair y; g a uniform +-1."""
+    yr, yi = y
+    zero = E.const(0.0)
+    if not imag:
+        return (g * yr, g * yi) if sign > 0 else (E.fms(g, yr, zero), E.fms(g, yi, zero))
+    # i y = (-yi, yr)
+    return (E.fms(g, yi, zero), g * yr) if sign > 0 else (g * yi, E.fms(g, yr, zero))
+
+
+def _axpy_phase(E, x, g, imag, sign, y):
+    """x + sign * g * (i if imag) * y."""
+    (xr, xi), (yr, yi) = x, y
+    if not imag:
+        if sign > 0:
+            return E.fma(g, yr, xr), E.fma(g, yi, xi)
+        return E.fms(g, yr, xr), E.fms(g, yi, xi)
+    if sign > 0:
+        return E.fms(g, yi, xr), E.fma(g, yr, xi)
+    return E.fma(g, yi, xr), E.fms(g, yr, xi)
+
+
+def _su3_times(E, link, site, mu, h, adj, perm):
+    """U h (or U^dag h) for the link of direction mu at ``site`` and one spin h (3 complex)."""
+    w = []
+    for i in range(3):
+        wr = wi = None
+        for j in range(3):
+            e = 2 * (mu * 9 + (3 * j + i if adj else 3 * i + j))
+            ur = E.read(link, site, e, perm)
+            ui = E.read(link, site, e + 1, perm)
+            hr, hi = h[j]
+            if wr is None:
+                wr, wi = ur * hr, ur * hi
+            else:
+                wr, wi = E.fma(ur, hr, wr), E.fma(ur, hi, wi)
+            if adj:  # conj(u) h
+                wr, wi = E.fma(ui, hi, wr), E.fms(ui, hr, wi)
+            else:
+                wr, wi = E.fms(ui, hi, wr), E.fma(ui, hr, wi)
+        w.append((wr, wi))
+    return w
+
+
+def _flatten(spins):
+    return [v for spin in spins for pair in spin for v in pair]
+
+
+def _unflatten(vals):
+    it = iter(vals)
+    return [[(next(it), next(it)) for _ in range(3)] for _ in range(2)]
+
+
+def _wilson_prologue(E):
+    return {k: E.uniform("coef", i) for i, k in enumerate(("scale", "alpha", "gf", "gb"))}
+
+
+def _wilson_body(E, o, s):
+    gam = gamma_structure()
+    n4, Ls = E.int_param("n4"), E.int_param("Ls")
+    nbr, perm = E.itable("nbr"), E.itable("perm")
+    acc = None  # acc[spin][colour] = (re, im)
+    for p in range(8):
+        mu, fwd = p % 4, p < 4
+        g = E.pro["gf" if fwd else "gb"]
+        k = p * n4 + o
+        n = E.let(nbr[k], "n")
+        P = E.permutation(perm[k])
+        site = n * Ls + s
+        pa, pb = gam[mu]
+        h = []
+        for a in range(2):
+            j, imag, sign = pa[a]
+            spin = []
+            for c in range(3):
+                x = (E.read("psi", site, _plane(a, c, 0), P), E.read("psi", site, _plane(a, c, 1), P))
+                y = (E.read("psi", site, _plane(2 + j, c, 0), P), E.read("psi", site, _plane(2 + j, c, 1), P))
+                spin.append(_axpy_phase(E, x, g, imag, sign, y))
+            h.append(spin)
+        if fwd:
+            h = _unflatten(E.permute(_flatten(h), P))
+            w = [_su3_times(E, "uf", o, mu, h[a], False, None) for a in range(2)]
+        else:
+            w = [_su3_times(E, "ub", n, mu, h[a], True, P) for a in range(2)]
+            w = _unflatten(E.permute(_flatten(w), P))
+        # rebuild the four spins: upper spin a is w_a, lower spin 2 + b is a phase times w_{k_b}
+        if acc is None:
+            acc = [list(w[0]), list(w[1]), [None] * 3, [None] * 3]
+            for b in range(2):
+                kb, imag, sign = pb[b]
+                acc[2 + b] = [_times_phase(E, g, imag, sign, w[kb][c]) for c in range(3)]
+        else:
+            for a in range(2):
+                acc[a] = [(acc[a][c][0] + w[a][c][0], acc[a][c][1] + w[a][c][1]) for c in range(3)]
+            for b in range(2):
+                kb, imag, sign = pb[b]
+                acc[2 + b] = [_axpy_phase(E, acc[2 + b][c], g, imag, sign, w[kb][c]) for c in range(3)]
+    out_site = o * Ls + s
+    sc, al = E.pro["scale"], E.pro["alpha"]
+    planes = [(q, acc[q // 6][(q // 2) % 3][q % 2]) for q in range(24)]
+    with E.when(E.int_param("use_diag")):
+        for q, v in planes:
+            E.store("out", out_site, q, E.fma(al, E.read("diag", out_site, q), sc * v))
+    with E.otherwise():
+        for q, v in planes:
+            E.store("out", out_site, q, sc * v)
+
+
+WILSON_HOP = Kernel(
+    name="wilson_hop",
+    params=(
+        Param("out", "field", 12, out=True), Param("psi", "field", 12), Param("uf", "field", 36),
+        Param("ub", "field", 36), Param("nbr", "itable"), Param("perm", "itable"), Param("lanes", "itable"),
+        Param("pxor", "itable"), Param("coef", "rtable"), Param("diag", "field", 12),
+        Param("use_diag", "int"), Param("n4", "int"), Param("Ls", "int"),
+    ),
+    n="n4", inner="Ls", body=_wilson_body, prologue=_wilson_prologue,
+    doc="The Wilson hopping term on outer 4D sites [lo, hi), all Ls slices (pygrid.qcd.kernels_generic).",
+)
+
+
+# ---- the fifth dimension: cyclic bidiagonal matrices in s, per chirality ----------------------
+#
+# Chirality c holds spins 2c and 2c + 1: the 12 real planes [12 c, 12 c + 12) of a site.  In sweep
+# order j the slices are order[c, j]; row j of A is d x_j + e x_{j-1}, row 0 is d x_0 + f x_last.
+
+def _chirality(c):
+    return range(12 * c, 12 * c + 12)
+
+
+def _bidiag_mult_body(E, o, _s, accumulate):
+    Ls = E.int_param("Ls")
+    order = E.itable("order")
+    base = o * Ls
+    for c in range(2):
+        d, e, f = E.uniform("d", c), E.uniform("e", c), E.uniform("f", c)
+        last = E.let(order[c * Ls + Ls - 1], "sl")
+        # x_last is kept for row 0: the rows are written from the last down, and out may be x
+        xl = [E.read("x", base + last, q) for q in _chirality(c)]
+
+        def row(sj, v, q):
+            if accumulate:
+                v = v + E.read("out", base + sj, q)
+            E.store("out", base + sj, q, v)
+
+        with E.loop("jr", 0, Ls - 1) as jr:
+            j = Ls - 1 - jr
+            sj = E.let(order[c * Ls + j], "sj")
+            sp = E.let(order[c * Ls + j - 1], "sp")
+            for q in _chirality(c):
+                row(sj, E.fma(e, E.read("x", base + sp, q), d * E.read("x", base + sj, q)), q)
+        s0 = E.let(order[c * Ls], "s0")
+        for t, q in zip(xl, _chirality(c)):
+            row(s0, E.fma(f, t, d * E.read("x", base + s0, q)), q)
+
+
+def bidiag_multiply_kernel(accumulate):
+    """out = A x (``accumulate``: out += A x) per 4D site and chirality, A cyclic bidiagonal."""
+    return Kernel(
+        name="bidiag_mult_acc" if accumulate else "bidiag_mult",
+        params=(Param("out", "field", 12, out=True), Param("x", "field", 12), Param("order", "itable"),
+                Param("d", "rtable"), Param("e", "rtable"), Param("f", "rtable"),
+                Param("n4", "int"), Param("Ls", "int")),
+        n="n4", body=lambda E, o, s: _bidiag_mult_body(E, o, s, accumulate), statics=(bool(accumulate),),
+        doc="out = A x (or out += A x), A cyclic bidiagonal in s per chirality (pygrid.qcd.kernels_generic).",
+    )
+
+
+BIDIAG_MULT = bidiag_multiply_kernel(False)
+BIDIAG_MULT_ACC = bidiag_multiply_kernel(True)
+
+
+def _bidiag_solve_body(E, o, _s):
+    """x_j = p_j + q_j x_last: p by a forward sweep, then x_last = p_last r and the q_j terms."""
+    Ls = E.int_param("Ls")
+    order = E.itable("order")
+    base = o * Ls
+    for c in range(2):
+        a, e, r = E.uniform("invd", c), E.uniform("ed", c), E.uniform("r", c)
+        s0 = E.let(order[c * Ls], "s0")
+        prev = []
+        for q in _chirality(c):
+            v = a * E.read("x", base + s0, q)
+            E.store("out", base + s0, q, v)
+            prev.append(E.var(v))
+        with E.loop("j", 1, Ls) as j:
+            sj = E.let(order[c * Ls + j], "sj")
+            for k, q in enumerate(_chirality(c)):
+                v = E.fms(e, prev[k], a * E.read("x", base + sj, q))
+                E.store("out", base + sj, q, v)
+                E.set(prev[k], v)
+        # prev now holds p_last; x_last = r p_last
+        xl = [p * r for p in prev]
+        with E.loop("j", 0, Ls - 1) as j:
+            sj = E.let(order[c * Ls + j], "sj")
+            qj = E.uniform("q", c * Ls + j)
+            for k, q in enumerate(_chirality(c)):
+                E.store("out", base + sj, q, E.fma(qj, xl[k], E.read("out", base + sj, q)))
+        sl = E.let(order[c * Ls + Ls - 1], "sl")
+        for k, q in enumerate(_chirality(c)):
+            E.store("out", base + sl, q, xl[k])
+
+
+BIDIAG_SOLVE = Kernel(
+    name="bidiag_solve",
+    params=(Param("out", "field", 12, out=True), Param("x", "field", 12), Param("order", "itable"),
+            Param("invd", "rtable"), Param("ed", "rtable"), Param("q", "rtable"), Param("r", "rtable"),
+            Param("n4", "int"), Param("Ls", "int")),
+    n="n4", body=_bidiag_solve_body,
+    doc="out = A^-1 x, A cyclic bidiagonal in s per chirality, by two O(Ls) sweeps (pygrid.qcd.kernels_generic).",
+)
