@@ -32,12 +32,15 @@ run: $(STAMP_RUN)
 
 # The second pass reruns the expression, shift and reduction suites on the
 # emulated device under a 2 MB watermark, so the MemoryManager moves and evicts
-# fields during real kernels (issue 3).
+# fields during real kernels.
 EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_lattice_io.py
-# The third pass runs the expression, shift and reduction suites on the real
-# sycl backend (dpctl on the Intel CPU OpenCL device, from the [sycl] extra),
-# fields in USM device memory under a 2 MB watermark (issue 6).
-SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py
+# The third pass runs the expression, shift, reduction, Dirac operator and
+# solver suites on the real sycl backend (dpctl on the Intel CPU OpenCL device,
+# from the [sycl] extra), fields in USM device memory under a 2 MB watermark,
+# below the working set of the operator tests, so fields are evicted and
+# brought back between and inside their kernels and solves.
+SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py \
+               tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py
 
 test: $(STAMP_TEST)
 	@mkdir -p $(CACHE_DIR)/numba

@@ -4,6 +4,7 @@ import pytest
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
+from pygrid.qcd import dslash
 from pygrid.qcd import kernels_wilson as kw
 from pygrid.tensors.constant import Gamma
 from numpy_refs import dhop_ref
@@ -208,7 +209,7 @@ def test_kernel_on_5d_field_with_4d_links():
     D = pg.qcd.WilsonFermion(U, MASS)
     with psi5.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u, \
             out5.view(pg.AcceleratorWriteDiscard) as o:
-        kw.dhop(o, p, u, u, D.stencil, Ls)
+        dslash.dhop(o, p, u, u, D.stencil, Ls)
     pn, Un, on = psi5.to_numpy(), U.to_numpy(), out5.to_numpy()
     for s in range(Ls):
         assert relerr(on[s], dhop_ref(Un, pn[s])) < 1e-12
@@ -218,7 +219,7 @@ def test_kernel_on_5d_field_with_4d_links():
     oo5 = pg.LatticeFermion(rb5, checkerboard=1)
     with pe5.view(pg.AcceleratorRead) as p, D.U_cb[1].view(pg.AcceleratorRead) as uf, \
             D.U_cb[0].view(pg.AcceleratorRead) as ub, oo5.view(pg.AcceleratorWriteDiscard) as o:
-        kw.dhop(o, p, uf, ub, D.stencil_cb[0], Ls)
+        dslash.dhop(o, p, uf, ub, D.stencil_cb[0], Ls)
     full = pg.LatticeFermion(g5d)
     pg.set_checkerboard(full, oo5)
     want = np.stack([dhop_ref(Un, pn[s]) for s in range(Ls)])

@@ -550,6 +550,8 @@ class MemoryManager:
         self._d2h_bytes = self._d2h_count = 0
         self._evictions = self._allocations = self._pool_hits = 0
         self._peak = self._live_bytes + self._pool_bytes
+        if hasattr(self.device, "reset_extra_stats"):
+            self.device.reset_extra_stats()
 
     def stats(self):
         """Counters since the last reset_stats() and the current footprint."""
@@ -569,6 +571,9 @@ class MemoryManager:
             "pool_bytes": self._pool_bytes,
             "locked_bytes": self._live_bytes - self._evictable_bytes,
             "watermark_bytes": self._watermark,
+            # a device may count what reached host memory outside the manager (a host
+            # fallback of an operation that is not a device kernel on its backend)
+            **(self.device.extra_stats() if hasattr(self.device, "extra_stats") else {}),
         }
 
     def report(self):

@@ -1,0 +1,239 @@
+"""The Dirac kernels on every backend: one description, generated for numba, CUDA C and OpenCL C.
+
+* The generic kernel (generated from pygrid.qcd.kernels_generic) equals the
+  hand-unrolled one on openmp, for every lane-permute path (xor shuffles and
+  the 4-way rotations of the table path), 4D and 5D, with and without the
+  diagonal term, Dhop and its adjoint.
+* The generated CUDA C and OpenCL C of every Dirac kernel, compiled by the host
+  compiler under the SIMT emulation, give the Wilson, domain-wall and Möbius
+  operators that equal the numpy references.
+* The CuPy launch path of the cuda backend runs the Dirac operators against a
+  stand-in cupy whose RawKernel is that emulation.
+* The vocabulary refuses a description that mixes lane-permuted values with
+  others (a forgotten permute fails on every target, not only on the CPU).
+
+The sycl backend runs the Wilson, domain-wall and solver suites for real in the
+sycl pass of `make test` (PYGRID_TEST_BACKEND=sycl).
+"""
+import sys
+
+import numpy as np
+import pytest
+
+import pygrid as pg
+import pygrid.qcd  # noqa: F401
+from pygrid.accelerator import covariant, cuda_backend
+from pygrid.accelerator.covariant import DescriptionError, Kernel, Param
+from pygrid.errors import BackendError
+from pygrid.qcd import dslash
+from pygrid.qcd import kernels_generic as kg
+
+from conftest import backend
+from numpy_refs import dhop_ref
+
+needs_cxx = pytest.mark.skipif(
+    not cuda_backend.shutil.which("g++") and not cuda_backend.os.environ.get("CXX"),
+    reason="no host C++ compiler (g++) for the SIMT emulation")
+
+TOL = {"double": 1e-12, "single": 2e-6}
+
+
+def relerr(a, b):
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def setup(dims=(4, 4, 4, 8), layout=None, prec="double", Ls=None):
+    grid = pg.GridCartesian(dims, simd_layout=layout, precision=prec)
+    rng = pg.ParallelRNG(grid, [3, 1, 4])
+    U = pg.qcd.random_gauge(grid, rng, precision=prec)
+    g = grid if Ls is None else pg.GridCartesian5D(grid, Ls)
+    psi = pg.LatticeFermion(g, prec)
+    pg.ParallelRNG(g, [2, 7]).gaussian(psi)
+    return grid, U, psi
+
+
+def raw_hop(D, U, psi, Ls, which, alpha, dag, cb=False):
+    """One dhop call on raw views; returns the output field as numpy."""
+    if cb:
+        src = pg.pick_checkerboard(0, psi)
+        out = pg.Lattice(src.grid, src.site_type, src.precision, checkerboard=1)
+        uf, ub, st = D.U_cb[1], D.U_cb[0], D.stencil_cb[0]
+    else:
+        src, out, uf, ub, st = psi, pg.Lattice(psi.grid, psi.site_type, psi.precision), U, U, D.stencil
+    with src.view(pg.AcceleratorRead) as p, uf.view(pg.AcceleratorRead) as f, ub.view(pg.AcceleratorRead) as b, \
+            out.view(pg.AcceleratorWriteDiscard) as o:
+        dslash.dhop(o, p, f, b, st, Ls, -0.5, alpha, p if alpha else None, dag, which=which)
+    return out.to_numpy()
+
+
+# ---- generic == unrolled on openmp ----------------------------------------------------
+
+@pytest.mark.parametrize("prec,layout", [("double", None), ("double", (1, 1, 1, 4)), ("single", None),
+                                         ("single", (1, 1, 2, 4))])
+def test_generic_equals_unrolled_kernel(prec, layout):
+    grid, U, psi = setup(layout=layout, prec=prec)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    for alpha, dag, cb in ((0.0, False, False), (4.1, True, False), (0.0, True, True)):
+        a = raw_hop(D, U, psi, 1, "unroll", alpha, dag, cb)
+        b = raw_hop(D, U, psi, 1, "generic", alpha, dag, cb)
+        assert relerr(b, a) < TOL[prec], (alpha, dag, cb)
+    # and against the numpy formula, so both are pinned independently
+    want = dhop_ref(U.to_numpy(), psi.to_numpy(), True) + 4.1 * psi.to_numpy()
+    assert relerr(raw_hop(D, U, psi, 1, "generic", 4.1, True), want) < 10 * TOL[prec]
+
+
+def test_generic_equals_unrolled_kernel_5d():
+    grid, U, psi5 = setup(dims=(4, 4, 4, 4), Ls=3)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    a = raw_hop(D, U, psi5, 3, "unroll", 0.0, False)
+    b = raw_hop(D, U, psi5, 3, "generic", 0.0, False)
+    assert relerr(b, a) < 1e-13
+    pn = psi5.to_numpy()
+    for s in range(3):
+        assert relerr(b[s], dhop_ref(U.to_numpy(), pn[s])) < 1e-12
+
+
+def test_dslash_flags_select_the_variant():
+    cfg, _ = pg.config.parse_args(["--dslash-generic"])
+    assert cfg.dslash == "generic" and cfg.to_argv() == ["--dslash-generic"]
+    cfg, _ = pg.config.parse_args(["--dslash-unroll"], env={})
+    assert cfg.dslash == "unroll"
+    assert pg.config.parse_args([], env={"PYGRID_DSLASH": "generic"})[0].dslash == "generic"
+    with pytest.raises(pg.ConfigError, match="Dirac kernel variant"):
+        pg.config.make_config(dslash="asm")
+    assert dslash.variant(pg.get_backend("openmp")) == "unroll"
+
+
+@needs_cxx
+def test_unrolled_kernel_on_a_gpu_backend_is_a_clear_error():
+    grid, U, psi = setup(dims=(4, 4, 4, 4))
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    with backend("cuda-emulated"):
+        with pytest.raises(BackendError, match="hand-unrolled.*cuda-emulated"):
+            raw_hop(D, U, psi, 1, "unroll", 0.0, False)
+        old = pg.config.current()
+        pg.config.set_current(pg.config.make_config(old, dslash="unroll"))
+        try:
+            with pytest.raises(BackendError, match="--dslash-generic"):
+                D.M(psi)
+        finally:
+            pg.config.set_current(old)
+
+
+# ---- the generated C of every Dirac kernel, under the SIMT emulation --------------------
+
+def _dwf_refs(op, psi5):
+    """The domain-wall pieces from the openmp run (itself checked against numpy in test_domain_wall)."""
+    o5 = pg.pick_checkerboard(1, psi5)
+    return {"M": op.M(psi5).to_numpy(), "Mdag": op.Mdag(psi5).to_numpy(), "Mooee": op.Mooee(o5).to_numpy(),
+            "MooeeInv": op.MooeeInv(o5).to_numpy(), "MooeeInvDag": op.MooeeInvDag(o5).to_numpy(),
+            "Meooe": op.Meooe(o5).to_numpy(), "MeooeDag": op.MeooeDag(o5).to_numpy(),
+            "M5D": op.M5D(psi5).to_numpy()}
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated"])
+@pytest.mark.parametrize("prec", ["double", "single"])
+def test_dirac_operators_through_generated_c(name, prec):
+    grid, U, psi = setup(prec=prec, layout=(1, 1, 1, 4) if prec == "double" else None)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    Ls = 4
+    psi5 = pg.LatticeFermion(pg.GridCartesian5D(grid, Ls), prec)
+    pg.ParallelRNG(psi5.grid, [9]).gaussian(psi5)
+    mob = pg.qcd.MobiusFermion(U, Ls, 0.05, 1.8, 1.5, 0.5)
+    dwf = pg.qcd.DomainWallFermion(U, Ls, 0.05, 1.8)
+    refs = {k: _dwf_refs(op, psi5) for k, op in (("mobius", mob), ("shamir", dwf))}
+    with backend(name):
+        assert relerr(D.M(psi).to_numpy(), 4.1 * pn + dhop_ref(Un, pn)) < 10 * TOL[prec]
+        assert relerr(D.Mdag(psi).to_numpy(), 4.1 * pn + dhop_ref(Un, pn, True)) < 10 * TOL[prec]
+        full = pg.LatticeFermion(grid, prec)
+        pg.set_checkerboard(full, D.Meooe(pg.pick_checkerboard(0, psi)))
+        par = np.indices(pn.shape[:4]).sum(axis=0) % 2 == 1
+        assert relerr(full.to_numpy()[par], dhop_ref(Un, pn)[par]) < 10 * TOL[prec]
+        for k, op in (("mobius", mob), ("shamir", dwf)):
+            got = _dwf_refs(op, psi5)
+            for piece, want in refs[k].items():
+                assert relerr(got[piece], want) < 10 * TOL[prec], (k, piece)
+
+
+@needs_cxx
+def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
+    from test_codegen_c import fake_cupy
+    from pygrid.accelerator import backends as _bk
+
+    cp = fake_cupy()
+    expression_kernel = cp.RawKernel
+    kernels = {k.name: k for k in (kg.WILSON_HOP, kg.BIDIAG_MULT, kg.BIDIAG_MULT_ACC, kg.BIDIAG_SOLVE)}
+    launched = []
+
+    class RawKernel:
+        """The stand-in's RawKernel for the Dirac kernels: their CUDA C under the SIMT emulation."""
+
+        def __new__(cls, src, name, options=()):
+            if name not in kernels:
+                return expression_kernel(src, name, options)
+            return super().__new__(cls)
+
+        def __init__(self, src, name, options=()):
+            import ctypes
+
+            self.k = kernels[name]
+            self.lib = cuda_backend.compile_emulated(
+                src + covariant.c_launch_wrapper(self.k, src),
+                [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int, ctypes.c_int])
+
+        def __call__(self, grid_, block, args):
+            import ctypes
+
+            assert all(isinstance(a, (cp.ndarray, np.int64)) for a in args), "a host array reached the kernel"
+            launched.append(self.k.name)
+            ptrs = [a.ctypes.data for a in args if isinstance(a, np.ndarray)]
+            ints = [int(a) for a in args if not isinstance(a, np.ndarray)]
+            self.lib.pygrid_launch((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * len(ints))(*ints),
+                                   grid_[0], block[0])
+
+    cp.RawKernel = RawKernel
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(_bk, "_backends", dict(_bk._backends))
+    grid, U, psi = setup(dims=(4, 4, 4, 4))
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    dwf = pg.qcd.DomainWallFermion(U, 4, 0.05, 1.8)
+    psi5 = dwf.new_fermion()
+    pg.ParallelRNG(psi5.grid, [4]).gaussian(psi5)
+    want_w, want_d = D.M(psi).to_numpy(), dwf.M(psi5).to_numpy()
+    want_inv = dwf.MooeeInv(pg.pick_checkerboard(0, psi5)).to_numpy()
+    with backend("cuda"):
+        assert relerr(D.M(psi).to_numpy(), want_w) < 1e-13
+        assert relerr(dwf.M(psi5).to_numpy(), want_d) < 1e-13
+        assert relerr(dwf.MooeeInv(pg.pick_checkerboard(0, psi5)).to_numpy(), want_inv) < 1e-13
+    assert {"wilson_hop", "bidiag_mult_acc", "bidiag_solve"} <= set(launched)
+
+
+# ---- the vocabulary's rules ------------------------------------------------------------
+
+def _bad_body(E, o, s):
+    P = E.permutation(E.itable("perm")[o])
+    a = E.read("x", o, 0, P)
+    b = E.read("x", o, 1)
+    E.store("out", o, 0, a + b)  # a carries the permute, b does not: E.permute(a) is missing
+
+
+BAD = Kernel("bad", (Param("out", "field", 1, out=True), Param("x", "field", 1), Param("perm", "itable"),
+                     Param("lanes", "itable"), Param("pxor", "itable"), Param("n", "int")), "n", _bad_body)
+
+
+@pytest.mark.parametrize("target", ["numba", "cuda", "opencl"])
+def test_a_forgotten_permute_is_refused_on_every_target(target):
+    with pytest.raises(DescriptionError, match="without E.permute"):
+        covariant.generate(BAD, target, 4, "float64")
+
+
+def test_generated_sources_of_one_description():
+    """Every target's source names the same kernel and parameters; SIMT reads the permuted lane directly."""
+    srcs = {t: covariant.generate(kg.WILSON_HOP, t, 4, "float64") for t in ("numba", "cuda", "opencl")}
+    assert "def wilson_hop(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, coef, diag" in srcs["numba"]
+    assert 'extern "C" __global__ void wilson_hop(' in srcs["cuda"]
+    assert "__kernel void wilson_hop(" in srcs["opencl"]
+    assert "vpermute(" in srcs["numba"] and "vpermute(" not in srcs["cuda"]
+    assert "lanes[" in srcs["cuda"] and "for (" not in srcs["cuda"].split("{", 1)[1]  # straight-line site body
