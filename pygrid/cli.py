@@ -2,6 +2,7 @@
 
     pygrid benchmark KIND [flags]     KIND: wilson, dwf, su3, axpy, memory, cache
     pygrid info [flags]               version, backends, devices, SIMD, threads, caches, MPI
+    pygrid selftest [flags]           every operator on the backend against numpy, then the Dirac benchmarks
     pygrid --version | --help
 
 The pygrid start-up flags (``--grid``, ``--mpi``, ``--threads``,
@@ -46,6 +47,7 @@ _KIND_HELP = {
 _USAGE = """usage: pygrid benchmark KIND [flags]    KIND: wilson, dwf, su3, axpy, memory, cache
        pygrid info [flags]
        pygrid convert IN OUT [flags]    NERSC <-> ILDG gauge files, checked and re-written
+       pygrid selftest [flags]          every operator on the backend against numpy, then the Dirac benchmarks
        pygrid --version
 
 pygrid benchmark --help    every flag with its default
@@ -526,11 +528,15 @@ def _dispatch(argv):
         return _benchmark(rest)
     if cmd == "info":
         return _info(rest)
+    if cmd == "selftest":
+        from .selftest import run as _selftest
+
+        return _selftest(rest)
     if cmd == "convert":
         from .io.convert import main as _convert
 
         return _convert(rest)
-    raise ConfigError(f"unknown command {cmd!r}; choose benchmark, info or convert (pygrid --help)")
+    raise ConfigError(f"unknown command {cmd!r}; choose benchmark, info, convert or selftest (pygrid --help)")
 
 
 def main(argv=None):

@@ -250,3 +250,28 @@ def test_plot_without_matplotlib(tmp_path):
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "pip install matplotlib" in r.stderr
+
+
+def test_selftest_on_sycl_checks_every_operator_then_benchmarks():
+    """`pygrid selftest` (the GPU check): operators against numpy on the device, then the benchmarks."""
+    pytest.importorskip("dpctl")
+    r = run_cli("selftest", "--accelerator", "sycl", "--grid", "4.4.4.8", "--precision", "double",
+                "--iterations", "2", "--warmup", "1", "--quiet", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "pygrid selftest on sycl" in r.stdout
+    assert "13 passed, 0 failed" in r.stdout
+    assert "FAIL" not in r.stdout
+    assert r.stdout.count("Dhop") >= 2  # the wilson and dwf benchmark lines
+
+
+def test_selftest_reports_a_wrong_operator(monkeypatch, capsys):
+    """A check that disagrees with numpy is a FAIL line and exit status 1."""
+    import pygrid.bench.wilson as bw
+    from pygrid import selftest
+
+    right = bw.dhop_reference
+    monkeypatch.setattr(bw, "dhop_reference", lambda U, psi, *a: 1.01 * right(U, psi, *a))
+    status = selftest.run(["--grid", "4.4.4.4", "--precision", "double", "--no-benchmark"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "FAIL Wilson Dhop" in out and "ok   norm2" in out
