@@ -239,6 +239,64 @@ def test_source_shape_and_cache():
     assert cuda_backend.compile_count() == n  # same kernel for every shift: no new compile
 
 
+@pytest.mark.parametrize("dialect", ["cuda", "opencl"])
+def test_products_unrolled_into_scalar_registers(dialect):
+    """The product tables are inlined at generation time: straight-line code over scalar registers,
+    no loops, no table arguments, structure constants as literals of the kernel's precision."""
+    import re
+
+    g = grid()
+    U = F(g, pg.ColourMatrix())
+    v = F(g, pg.ColourVector())
+    psi = F(g, pg.SpinColourVector())
+    from pygrid.expr.lower import lower
+    from pygrid.expr.nodes import as_expr
+
+    ir = lower(as_expr(U * v), 3).ir
+    assert ir.tables  # the lowering has CSR tables; the kernel must not need them
+    src = codegen_c.kernel_source(ir, g.nsimd, False, "float64", dialect)
+    assert "for" not in re.findall(r"\w+", src)
+    assert "T0" not in src and not any(n.startswith("T") for n, _ in codegen_c.arg_kinds(ir))
+    assert not re.search(r"v\d+_[ri]\[", src)  # no private arrays
+    # out[c] = sum_j U[c][j] v[j]: one expression per real, 3 complex terms (6 real products) each
+    assert re.search(r"const double v2_0r = v0_0r \* v1_0r - v0_0i \* v1_0i \+ .* - v0_2i \* v1_2i;", src)
+    assert len(re.findall(r"const double v2_\d[ri] =", src)) == 6
+    check(lambda: U * v, dialect=dialect)
+    check(lambda: pg.adj(U) * v, dialect=dialect)
+    # a non-trivial structure constant is a literal, single precision ones with the f suffix
+    e = pg.Gamma.Five * (0.5 * pg.Gamma.X + pg.Gamma.Y) * psi
+    fsrc = codegen_c.kernel_source(lower(as_expr(e), 12).ir, 8, False, "float32", dialect)
+    assert "0.5f * " in fsrc and "double" not in fsrc and "for" not in re.findall(r"\w+", fsrc)
+    check(lambda: pg.Gamma.Five * (0.5 * pg.Gamma.X + pg.Gamma.Y) * psi, dialect=dialect)
+
+
+def test_shift_tables_uploaded_once_per_host_array():
+    """Device copies of the shift tables are cached by the identity of the (lru-cached, read-only)
+    host arrays, bounded in number; a writable array is uploaded at every launch."""
+    from pygrid.cartesian.shift import shift_table
+
+    g = grid()
+    tabs = [shift_table(g, None, tuple(int(d == mu) for d in range(4)))[:3] for mu in range(4)]
+    assert shift_table(g, None, (1, 0, 0, 0))[0] is tabs[0][0]  # the same objects at every launch
+    uploads = []
+
+    def upload(a):
+        uploads.append(a)
+        return ("dev", len(uploads))
+
+    cache = {}
+    first = codegen_c.device_shift_tables(cache, tabs[:2], upload)
+    assert len(first) == 6 and len(uploads) == 6 and all(a.dtype == np.int32 and a.ndim == 1 for a in uploads)
+    assert codegen_c.device_shift_tables(cache, tabs[:2], upload) == first and len(uploads) == 6
+    codegen_c.device_shift_tables(cache, tabs, upload, limit=8)
+    assert len(cache) == 8 and len(uploads) == 12
+    assert all(cache[id(x)][0] is x for x in tabs[3])  # entries keep their host arrays alive
+    mine = (np.zeros(4, np.int32), np.zeros(4, np.int32), np.arange(4, dtype=np.int32))
+    codegen_c.device_shift_tables(cache, [mine], upload)
+    codegen_c.device_shift_tables(cache, [mine], upload)
+    assert len(uploads) == 18 and len(cache) == 8
+
+
 def test_emulated_device_memory_with_evictions():
     """The emulated kernels on a separate (emulated) device memory, watermark small enough to evict."""
     import pygrid.memory as mem

@@ -13,25 +13,34 @@ A shifted read (``cshift``) is Grid's ``coalescedReadPermute``: the thread reads
 outer site ``nbr[o]`` at lane ``lanes[perm[o] * NS + l]`` (row 0 of ``lanes`` is
 the identity), so a load is only a different base index, never a copy.
 
-Each IR value of the thread is either read in place (unshifted or shifted
-loads, constants from the coefficient vector) or held in two small private
-arrays ``vK_r[n]``, ``vK_i[n]`` (real and imaginary parts).  The result is
-written to ``out`` only at the end, so in-place evaluation (``x @= 2 * x``) is
-safe: every thread reads only its own site before it writes it.
+The IR's tables are structural (part of ``ir.key()``), so the emitter reads
+them here and unrolls everything: each product and remap becomes one sum of
+terms per output component with its structure constants as literals, zero
+coefficients dropped and +-1, +-i folded into signs; ``lincomb``, ``where``
+and ``compare`` are unrolled over components.  Every real lives in its own
+scalar register (``const real v3_0r = ...;``), never in an indexed private
+array, which compilers may leave in memory.  Only the components that the result depends on are computed
+(and only those are read from the inputs), and an exact zero is known at
+generation time and never materialised.
 
-Products and remaps walk the lowering's CSR tables, passed as kernel
-arguments (``int`` rows; remap coefficients as real pairs in the kernel's
-precision), exactly like the OpenMP backend's operation library.
+The result is written to ``out`` only at the end, after every input component
+the thread needs has been read into a register, so in-place evaluation
+(``x @= transpose(x)``) is safe: every thread reads only its own site before
+it writes it; with ``alias`` the pointers also lose ``restrict``.
 
 Kernel arguments, in order (the same for every dialect and backend)::
 
-    out, in0..in{S-1}, (nb_k, pm_k, ln_k) per shift table, T0..T{N-1}, coefs, osites
+    out, in0..in{S-1}, (nb_k, pm_k, ln_k) per shift table, coefs, osites
 
-with ``real`` = double or float, integer tables ``const int*`` and ``osites`` an ``int``.
+with ``real`` = double or float, the shift tables ``const int*``, ``coefs`` the
+expression's complex coefficients as interleaved (re, im) reals and ``osites``
+an ``int``.
 """
 from __future__ import annotations
 
 import hashlib
+import math
+import re as _re
 
 KERNEL_NAME = "pygrid_kernel"
 
@@ -56,33 +65,80 @@ DIALECTS["hip"] = DIALECTS["cuda"]
 
 _CTYPE = {"float64": "double", "float32": "float"}
 _CMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_IDENT = _re.compile(r"[A-Za-z_]\w*\Z")
 
 
 def arg_kinds(ir):
-    """(name, kind) of each kernel argument; kind is 'out', 'real', 'int', 'rtable', 'coefs' or 'osites'."""
+    """(name, kind) of each kernel argument; kind is 'out', 'real', 'int', 'coefs' or 'osites'."""
     args = [("out", "out")] + [(f"in{s}", "real") for s in range(len(ir.slots))]
     for sh in range(ir.nshifts):
         args += [(f"nb{sh}", "int"), (f"pm{sh}", "int"), (f"ln{sh}", "int")]
-    for t, tab in enumerate(ir.tables):
-        args.append((f"T{t}", "int" if tab.dtype.kind in "iu" else "rtable"))
     args += [("coefs", "coefs"), ("osites", "osites")]
     return args
+
+
+def _literal(x, dtype):
+    """C literal of the real ``x`` to full double precision, ``f``-suffixed in a single precision kernel."""
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"non-finite structure constant {x} in a kernel table")
+    return repr(x) + ("f" if dtype == "float32" else "")
+
+
+def _needed(ir):
+    """For each value, the set of its components that the result depends on."""
+    need = [set() for _ in ir.ops]
+    need[ir.result] = set(range(ir.out_ncomp))
+    for v in range(len(ir.ops) - 1, -1, -1):
+        cs = need[v]
+        if not cs:
+            continue
+        op = ir.ops[v]
+        kind = op[0]
+        if kind == "contract":
+            _, a, b, _loops, (ts, tia, tib), _ca, _cb, _nout = op
+            start, ia, ib = ir.tables[ts], ir.tables[tia], ir.tables[tib]
+            for c in cs:
+                for k in range(start[c], start[c + 1]):
+                    need[a].add(int(ia[k]))
+                    need[b].add(int(ib[k]))
+        elif kind == "remap":
+            _, a, (ts, tia, tcf), _conj, _nout = op
+            start, ia, cf = ir.tables[ts], ir.tables[tia], ir.tables[tcf].reshape(-1, 2)
+            for c in cs:
+                for k in range(start[c], start[c + 1]):
+                    if cf[k, 0] != 0 or cf[k, 1] != 0:
+                        need[a].add(int(ia[k]))
+        elif kind == "lincomb":
+            for t, _c, _sign in op[1]:
+                need[t] |= cs
+        elif kind == "where":
+            _, m, a, b, _n = op
+            need[m].add(0)
+            need[a] |= cs
+            need[b] |= cs
+        elif kind == "compare":
+            need[op[1]].add(0)
+            need[op[2]].add(0)
+    return need
 
 
 def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
     """Source of ``pygrid_kernel`` for ``ir`` with ``nsimd`` lanes of ``dtype`` reals in ``dialect``."""
     D = DIALECTS[dialect]
     NS = int(nsimd)
-    real = _CTYPE[str(dtype)]
+    dtype = str(dtype)
+    real = _CTYPE[dtype]
     G = D["global"]
     # with an aliased output the result buffer is also an input: no restrict on the reals then
     R = "" if alias else " " + D["restrict"]
+    zero = f"({real})0"
 
     params = []
     for name, kind in arg_kinds(ir):
         if kind == "out":
             params.append(f"{G}{real}*{R} {name}")
-        elif kind in ("real", "rtable", "coefs"):
+        elif kind in ("real", "coefs"):
             params.append(f"{G}const {real}*{R} {name}")
         elif kind == "int":
             params.append(f"{G}const int* {D['restrict']} {name}")
@@ -91,7 +147,7 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
 
     lines = [
         f"/* pygrid generated kernel: {dialect}, {real}, nsimd={NS}, ops={len(ir.ops)} */",
-        D["preamble"][str(dtype)].rstrip("\n"),
+        D["preamble"][dtype].rstrip("\n"),
         f"{D['kernel']} {KERNEL_NAME}(",
         "    " + ",\n    ".join(params) + ")",
         "{",
@@ -101,112 +157,148 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
         f"    const int l = (int)(idx - (long)o * {NS});",
     ]
 
-    def emit(text, indent=1):
-        lines.append("    " * indent + text)
+    def emit(text):
+        lines.append("    " + text)
 
-    # accessors: value v, component expression c -> (re, im) C expressions
-    acc = {}
+    def define(name, terms):
+        """The real ``sum(sign * expr)`` as an atom: None for an empty sum, a bare variable as itself."""
+        if not terms:
+            return None
+        if len(terms) == 1 and terms[0][0] > 0 and _IDENT.match(terms[0][1]):
+            return terms[0][1]
+        s = "".join((" - " if sg < 0 else " + ") + e for sg, e in terms)
+        s = "-" + s[3:] if s.startswith(" - ") else s[3:]
+        emit(f"const {real} {name} = {s};")
+        return name
 
-    def re(v, c):
-        return acc[v][0](c)
+    def scaled(coef, x):
+        """``coef * x`` as a signed term, or None when it is exactly zero."""
+        if x is None or coef == 0:
+            return None
+        if abs(coef) == 1:
+            return (1 if coef > 0 else -1, x)
+        return (1 if coef > 0 else -1, f"{_literal(abs(coef), dtype)} * {x}")
 
-    def im(v, c):
-        return acc[v][1](c)
+    def add(terms, t):
+        if t is not None:
+            terms.append(t)
 
-    def local(v):
-        acc[v] = (lambda c, v=v: f"v{v}_r[{c}]", lambda c, v=v: f"v{v}_i[{c}]")
+    def get(v, c):
+        return val[v][c]  # a KeyError here is a component that _needed missed
 
+    need = _needed(ir)
+    val = [None] * len(ir.ops)  # value -> {component: (re atom | None, im atom | None)}, None = exact zero
     S2 = 2 * NS
+    shift_done = set()
     for v, op in enumerate(ir.ops):
         kind = op[0]
         n = ir.ncomp(v)
+        cs = sorted(need[v])
+        val[v] = {}
+        if not cs:
+            continue
         if kind == "load":
             _, slot, sh = op
             if sh < 0:
                 emit(f"const long b{v} = (long)o * {n * S2} + l;")
             else:
-                emit(f"const long b{v} = (long)nb{sh}[o] * {n * S2} + ln{sh}[pm{sh}[o] * {NS} + l];")
-            acc[v] = (lambda c, v=v, s=slot: f"in{s}[b{v} + ({c}) * {S2}]",
-                      lambda c, v=v, s=slot: f"in{s}[b{v} + ({c}) * {S2} + {NS}]")
-            continue
-        if kind == "const":
+                if sh not in shift_done:
+                    shift_done.add(sh)
+                    emit(f"const long s{sh}o = (long)nb{sh}[o];")
+                    emit(f"const int s{sh}l = ln{sh}[pm{sh}[o] * {NS} + l];")
+                emit(f"const long b{v} = s{sh}o * {n * S2} + s{sh}l;")
+            for c in cs:
+                r = f"in{slot}[b{v} + {c * S2}]" if c else f"in{slot}[b{v}]"
+                i = f"in{slot}[b{v} + {c * S2 + NS}]"
+                val[v][c] = (define(f"v{v}_{c}r", [(1, r)]), define(f"v{v}_{c}i", [(1, i)]))
+        elif kind == "const":
             off = op[1]
-            acc[v] = (lambda c, off=off: f"coefs[2 * ({off} + ({c}))]",
-                      lambda c, off=off: f"coefs[2 * ({off} + ({c})) + 1]")
-            continue
-        emit(f"{real} v{v}_r[{n}], v{v}_i[{n}];")
-        if kind == "contract":
-            _, a, b, _loops, (ts, tia, tib), ca, cb, nout = op
-            sa = "-" if ca else ""
-            sb = "-" if cb else ""
-            emit(f"for (int c = 0; c < {nout}; ++c) {{")
-            emit(f"{real} sr = 0, si = 0;", 2)
-            emit(f"for (int k = T{ts}[c]; k < T{ts}[c + 1]; ++k) {{", 2)
-            emit(f"const int ja = T{tia}[k], jb = T{tib}[k];", 3)
-            emit(f"const {real} ar = {re(a, 'ja')}, ai = {sa}{im(a, 'ja')};", 3)
-            emit(f"const {real} br = {re(b, 'jb')}, bi = {sb}{im(b, 'jb')};", 3)
-            emit("sr += ar * br - ai * bi;", 3)
-            emit("si += ar * bi + ai * br;", 3)
-            emit("}", 2)
-            emit(f"v{v}_r[c] = sr; v{v}_i[c] = si;", 2)
-            emit("}")
+            for c in cs:
+                val[v][c] = (define(f"v{v}_{c}r", [(1, f"coefs[{2 * (off + c)}]")]),
+                             define(f"v{v}_{c}i", [(1, f"coefs[{2 * (off + c) + 1}]")]))
+        elif kind == "contract":
+            _, a, b, _loops, (ts, tia, tib), ca, cb, _nout = op
+            start, ia, ib = ir.tables[ts], ir.tables[tia], ir.tables[tib]
+            sa = -1 if ca else 1
+            sb = -1 if cb else 1
+            for c in cs:
+                rt, it = [], []
+                for k in range(start[c], start[c + 1]):
+                    ar, ai = get(a, int(ia[k]))
+                    br, bi = get(b, int(ib[k]))
+                    # (ar + i sa ai)(br + i sb bi)
+                    if ar is not None and br is not None:
+                        rt.append((1, f"{ar} * {br}"))
+                    if ai is not None and bi is not None:
+                        rt.append((-sa * sb, f"{ai} * {bi}"))
+                    if ar is not None and bi is not None:
+                        it.append((sb, f"{ar} * {bi}"))
+                    if ai is not None and br is not None:
+                        it.append((sa, f"{ai} * {br}"))
+                val[v][c] = (define(f"v{v}_{c}r", rt), define(f"v{v}_{c}i", it))
         elif kind == "remap":
-            _, a, (ts, tia, tcf), conj, nout = op
-            sa = "-" if conj else ""
-            emit(f"for (int c = 0; c < {nout}; ++c) {{")
-            emit(f"{real} sr = 0, si = 0;", 2)
-            emit(f"for (int k = T{ts}[c]; k < T{ts}[c + 1]; ++k) {{", 2)
-            emit(f"const int ja = T{tia}[k];", 3)
-            emit(f"const {real} cr = T{tcf}[2 * k], ci = T{tcf}[2 * k + 1];", 3)
-            emit(f"const {real} ar = {re(a, 'ja')}, ai = {sa}{im(a, 'ja')};", 3)
-            emit("sr += cr * ar - ci * ai;", 3)
-            emit("si += cr * ai + ci * ar;", 3)
-            emit("}", 2)
-            emit(f"v{v}_r[c] = sr; v{v}_i[c] = si;", 2)
-            emit("}")
+            _, a, (ts, tia, tcf), conj, _nout = op
+            start, ia, cf = ir.tables[ts], ir.tables[tia], ir.tables[tcf].reshape(-1, 2)
+            sa = -1 if conj else 1
+            for c in cs:
+                rt, it = [], []
+                for k in range(start[c], start[c + 1]):
+                    cr, ci = float(cf[k, 0]), float(cf[k, 1])
+                    ar, ai = get(a, int(ia[k]))
+                    # (cr + i ci)(ar + i sa ai)
+                    add(rt, scaled(cr, ar))
+                    add(rt, scaled(-ci * sa, ai))
+                    add(it, scaled(cr * sa, ai))
+                    add(it, scaled(ci, ar))
+                val[v][c] = (define(f"v{v}_{c}r", rt), define(f"v{v}_{c}i", it))
         elif kind == "lincomb":
             terms = op[1]
-            ks = []
-            for j, (_, c, sign) in enumerate(terms):
-                neg = "-" if sign < 0 else ""
+            for j, (_t, c, sign) in enumerate(terms):
                 if c >= 0:
+                    neg = "-" if sign < 0 else ""
                     emit(f"const {real} k{v}_{j}r = {neg}coefs[{2 * c}], k{v}_{j}i = {neg}coefs[{2 * c + 1}];")
-                    ks.append((f"k{v}_{j}r", f"k{v}_{j}i"))
-                else:
-                    ks.append((f"({real}){float(sign)!r}", None))
-            emit(f"for (int c = 0; c < {n}; ++c) {{")
-            rs, is_ = [], []
-            for (t, _, _), (kr, ki) in zip(terms, ks):
-                xr, xi = re(t, "c"), im(t, "c")
-                if ki is None:
-                    rs.append(f"{kr} * {xr}")
-                    is_.append(f"{kr} * {xi}")
-                else:
-                    rs.append(f"{kr} * {xr} - {ki} * {xi}")
-                    is_.append(f"{kr} * {xi} + {ki} * {xr}")
-            emit(f"v{v}_r[c] = {' + '.join(rs)};", 2)
-            emit(f"v{v}_i[c] = {' + '.join(is_)};", 2)
-            emit("}")
+            for comp in cs:
+                rt, it = [], []
+                for j, (t, c, sign) in enumerate(terms):
+                    xr, xi = get(t, comp)
+                    if c < 0:
+                        add(rt, scaled(sign, xr))
+                        add(it, scaled(sign, xi))
+                        continue
+                    kr, ki = f"k{v}_{j}r", f"k{v}_{j}i"
+                    if xr is not None:
+                        rt.append((1, f"{kr} * {xr}"))
+                        it.append((1, f"{ki} * {xr}"))
+                    if xi is not None:
+                        rt.append((-1, f"{ki} * {xi}"))
+                        it.append((1, f"{kr} * {xi}"))
+                val[v][comp] = (define(f"v{v}_{comp}r", rt), define(f"v{v}_{comp}i", it))
         elif kind == "where":
             _, m, a, b, _n = op
-            emit(f"const int m{v} = {re(m, '0')} != 0;")
-            emit(f"for (int c = 0; c < {n}; ++c) {{")
-            emit(f"v{v}_r[c] = m{v} ? {re(a, 'c')} : {re(b, 'c')};", 2)
-            emit(f"v{v}_i[c] = m{v} ? {im(a, 'c')} : {im(b, 'c')};", 2)
-            emit("}")
+            mr = get(m, 0)[0]
+            emit(f"const int m{v} = {mr if mr is not None else zero} != 0;")
+            for c in cs:
+                parts = []
+                for k, x, y in ((0, get(a, c)[0], get(b, c)[0]), (1, get(a, c)[1], get(b, c)[1])):
+                    if x is None and y is None:
+                        parts.append(None)
+                    else:
+                        e = f"m{v} ? {x if x is not None else zero} : {y if y is not None else zero}"
+                        parts.append(define(f"v{v}_{c}{'ri'[k]}", [(1, e)]))
+                val[v][c] = tuple(parts)
         elif kind == "compare":
             _, a, b, cmp = op
-            emit(f"v{v}_r[0] = ({re(a, '0')} {_CMP[cmp]} {re(b, '0')}) ? ({real})1 : ({real})0;")
-            emit(f"v{v}_i[0] = 0;")
+            x, y = get(a, 0)[0], get(b, 0)[0]
+            e = f"({x if x is not None else zero} {_CMP[cmp]} {y if y is not None else zero}) ? ({real})1 : {zero}"
+            val[v][0] = (define(f"v{v}_0r", [(1, e)]), None)
         else:
             raise ValueError(f"unknown IR op {kind}")
-        local(v)
     res = ir.result
     emit(f"const long bo = (long)o * {ir.out_ncomp * S2} + l;")
-    emit(f"for (int c = 0; c < {ir.out_ncomp}; ++c) {{")
-    emit(f"out[bo + c * {S2}] = {re(res, 'c')};", 2)
-    emit(f"out[bo + c * {S2} + {NS}] = {im(res, 'c')};", 2)
-    emit("}")
+    for c in range(ir.out_ncomp):
+        r, i = get(res, c)
+        emit(f"out[{f'bo + {c * S2}' if c else 'bo'}] = {r if r is not None else zero};")
+        emit(f"out[bo + {c * S2 + NS}] = {i if i is not None else zero};")
     lines.append("}")
     return "\n".join(x for x in lines if x != "") + "\n"
 
@@ -222,24 +314,52 @@ def launch_dims(osites, nsimd, threads_per_block):
     return max(1, -(-total // tpb)), tpb
 
 
-def kernel_args(ir, out, inputs, shifts, coefs, rdt):
-    """The kernel's arrays in argument order (numpy, contiguous, right dtypes), without ``osites``.
-
-    Real tables (remap coefficients) are converted to the kernel's precision;
-    coefficients become interleaved (re, im) reals, at least two of them.
-    """
+def coef_reals(coefs, rdt):
+    """The complex coefficients as interleaved (re, im) reals of ``rdt``, at least two of them."""
     import numpy as np
 
-    arrs = [out] + list(inputs)
-    for s in shifts:
-        arrs += [np.ascontiguousarray(x, dtype=np.int32).reshape(-1) for x in s]
-    for t in ir.tables:
-        if t.dtype.kind in "iu":
-            arrs.append(np.ascontiguousarray(t, dtype=np.int32).reshape(-1))
-        else:
-            arrs.append(np.ascontiguousarray(t, dtype=rdt).reshape(-1))
     cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
     cf[0:2 * len(coefs):2] = np.real(coefs)
     cf[1:2 * len(coefs):2] = np.imag(coefs)
-    arrs.append(cf)
-    return arrs
+    return cf
+
+
+def shift_arrays(shifts):
+    """The shift tables' arrays in argument order, as the kernels take them (contiguous int32, flat)."""
+    import numpy as np
+
+    return [np.ascontiguousarray(x, dtype=np.int32).reshape(-1) for s in shifts for x in s]
+
+
+def kernel_args(ir, out, inputs, shifts, coefs, rdt):
+    """The kernel's arrays in argument order (numpy, contiguous, right dtypes), without ``osites``."""
+    return [out] + list(inputs) + shift_arrays(shifts) + [coef_reals(coefs, rdt)]
+
+
+def device_shift_tables(cache, shifts, upload, limit=256):
+    """Device copies of the shift tables' arrays, in argument order, cached in ``cache`` by host identity.
+
+    ``evaluate`` passes the arrays of the lru-cached ``shift_table``: the same
+    read-only objects at every launch of a shift, so their identity is a key
+    that costs nothing, unlike hashing their bytes.  An entry holds its host
+    array, so the id cannot be taken by another array while the entry lives.
+    A writable array could change between launches: it is uploaded each time.
+    ``upload`` turns a flat int32 numpy array into the device's array; the
+    cache keeps at most ``limit`` arrays, dropping the oldest first.
+    """
+    import numpy as np
+
+    devs = []
+    for s in shifts:
+        for x in s:
+            e = cache.get(id(x))
+            if e is None:
+                d = upload(np.ascontiguousarray(x, dtype=np.int32).reshape(-1))
+                if getattr(x, "flags", None) is None or x.flags.writeable:
+                    devs.append(d)
+                    continue
+                while len(cache) >= limit:
+                    del cache[next(iter(cache))]
+                e = cache[id(x)] = (x, d)
+            devs.append(e[1])
+    return devs

@@ -24,7 +24,6 @@ kernel is compiled once per machine.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shutil
 import subprocess
@@ -89,7 +88,7 @@ def compiler():
     return cxx
 
 
-def compile_emulated(source):
+def compile_emulated(source, argtypes=None):
     """Compile ``source`` (kernel + wrapper) with the SIMT emulation header; the loaded ctypes library."""
     from .compile_cache import cache_dir
 
@@ -117,7 +116,8 @@ def compile_emulated(source):
             os.replace(tmp, so)  # atomic: a concurrent process never loads half a library
             _compiles[0] += 1
         lib = ctypes.CDLL(so)
-        lib.pygrid_launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.pygrid_launch.argtypes = argtypes or [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int,
+                                                  ctypes.c_int]
         lib.pygrid_launch.restype = None
         _libs[key] = lib
         return lib
@@ -140,6 +140,9 @@ class EmulatedSIMTBackend(NumpyBackend):
         self.name = f"{dialect}-emulated"
         compiler()
 
+    def launch(self, kernel, args, nsimd, dtype):
+        emulated_launch(self.dialect, kernel, args, nsimd, dtype)
+
     def source(self, ir, nsimd, alias, dtype):
         src = codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect)
         return src + launch_wrapper(src)
@@ -157,6 +160,30 @@ class EmulatedSIMTBackend(NumpyBackend):
         osites = out.shape[0]
         blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
         lib.pygrid_launch(ptrs, osites, blocks, tpb)
+
+
+def emulated_launch(dialect, kernel, args, nsimd, dtype):
+    """Run a covariant kernel's generated ``dialect`` C under the SIMT emulation, on host arrays."""
+    from . import covariant
+
+    src = covariant.generate(kernel, dialect, nsimd, dtype)
+    lib = compile_emulated(src + covariant.c_launch_wrapper(kernel, src),
+                           [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int,
+                            ctypes.c_int])
+    tables = covariant.c_tables(kernel, args, dtype)
+    ptrs, ints = [], []
+    for p in kernel.params:
+        if p.kind == "int":
+            ints.append(int(args[p.name]))
+            continue
+        a = tables.get(p.name, args[p.name])
+        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+            raise BackendError(f"{kernel.name}: {p.name} must be a C-contiguous host array on an emulated backend")
+        ptrs.append(a.ctypes.data)
+    n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
+    blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
+    lib.pygrid_launch((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * max(1, len(ints)))(*ints),
+                      blocks, tpb)
 
 
 # ---------------------------------------------------------------------------------
@@ -247,17 +274,8 @@ class CudaBackend(NumpyBackend):
         cp = self.cupy
         rdt = np.dtype(out.dtype)
         k = self.kernel(ir, nsimd, alias, rdt.name)
-        tkey = (ir.key(), rdt.name, hashlib.sha1(b"".join(np.ascontiguousarray(x).tobytes() for s in shifts for x in s)).hexdigest())
-        consts = self._tables.get(tkey)
-        if consts is None:
-            host = codegen_c.kernel_args(ir, np.empty((0,), rdt), [], shifts, np.zeros(0), rdt)[1:-1]
-            consts = [cp.asarray(a) for a in host]
-            if len(self._tables) > 256:
-                self._tables.clear()
-            self._tables[tkey] = consts
-        cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
-        cf[0:2 * len(coefs):2] = np.real(coefs)
-        cf[1:2 * len(coefs):2] = np.imag(coefs)
+        consts = codegen_c.device_shift_tables(self._tables, shifts, cp.asarray)
+        cf = codegen_c.coef_reals(coefs, rdt)
         osites = int(out.shape[0])
         blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
         dout = self._dev(out)  # a host buffer (unified memory manager) goes through a device copy
@@ -284,6 +302,59 @@ class CudaBackend(NumpyBackend):
         cp = self.cupy
         s = cp.asnumpy(self._dev(a).astype(cp.float64, copy=False).sum(axis=(0, 3)))
         return s[:, 0] + 1j * s[:, 1]
+
+    def _cov_kernel(self, kernel, nsimd, dtype):
+        from . import covariant
+
+        key = kernel.key(nsimd, dtype, self.name)
+        k = self._kernels.get(key)
+        if k is None:
+            src = covariant.generate(kernel, "cuda", nsimd, dtype)
+            k = self._kernels[key] = self.cupy.RawKernel(src, kernel.name, options=("-std=c++11",))
+        return k
+
+    def launch(self, kernel, args, nsimd, dtype):
+        """Run a covariant kernel (pygrid.accelerator.covariant): its CUDA C through CuPy."""
+        from . import covariant
+
+        cp = self.cupy
+        if not hasattr(self, "_itables"):
+            self._itables = covariant.TableCache(
+                lambda a: cp.asarray(np.ascontiguousarray(a, dtype=np.int32).reshape(-1)))
+        k = self._cov_kernel(kernel, nsimd, dtype)
+        call, back, devs = [], [], {}
+        for p in kernel.params:
+            a = args[p.name]
+            if p.kind == "field":
+                d = devs.get(id(a))
+                if d is None:
+                    d = devs[id(a)] = self._dev(a)
+                    if d is not a and p.out:
+                        back.append((a, d))
+                call.append(d)
+            elif p.kind == "itable":
+                call.append(self._itables.get(a))
+            elif p.kind == "rtable":
+                call.append(cp.asarray(np.ascontiguousarray(a, dtype=dtype).reshape(-1)))
+            else:
+                call.append(np.int64(int(a)))
+        n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
+        blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
+        k((blocks,), (tpb,), tuple(call))
+        for host, d in back:
+            host[...] = cp.asnumpy(d)
+
+    def bench_copy(self, n, dtype):
+        """A device-to-device copy of ``n`` reals (CuPy): the device's bandwidth ceiling; runs one and waits."""
+        cp = self.cupy
+        src = cp.asarray(1.0 + np.arange(n, dtype=dtype) * 1e-6)
+        dst = cp.asarray(np.ones(n, dtype=dtype))
+
+        def run():
+            cp.copyto(dst, src)
+            cp.cuda.Device().synchronize()
+
+        return run
 
     def accelerator_for(self, osites, kernel, *args):
         raise BackendError(f"hand-written numba kernels (accelerator_for) do not run on the {self.name} backend")

@@ -133,12 +133,14 @@ class UsmArray:
     not fast; those operations are not device kernels on this backend.
     """
 
-    __slots__ = ("usm_data", "shape", "dtype")
+    __slots__ = ("usm_data", "shape", "dtype", "stats")
 
-    def __init__(self, mem, shape, dtype):
+    def __init__(self, mem, shape, dtype, stats=None):
         self.usm_data = mem
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
+        # the owning UsmDevice's counters of host round trips outside the memory manager
+        self.stats = stats
 
     @property
     def size(self):
@@ -161,21 +163,29 @@ class UsmArray:
             shape = tuple(n // known if s == -1 else s for s in shape)
         if int(np.prod(shape, dtype=np.int64)) != n:
             raise ValueError(f"cannot reshape a device array of shape {self.shape} to {shape}")
-        return UsmArray(self.usm_data, shape, self.dtype)
+        return UsmArray(self.usm_data, shape, self.dtype, self.stats)
 
     # ---- host round trips (numpy interop) ----
+    def _count(self, key):
+        if self.stats is not None:
+            self.stats[key + "_count"] += 1
+            self.stats[key + "_bytes"] += self.nbytes
+
     def get(self):
         host = np.empty(self.shape, dtype=self.dtype)
         if self.nbytes:
             self.usm_data.copy_to_host(host.reshape(-1).view(np.uint8))
+        self._count("host_read")
         return host
 
-    def set(self, host):
+    def set(self, host, count=True):
         host = np.ascontiguousarray(host, dtype=self.dtype)
         if host.size != self.size:
             raise ValueError(f"set: {host.shape} does not fit a device array of shape {self.shape}")
         if self.nbytes:
             self.usm_data.copy_from_host(host.reshape(-1).view(np.uint8))
+        if count:
+            self._count("host_write")
 
     def __array__(self, dtype=None, copy=None):
         a = self.get()
@@ -231,6 +241,16 @@ class UsmDevice(Device):
         self.dpctl = import_dpctl()
         self.queue = queue or make_queue(self.dpctl)
         self.allocated_bytes = 0
+        self.host_stats = dict.fromkeys(("host_read_count", "host_read_bytes", "host_write_count",
+                                         "host_write_bytes"), 0)
+
+    def extra_stats(self):
+        """Host round trips of field buffers that did not go through the manager (see UsmArray)."""
+        return dict(self.host_stats)
+
+    def reset_extra_stats(self):
+        for k in self.host_stats:
+            self.host_stats[k] = 0
 
     def alloc(self, nbytes, dtype, shape):
         try:
@@ -238,13 +258,13 @@ class UsmDevice(Device):
         except Exception as e:
             raise MemoryError(f"USM device allocation of {nbytes} bytes failed: {e}") from e
         self.allocated_bytes += int(nbytes)
-        return UsmArray(mem, shape, dtype)
+        return UsmArray(mem, shape, dtype, self.host_stats)
 
     def free(self, array):
         self.allocated_bytes -= array.nbytes  # the USM memory is freed when the last reference goes
 
     def to_device(self, host, dev):
-        dev.set(host)
+        dev.set(host, count=False)  # the manager counts its own transfers
 
     def to_host(self, dev, host):
         if host.flags.c_contiguous:
@@ -358,24 +378,9 @@ class SyclBackend(NumpyBackend):
         d.set(a)
         return d
 
-    def _consts(self, ir, shifts, rdt):
-        """The shift and product tables on the device, cached by content."""
-        import hashlib
-
-        h = hashlib.sha1()
-        for s in shifts:
-            for x in s:
-                h.update(np.ascontiguousarray(x).tobytes())
-                h.update(b"|")
-        tkey = (ir.key(), rdt.name, h.hexdigest())
-        consts = self._tables.get(tkey)
-        if consts is None:
-            host = codegen_c.kernel_args(ir, np.empty((0,), rdt), [], shifts, np.zeros(0), rdt)[1:-1]
-            consts = [self.to_device(a) for a in host]
-            if len(self._tables) > 256:
-                self._tables.clear()
-            self._tables[tkey] = consts
-        return consts
+    def _consts(self, shifts):
+        """The shift tables on the device, in argument order (cached by host array identity)."""
+        return codegen_c.device_shift_tables(self._tables, shifts, self.to_device)
 
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
         from .cuda_backend import threads_per_block
@@ -384,10 +389,8 @@ class SyclBackend(NumpyBackend):
         if rdt not in (np.float64, np.float32):
             raise BackendError(f"generated kernels take float64 or float32 buffers, not {rdt}")
         k = self.kernel(ir, nsimd, alias, rdt.name)
-        consts = self._consts(ir, shifts, rdt)
-        cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
-        cf[0:2 * len(coefs):2] = np.real(coefs)
-        cf[1:2 * len(coefs):2] = np.imag(coefs)
+        consts = self._consts(shifts)
+        cf = codegen_c.coef_reals(coefs, rdt)
         dout = self.to_device(out)  # a host buffer (unified memory manager) goes through a device copy
         devs = {id(out): dout}  # an input that is the output (in place) or repeated is copied once
         ins = []
@@ -457,6 +460,84 @@ class SyclBackend(NumpyBackend):
                                     ctypes.c_int(P)], ncomp * P, 2)
         s = part.reshape(ncomp, P, 2).sum(axis=1)
         return s[:, 0] + 1j * s[:, 1]
+
+    def _cov_kernel(self, kernel, nsimd, dtype):
+        from . import covariant
+
+        if np.dtype(dtype) == np.float64 and not self.fp64:
+            raise BackendError(f"{kernel.name}: the SYCL device {self.queue.sycl_device.name} has no double "
+                               "precision; use single precision fields")
+        key = kernel.key(nsimd, dtype, "opencl")
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernels[key] = self._build(covariant.generate(kernel, "opencl", nsimd, dtype), kernel.name)
+        return k
+
+    def _rtable(self, a, dtype):
+        """A small real table on the device, cached by content (coefficients change from call to call)."""
+        a = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
+        key = (a.dtype.str, a.tobytes())
+        d = self._rtables.get(key)
+        if d is None:
+            if len(self._rtables) > 1024:
+                self._rtables.clear()
+            d = self._rtables[key] = self.to_device(a)
+        return d
+
+    def launch(self, kernel, args, nsimd, dtype):
+        """Run a covariant kernel (pygrid.accelerator.covariant): its OpenCL C on the queue."""
+        from . import covariant
+
+        if not hasattr(self, "_itables"):
+            self._itables = covariant.TableCache(
+                lambda a: self.to_device(np.ascontiguousarray(a, dtype=np.int32).reshape(-1)))
+            self._rtables = {}
+        k = self._cov_kernel(kernel, nsimd, dtype)
+        call, back, devs = [], [], {}
+        for p in kernel.params:
+            a = args[p.name]
+            if p.kind == "field":
+                d = devs.get(id(a))
+                if d is None:
+                    # a host buffer (the unified memory manager) goes through a device copy
+                    d = devs[id(a)] = self.to_device(a)
+                    if d is not a and p.out:
+                        back.append((a, d))
+                call.append(d.usm_data)
+            elif p.kind == "itable":
+                call.append(self._itables.get(a).usm_data)
+            elif p.kind == "rtable":
+                call.append(self._rtable(a, dtype).usm_data)
+            else:
+                call.append(ctypes.c_longlong(int(a)))
+        from .cuda_backend import threads_per_block
+
+        n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
+        blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
+        self.queue.submit(k, call, [blocks * tpb], [tpb]).wait()
+        for host, d in back:
+            host[...] = d.get()
+
+    def bench_copy(self, n, dtype):
+        """A hand-written OpenCL copy of ``n`` reals between two USM buffers: the device's bandwidth ceiling.
+
+        Returns a function that runs one copy and waits for it.
+        """
+        from .cuda_backend import threads_per_block
+
+        real = "double" if np.dtype(dtype) == np.float64 else "float"
+        pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if real == "double" else ""
+        k = self._build(pragma + f"__kernel void pg_copy(__global const {real}* restrict a, "
+                        f"__global {real}* restrict b, const long n)\n"
+                        "{ const long i = get_global_id(0); if (i < n) b[i] = a[i]; }\n", "pg_copy")
+        src = self.to_device(1.0 + np.arange(n, dtype=dtype) * 1e-6)
+        dst = self.to_device(np.ones(n, dtype=dtype))
+        blocks, tpb = codegen_c.launch_dims(n, 1, threads_per_block())
+
+        def run():
+            self.queue.submit(k, [src.usm_data, dst.usm_data, ctypes.c_longlong(n)], [blocks * tpb], [tpb]).wait()
+
+        return run
 
     def accelerator_for(self, osites, kernel, *args):
         raise BackendError("hand-written numba kernels (accelerator_for) do not run on the sycl backend")
