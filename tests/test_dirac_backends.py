@@ -179,9 +179,8 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
             import ctypes
 
             self.k = kernels[name]
-            self.lib = cuda_backend.compile_emulated(
-                src + covariant.c_launch_wrapper(self.k, src),
-                [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int, ctypes.c_int])
+            self.lib = cuda_backend.compile_emulated(src + covariant.c_launch_wrapper(self.k, src),
+                                                     covariant.C_LAUNCH_ARGTYPES)
 
         def __call__(self, grid_, block, args):
             import ctypes

@@ -151,11 +151,7 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
         f"{D['kernel']} {KERNEL_NAME}(",
         "    " + ",\n    ".join(params) + ")",
         "{",
-        f"    const long idx = {D['thread_index']};",
-        f"    if (idx >= (long)osites * {NS}) return;",
-        f"    const int o = (int)(idx / {NS});",
-        f"    const int l = (int)(idx - (long)o * {NS});",
-    ]
+    ] + thread_coords(dialect, "osites", NS)
 
     def emit(text):
         lines.append("    " + text)
@@ -305,6 +301,19 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
 
 def source_hash(source, extra=""):
     return hashlib.sha1((source + "\0" + extra).encode()).hexdigest()[:24]
+
+
+def thread_coords(dialect, total, nsimd, o="o"):
+    """Lines that define the thread's site index ``o`` and lane ``l`` (both ``long``).
+
+    One 1D range over ``total * nsimd`` threads, lanes fastest (consecutive threads,
+    consecutive addresses), rounded up to whole blocks (:func:`launch_dims`), so
+    threads past the end return.
+    """
+    NS = int(nsimd)
+    return [f"    const long idx = {DIALECTS[dialect]['thread_index']};",
+            f"    if (idx >= (long)({total}) * {NS}) return;",
+            f"    const long {o} = idx / {NS};", f"    const long l = idx - {o} * {NS};"]
 
 
 def launch_dims(osites, nsimd, threads_per_block):

@@ -40,6 +40,7 @@ buffers of pygrid fields, flat.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -451,15 +452,13 @@ class CEmitter(_Emitter):
             f"{self.D['kernel']} {k.name}(",
             "    " + ",\n    ".join(params) + ")",
             "{",
-            f"    const long idx = {self.D['thread_index']};",
-            f"    if (idx >= (long)({total}) * {self.NS}) return;",
-            f"    const long l = idx % {self.NS};",
         ]
         if inner:
-            head += [f"    const long o_ = idx / {self.NS};", f"    const long o = o_ / {inner};",
-                     f"    const long s = o_ - o * {inner};"]
+            # the thread's site index runs over (outer site, inner index), inner fastest
+            head += codegen_c.thread_coords(self.dialect, total, self.NS, "o_")
+            head += [f"    const long o = o_ / {inner};", f"    const long s = o_ - o * {inner};"]
         else:
-            head += [f"    const long o = idx / {self.NS};", "    const long s = 0;"]
+            head += codegen_c.thread_coords(self.dialect, total, self.NS) + ["    const long s = 0;"]
         return "\n".join(x for x in head if x) + "\n" + "\n".join(body_lines) + "\n}\n"
 
 
@@ -626,6 +625,10 @@ def thread_count(kernel: Kernel, args: dict, nsimd: int) -> int:
     """Threads of a SIMT launch: outer sites x inner extent x lanes."""
     n = int(args[kernel.n]) * (int(args[kernel.inner]) if kernel.inner else 1)
     return n * int(nsimd)
+
+
+#: ctypes argument types of :func:`c_launch_wrapper`'s ``pygrid_launch``
+C_LAUNCH_ARGTYPES = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long)] + [ctypes.c_int] * 2
 
 
 def c_launch_wrapper(kernel: Kernel, source: str) -> str:

@@ -116,8 +116,7 @@ def compile_emulated(source, argtypes=None):
             os.replace(tmp, so)  # atomic: a concurrent process never loads half a library
             _compiles[0] += 1
         lib = ctypes.CDLL(so)
-        lib.pygrid_launch.argtypes = argtypes or [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int,
-                                                  ctypes.c_int]
+        lib.pygrid_launch.argtypes = argtypes or [ctypes.POINTER(ctypes.c_void_p)] + [ctypes.c_int] * 3
         lib.pygrid_launch.restype = None
         _libs[key] = lib
         return lib
@@ -167,9 +166,7 @@ def emulated_launch(dialect, kernel, args, nsimd, dtype):
     from . import covariant
 
     src = covariant.generate(kernel, dialect, nsimd, dtype)
-    lib = compile_emulated(src + covariant.c_launch_wrapper(kernel, src),
-                           [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int,
-                            ctypes.c_int])
+    lib = compile_emulated(src + covariant.c_launch_wrapper(kernel, src), covariant.C_LAUNCH_ARGTYPES)
     tables = covariant.c_tables(kernel, args, dtype)
     ptrs, ints = [], []
     for p in kernel.params:

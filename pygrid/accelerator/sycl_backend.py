@@ -521,21 +521,22 @@ class SyclBackend(NumpyBackend):
     def bench_copy(self, n, dtype):
         """A hand-written OpenCL copy of ``n`` reals between two USM buffers: the device's bandwidth ceiling.
 
-        Returns a function that runs one copy and waits for it.
+        Eight reals per work-item as one vector (``double8``), exactly as many work-items
+        as vectors and no bounds check (a guarded copy is 4-5x slower on the CPU
+        OpenCL device).  Returns a function that runs one copy and waits.
         """
-        from .cuda_backend import threads_per_block
-
         real = "double" if np.dtype(dtype) == np.float64 else "float"
+        w = next(v for v in (8, 4, 2, 1) if n % v == 0)
+        vec = f"{real}{w}" if w > 1 else real
         pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if real == "double" else ""
-        k = self._build(pragma + f"__kernel void pg_copy(__global const {real}* restrict a, "
-                        f"__global {real}* restrict b, const long n)\n"
-                        "{ const long i = get_global_id(0); if (i < n) b[i] = a[i]; }\n", "pg_copy")
+        k = self._build(pragma + f"__kernel void pg_copy(__global const {vec}* restrict a, "
+                        f"__global {vec}* restrict b)\n{{ const size_t i = get_global_id(0); b[i] = a[i]; }}\n",
+                        "pg_copy")
         src = self.to_device(1.0 + np.arange(n, dtype=dtype) * 1e-6)
         dst = self.to_device(np.ones(n, dtype=dtype))
-        blocks, tpb = codegen_c.launch_dims(n, 1, threads_per_block())
 
         def run():
-            self.queue.submit(k, [src.usm_data, dst.usm_data, ctypes.c_longlong(n)], [blocks * tpb], [tpb]).wait()
+            self.queue.submit(k, [src.usm_data, dst.usm_data], [n // w]).wait()
 
         return run
 
