@@ -225,7 +225,7 @@ def test_source_shape_and_cache():
 
     launch = lower(as_expr(pg.cshift(psi, 1, 1) + psi), psi.site_type.ncomp)
     src = codegen_c.kernel_source(launch.ir, g.nsimd, False, "float64", "cuda")
-    assert f"const int o = (int)(idx / {g.nsimd});" in src
+    assert f"const long o = idx / {g.nsimd};" in src and f"const long l = idx - o * {g.nsimd};" in src
     assert f"ln0[pm0[o] * {g.nsimd} + l]" in src and "nb0[o]" in src
     assert "blockIdx.x * (long)blockDim.x + (long)threadIdx.x" in src
     ocl = codegen_c.kernel_source(launch.ir, g.nsimd, False, "float64", "opencl")
