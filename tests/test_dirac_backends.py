@@ -164,33 +164,43 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
 
     cp = fake_cupy()
     expression_kernel = cp.RawKernel
+    from pygrid.accelerator import layout_kernels as lk
+
     kernels = {k.name: k for k in (kg.WILSON_HOP, kg.BIDIAG_MULT, kg.BIDIAG_MULT_ACC, kg.BIDIAG_SOLVE)}
+    LAYOUT = ("pg_gather", "pg_scatter", "pg_cast")
     launched = []
 
     class RawKernel:
         """The stand-in's RawKernel for the Dirac kernels: their CUDA C under the SIMT emulation."""
 
         def __new__(cls, src, name, options=()):
-            if name not in kernels:
+            if name not in kernels and name not in LAYOUT:
                 return expression_kernel(src, name, options)
             return super().__new__(cls)
 
         def __init__(self, src, name, options=()):
-            import ctypes
+            self.name = name
+            if name in LAYOUT:  # the layout kernels: real types read off the signature
+                import re
 
-            self.k = kernels[name]
-            self.lib = cuda_backend.compile_emulated(src + covariant.c_launch_wrapper(self.k, src),
-                                                     covariant.C_LAUNCH_ARGTYPES)
+                to, ti = re.search(r"pg_gather\((\w+)\* __restrict__ out, const (\w+)\*", src).groups()
+                dt = {"double": "float64", "float": "float32"}
+                lib = cuda_backend.compile_emulated(src + lk.emulation_wrappers(dt[to], dt[ti]), argtypes=False)
+                self.fn = getattr(lib, "pygrid_launch_" + name)
+                self.fn.argtypes = covariant.C_LAUNCH_ARGTYPES
+            else:
+                lib = cuda_backend.compile_emulated(src + covariant.c_launch_wrapper(kernels[name], src),
+                                                    covariant.C_LAUNCH_ARGTYPES)
+                self.fn = lib.pygrid_launch
 
         def __call__(self, grid_, block, args):
             import ctypes
 
             assert all(isinstance(a, (cp.ndarray, np.int64)) for a in args), "a host array reached the kernel"
-            launched.append(self.k.name)
+            launched.append(self.name)
             ptrs = [a.ctypes.data for a in args if isinstance(a, np.ndarray)]
             ints = [int(a) for a in args if not isinstance(a, np.ndarray)]
-            self.lib.pygrid_launch((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * len(ints))(*ints),
-                                   grid_[0], block[0])
+            self.fn((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * len(ints))(*ints), grid_[0], block[0])
 
     cp.RawKernel = RawKernel
     monkeypatch.setitem(sys.modules, "cupy", cp)
@@ -207,6 +217,22 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
         assert relerr(dwf.M(psi5).to_numpy(), want_d) < 1e-13
         assert relerr(dwf.MooeeInv(pg.pick_checkerboard(0, psi5)).to_numpy(), want_inv) < 1e-13
     assert {"wilson_hop", "bidiag_mult_acc", "bidiag_solve"} <= set(launched)
+
+    # and with the fields in the stand-in's device memory, allocated by CupyDevice under the manager
+    from pygrid import memory as mem
+
+    cp.empty = lambda shape, dtype=np.float64: np.empty(shape, dtype).view(cp.ndarray)
+    cp.ndarray.set = lambda self, a: np.copyto(self.view(np.ndarray), np.asarray(a).reshape(self.shape))
+    cp.ndarray.get = lambda self, out: np.copyto(out, self.view(np.ndarray))
+    monkeypatch.setattr(mem, "_default", mem.get_manager())
+    with backend("cuda"):
+        m = mem.configure(device="cuda", device_mem_mb=64)
+        _, U2, psi2 = setup(dims=(4, 4, 4, 4))  # the same seeds: the same fields, now on the device
+        del launched[:]
+        assert relerr(pg.qcd.WilsonFermion(U2, 0.1).M(psi2).to_numpy(), want_w) < 1e-13
+        st = m.stats()
+        assert type(m.device).__name__ == "CupyDevice" and st["h2d_count"] >= 2 and st["d2h_count"] >= 1
+        assert "wilson_hop" in launched and "pg_gather" in launched  # the operator's checkerboards of U
 
 
 # ---- the vocabulary's rules ------------------------------------------------------------
@@ -236,3 +262,29 @@ def test_generated_sources_of_one_description():
     assert "__kernel void wilson_hop(" in srcs["opencl"]
     assert "vpermute(" in srcs["numba"] and "vpermute(" not in srcs["cuda"]
     assert "lanes[" in srcs["cuda"] and "for (" not in srcs["cuda"].split("{", 1)[1]  # straight-line site body
+
+
+# ---- the layout kernels (checkerboards, precision) in the generated C --------------------
+
+@needs_cxx
+@pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated"])
+def test_checkerboards_and_convert_through_generated_c(name):
+    """pick/set_checkerboard and convert as device kernels, against the numpy path of openmp."""
+    grid, U, psi = setup(layout=(1, 1, 1, 4))
+    pn = psi.to_numpy()
+    want = {cb: pg.pick_checkerboard(cb, psi) for cb in (0, 1)}
+    single = pg.convert(psi, "single").to_numpy()
+    with backend(name):
+        full = pg.LatticeFermion(grid)
+        for cb in (0, 1):
+            half = pg.pick_checkerboard(cb, psi)
+            w = pg.LatticeFermion(grid)
+            pg.set_checkerboard(w, want[cb])
+            g = pg.LatticeFermion(grid)
+            pg.set_checkerboard(g, half)
+            assert np.array_equal(g.to_numpy(), w.to_numpy())
+            pg.set_checkerboard(full, half)
+        assert np.array_equal(full.to_numpy(), pn)
+        s = pg.convert(psi, "single")
+        assert np.array_equal(s.to_numpy(), single)
+        assert relerr(pg.convert(s, "double").to_numpy(), pn) < 1e-7

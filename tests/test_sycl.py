@@ -291,3 +291,24 @@ def test_schur_solve_on_sycl_with_evictions_mid_solve(monkeypatch):
         st = m.stats()
         assert st["evictions"] > 10 and st["peak_device_bytes"] <= st["watermark_bytes"], st
         assert np.max(np.abs(x.to_numpy() - want)) < 1e-8 * np.max(np.abs(want))
+
+
+@needs_dpctl
+def test_checkerboards_and_convert_stay_on_the_device(monkeypatch):
+    """pick/set_checkerboard and convert are device kernels on sycl: no host round trip of a field."""
+    from pygrid import memory as mem
+
+    monkeypatch.setattr(mem, "_default", mem.get_manager())
+    g = pg.GridCartesian([4, 4, 4, 8])
+    with backend("sycl"):
+        m = mem.configure(device="sycl", device_mem_mb=16)
+        psi = pg.LatticeFermion(g)
+        pg.ParallelRNG(g, [3]).gaussian(psi)
+        pn = psi.to_numpy()
+        m.reset_stats()
+        full = pg.LatticeFermion(g)
+        for cb in (0, 1):
+            pg.set_checkerboard(full, pg.convert(pg.convert(pg.pick_checkerboard(cb, psi), "single"), "double"))
+        st = m.stats()
+        assert st["host_read_bytes"] == 0 and st["host_write_bytes"] == 0 and st["d2h_bytes"] == 0, st
+        assert np.max(np.abs(full.to_numpy() - pn)) < 1e-6 * np.max(np.abs(pn))

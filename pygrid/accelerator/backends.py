@@ -48,6 +48,11 @@ class NumpyBackend:
 
         covariant.host_launch(self, kernel, args, nsimd, dtype)
 
+    def relayout(self, kind, out, inp, om=None, lm=None):
+        """Move field data between layouts (see pygrid.accelerator.layout_kernels): 'gather',
+        'scatter' (checkerboards, through the site and lane maps om, lm) or 'cast' (precision)."""
+        host_relayout(kind, out, inp, om, lm)
+
     # reductions over (osites, ncomp, 2, nsimd) buffers, accumulated in double
     def inner_product(self, a, b):
         a = a.astype(np.float64, copy=False)
@@ -154,6 +159,18 @@ class OpenMPBackend(NumpyBackend):
         flat_shifts = [x.reshape(-1) for s in shifts for x in s]
         flat = [a.reshape(-1) for a in inputs]
         self.accelerator_for(out.shape[0], k, out.reshape(-1), *flat, *flat_shifts, *tables, cf)
+
+
+def host_relayout(kind, out, inp, om=None, lm=None):
+    """:meth:`NumpyBackend.relayout` on host arrays, with numpy."""
+    if kind == "cast":
+        out[...] = inp
+    elif kind == "gather":
+        out[...] = inp.transpose(0, 3, 1, 2)[om, lm].transpose(0, 2, 3, 1)
+    elif kind == "scatter":
+        out.transpose(0, 3, 1, 2)[om, lm] = inp.transpose(0, 3, 1, 2)
+    else:
+        raise BackendError(f"unknown relayout {kind!r}")
 
 
 def _default_threads():

@@ -116,6 +116,9 @@ def compile_emulated(source, argtypes=None):
             os.replace(tmp, so)  # atomic: a concurrent process never loads half a library
             _compiles[0] += 1
         lib = ctypes.CDLL(so)
+        if argtypes is False:  # a library of several entry points: the caller sets their types
+            _libs[key] = lib
+            return lib
         lib.pygrid_launch.argtypes = argtypes or [ctypes.POINTER(ctypes.c_void_p)] + [ctypes.c_int] * 3
         lib.pygrid_launch.restype = None
         _libs[key] = lib
@@ -141,6 +144,23 @@ class EmulatedSIMTBackend(NumpyBackend):
 
     def launch(self, kernel, args, nsimd, dtype):
         emulated_launch(self.dialect, kernel, args, nsimd, dtype)
+
+    def relayout(self, kind, out, inp, om=None, lm=None):
+        """The device layout kernels (pygrid.accelerator.layout_kernels), their source under the emulation."""
+        from . import layout_kernels as lk
+
+        src = lk.source(self.dialect, out.dtype.name, inp.dtype.name)
+        lib = compile_emulated(src + lk.emulation_wrappers(out.dtype.name, inp.dtype.name), argtypes=False)
+        name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
+        arrs = [out, inp] + ([] if kind == "cast" else [np.ascontiguousarray(m, dtype=np.int32) for m in (om, lm)])
+        for a in arrs[:2]:
+            if not a.flags.c_contiguous:
+                raise BackendError(f"relayout {kind}: buffers must be C-contiguous")
+        fn = getattr(lib, "pygrid_launch_" + name)
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int, ctypes.c_int]
+        blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
+        fn((ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs]), (ctypes.c_long * len(ints))(*ints),
+           blocks, tpb)
 
     def source(self, ir, nsimd, alias, dtype):
         src = codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect)
@@ -340,6 +360,30 @@ class CudaBackend(NumpyBackend):
         k((blocks,), (tpb,), tuple(call))
         for host, d in back:
             host[...] = cp.asnumpy(d)
+
+    def relayout(self, kind, out, inp, om=None, lm=None):
+        """The device layout kernels (pygrid.accelerator.layout_kernels) through CuPy."""
+        from . import covariant
+        from . import layout_kernels as lk
+
+        cp = self.cupy
+        if not isinstance(out, cp.ndarray) and not isinstance(inp, cp.ndarray):
+            return super().relayout(kind, out, inp, om, lm)
+        if not hasattr(self, "_itables"):
+            self._itables = covariant.TableCache(
+                lambda a: cp.asarray(np.ascontiguousarray(a, dtype=np.int32).reshape(-1)))
+        key = ("layout", out.dtype.name, inp.dtype.name)
+        mod = self._kernels.get(key)
+        if mod is None:
+            mod = self._kernels[key] = {n: self.cupy.RawKernel(lk.source("cuda", out.dtype.name, inp.dtype.name), n)
+                                        for n in ("pg_gather", "pg_scatter", "pg_cast")}
+        name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
+        dout, dinp = self._dev(out), self._dev(inp)
+        args = [dout, dinp] + ([] if kind == "cast" else [self._itables.get(om), self._itables.get(lm)])
+        blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
+        mod[name]((blocks,), (tpb,), tuple(args + [np.int64(i) for i in ints]))
+        if dout is not out:
+            out[...] = cp.asnumpy(dout)
 
     def bench_copy(self, n, dtype):
         """A device-to-device copy of ``n`` reals (CuPy): the device's bandwidth ceiling; runs one and waits."""

@@ -518,6 +518,34 @@ class SyclBackend(NumpyBackend):
         for host, d in back:
             host[...] = d.get()
 
+    def relayout(self, kind, out, inp, om=None, lm=None):
+        """The device layout kernels (pygrid.accelerator.layout_kernels) on the queue."""
+        from . import covariant
+        from . import layout_kernels as lk
+        from .backends import host_relayout
+        from .cuda_backend import threads_per_block
+
+        if not isinstance(out, UsmArray) and not isinstance(inp, UsmArray):
+            return host_relayout(kind, out, inp, om, lm)
+        if not hasattr(self, "_itables"):
+            self._itables = covariant.TableCache(
+                lambda a: self.to_device(np.ascontiguousarray(a, dtype=np.int32).reshape(-1)))
+            self._rtables = {}
+        key = ("layout", out.dtype.name, inp.dtype.name)
+        prog = self._kernels.get(key)
+        if prog is None:
+            src = lk.source("opencl", out.dtype.name, inp.dtype.name)
+            prog = self._kernels[key] = {n: self._build(src, n) for n in ("pg_gather", "pg_scatter", "pg_cast")}
+        name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
+        dout, dinp = self.to_device(out), self.to_device(inp)
+        args = [dout.usm_data, dinp.usm_data]
+        if kind != "cast":
+            args += [self._itables.get(om).usm_data, self._itables.get(lm).usm_data]
+        blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
+        self.queue.submit(prog[name], args + [ctypes.c_longlong(i) for i in ints], [blocks * tpb], [tpb]).wait()
+        if dout is not out:
+            out[...] = dout.get()
+
     def bench_copy(self, n, dtype):
         """A hand-written OpenCL copy of ``n`` reals between two USM buffers: the device's bandwidth ceiling.
 

@@ -214,7 +214,7 @@ def convert(x, precision):
     f = _field(x)
     out = Lattice(f.grid, f.site_type, precision, checkerboard=f.checkerboard)
     with f.view(ViewMode.AcceleratorRead) as a, out.view(ViewMode.AcceleratorWriteDiscard) as b:
-        b[...] = a
+        get_backend().relayout("cast", b, a)
     return out
 
 
@@ -236,7 +236,7 @@ def pick_checkerboard(cb, full_field):
     out = Lattice(f.grid.red_black, f.site_type, f.precision, checkerboard=cb)
     o, l = _cb_map(f.grid, cb)
     with f.view(ViewMode.AcceleratorRead) as a, out.view(ViewMode.AcceleratorWriteDiscard) as b:
-        b[...] = a.transpose(0, 3, 1, 2)[o, l].transpose(0, 2, 3, 1)
+        get_backend().relayout("gather", b, a, o, l)
     return out
 
 
@@ -251,6 +251,5 @@ def set_checkerboard(full_field, half):
         raise SiteTypeError(f"set_checkerboard: {h} does not match {full_field}")
     o, l = _cb_map(full_field.grid, h.checkerboard)
     with h.view(ViewMode.AcceleratorRead) as a, full_field.view(ViewMode.AcceleratorWrite) as b:
-        bt = b.transpose(0, 3, 1, 2)
-        bt[o, l] = a.transpose(0, 3, 1, 2)
+        get_backend().relayout("scatter", b, a, o, l)
     return full_field
