@@ -6,6 +6,7 @@ for its memory space, and computes reductions there.
 from __future__ import annotations
 
 import os
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -21,6 +22,48 @@ try:
 except ImportError:  # pragma: no cover - numba is a hard dependency
     numba = None
 from . import numpy_backend
+
+
+class Backend(Protocol):
+    """What every backend provides (the contract that numpy, openmp, cuda, hip, sycl and the emulations meet).
+
+    Buffers are the raw view arrays of fields, shaped (osites, ncomp, 2, nsimd):
+    numpy arrays on the CPU backends, device arrays (``UsmArray``, CuPy) elsewhere.
+    A backend with memory of its own also has ``bench_copy(n, dtype)``: a function
+    that runs one device-to-device copy of ``n`` reals, the benchmarks' roofline.
+    """
+
+    name: str
+    #: the MemoryManager device that holds this backend's fields ('unified', 'sycl', 'cuda', 'hip')
+    device: str
+
+    def run(self, ir: Any, out: Any, inputs: list, shifts: list, coefs: np.ndarray, nsimd: int,
+            alias: bool = False) -> None:
+        """Evaluate one lowered expression (pygrid.expr.ir.KernelIR) into ``out``."""
+
+    def launch(self, kernel: Any, args: dict, nsimd: int, dtype: Any) -> None:
+        """Run a covariant kernel (pygrid.accelerator.covariant.Kernel) on ``args`` (parameter name -> value)."""
+
+    def relayout(self, kind: str, out: Any, inp: Any, om: Any = None, lm: Any = None) -> None:
+        """'gather' / 'scatter' through site and lane maps (checkerboards), or 'cast' (precision)."""
+
+    def norm2(self, a: Any) -> float:
+        """Sum of squares of every real, accumulated in double."""
+
+    def inner_product(self, a: Any, b: Any) -> complex:
+        """sum conj(a) b over sites and components, accumulated in double."""
+
+    def site_sum(self, a: Any) -> np.ndarray:
+        """Sum over sites and lanes: complex array (ncomp,)."""
+
+    def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
+        """Run a host kernel ``kernel(lo, hi, *args)`` over outer sites (CPU backends; BackendError elsewhere)."""
+
+    def set_threads(self, n: int | None) -> None:
+        """CPU threads of the backend."""
+
+    def threads(self) -> int:
+        """CPU threads of the backend."""
 
 
 class NumpyBackend:
