@@ -167,7 +167,7 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
     from pygrid.accelerator import layout_kernels as lk
 
     kernels = {k.name: k for k in (kg.WILSON_HOP, kg.BIDIAG_MULT, kg.BIDIAG_MULT_ACC, kg.BIDIAG_SOLVE)}
-    LAYOUT = ("pg_gather", "pg_scatter", "pg_cast")
+    LAYOUT = lk.KERNELS
     launched = []
 
     class RawKernel:
@@ -268,8 +268,8 @@ def test_generated_sources_of_one_description():
 
 @needs_cxx
 @pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated"])
-def test_checkerboards_and_convert_through_generated_c(name):
-    """pick/set_checkerboard and convert as device kernels, against the numpy path of openmp."""
+def test_checkerboards_convert_and_poke_through_generated_c(name):
+    """pick/set_checkerboard, convert and poke as device kernels, against numpy."""
     grid, U, psi = setup(layout=(1, 1, 1, 4))
     pn = psi.to_numpy()
     want = {cb: pg.pick_checkerboard(cb, psi) for cb in (0, 1)}
@@ -288,3 +288,7 @@ def test_checkerboards_and_convert_through_generated_c(name):
         s = pg.convert(psi, "single")
         assert np.array_equal(s.to_numpy(), single)
         assert relerr(pg.convert(s, "double").to_numpy(), pn) < 1e-7
+        pg.poke_index(full, pg.peek_index(psi, "spin", 3), "spin", 0)
+        want = pn.copy()
+        want[..., 0, :] = pn[..., 3, :]
+        assert np.array_equal(full.to_numpy(), want)

@@ -294,8 +294,8 @@ def test_schur_solve_on_sycl_with_evictions_mid_solve(monkeypatch):
 
 
 @needs_dpctl
-def test_checkerboards_and_convert_stay_on_the_device(monkeypatch):
-    """pick/set_checkerboard and convert are device kernels on sycl: no host round trip of a field."""
+def test_checkerboards_convert_poke_and_slice_sums_stay_on_the_device(monkeypatch):
+    """pick/set_checkerboard, convert, poke and slice_sum are device kernels on sycl: no field to the host."""
     from pygrid import memory as mem
 
     monkeypatch.setattr(mem, "_default", mem.get_manager())
@@ -309,6 +309,16 @@ def test_checkerboards_and_convert_stay_on_the_device(monkeypatch):
         full = pg.LatticeFermion(g)
         for cb in (0, 1):
             pg.set_checkerboard(full, pg.convert(pg.convert(pg.pick_checkerboard(cb, psi), "single"), "double"))
+        U = pg.LatticeColourMatrix(g)
+        pg.ParallelRNG(g, [4]).gaussian(U)
+        Un = U.to_numpy()
+        m.reset_stats()
+        pg.poke_index(U, pg.peek_index(U, "colour", 0, 1), "colour", 2, 2)
+        sums = pg.slice_sum(psi, 3)
         st = m.stats()
         assert st["host_read_bytes"] == 0 and st["host_write_bytes"] == 0 and st["d2h_bytes"] == 0, st
         assert np.max(np.abs(full.to_numpy() - pn)) < 1e-6 * np.max(np.abs(pn))
+        want = Un.copy()
+        want[..., 2, 2] = Un[..., 0, 1]
+        assert np.array_equal(U.to_numpy(), want)
+        assert np.allclose(sums, pn.sum(axis=(0, 1, 2)), rtol=1e-12, atol=1e-12)

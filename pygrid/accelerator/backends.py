@@ -56,6 +56,9 @@ class Backend(Protocol):
     def site_sum(self, a: Any) -> np.ndarray:
         """Sum over sites and lanes: complex array (ncomp,)."""
 
+    def slice_sum(self, a: Any, table: np.ndarray) -> np.ndarray:
+        """Sums over the slices listed in ``table``: complex array (nslices, ncomp)."""
+
     def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
         """Run a host kernel ``kernel(lo, hi, *args)`` over outer sites (CPU backends; BackendError elsewhere)."""
 
@@ -93,8 +96,17 @@ class NumpyBackend:
 
     def relayout(self, kind, out, inp, om=None, lm=None):
         """Move field data between layouts (see pygrid.accelerator.layout_kernels): 'gather',
-        'scatter' (checkerboards, through the site and lane maps om, lm) or 'cast' (precision)."""
+        'scatter' (checkerboards, through the site and lane maps om, lm), 'cast' (precision)
+        or 'setcomp' (components om of out from components lm of inp)."""
         host_relayout(kind, out, inp, om, lm)
+
+    def slice_sum(self, a, table):
+        """Sums over slices: ``table`` (nslices, m) lists the flat (outer site, lane) indices of each
+        slice; complex array (nslices, ncomp), accumulated in double."""
+        osites, ncomp, _, ns = a.shape
+        v = a.astype(np.float64, copy=False).transpose(0, 3, 1, 2).reshape(osites * ns, ncomp, 2)
+        s = v[table].sum(axis=1)
+        return s[..., 0] + 1j * s[..., 1]
 
     # reductions over (osites, ncomp, 2, nsimd) buffers, accumulated in double
     def inner_product(self, a, b):
@@ -212,6 +224,8 @@ def host_relayout(kind, out, inp, om=None, lm=None):
         out[...] = inp.transpose(0, 3, 1, 2)[om, lm].transpose(0, 2, 3, 1)
     elif kind == "scatter":
         out.transpose(0, 3, 1, 2)[om, lm] = inp.transpose(0, 3, 1, 2)
+    elif kind == "setcomp":
+        out[:, om] = inp[:, lm]
     else:
         raise BackendError(f"unknown relayout {kind!r}")
 

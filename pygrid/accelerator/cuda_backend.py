@@ -315,6 +315,24 @@ class CudaBackend(NumpyBackend):
         a = self._dev(a).astype(cp.float64, copy=False).reshape(-1)
         return float(cp.dot(a, a))
 
+    def slice_sum(self, a, table):
+        cp = self.cupy
+        if not isinstance(a, cp.ndarray):
+            return super().slice_sum(a, table)
+        osites, ncomp, _, ns = a.shape
+        v = a.astype(cp.float64, copy=False).transpose(0, 3, 1, 2).reshape(osites * ns, ncomp, 2)
+        s = cp.asnumpy(v[self._itables_get(table)].sum(axis=1))
+        return s[..., 0] + 1j * s[..., 1]
+
+    def _itables_get(self, table):
+        from . import covariant
+
+        if not hasattr(self, "_itables"):
+            cp = self.cupy
+            self._itables = covariant.TableCache(
+                lambda t: cp.asarray(np.ascontiguousarray(t, dtype=np.int32).reshape(-1)))
+        return self._itables.get(table).reshape(np.shape(table))
+
     def site_sum(self, a):
         cp = self.cupy
         s = cp.asnumpy(self._dev(a).astype(cp.float64, copy=False).sum(axis=(0, 3)))
@@ -376,7 +394,7 @@ class CudaBackend(NumpyBackend):
         mod = self._kernels.get(key)
         if mod is None:
             mod = self._kernels[key] = {n: self.cupy.RawKernel(lk.source("cuda", out.dtype.name, inp.dtype.name), n)
-                                        for n in ("pg_gather", "pg_scatter", "pg_cast")}
+                                        for n in lk.KERNELS}
         name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
         dout, dinp = self._dev(out), self._dev(inp)
         args = [dout, dinp] + ([] if kind == "cast" else [self._itables.get(om), self._itables.get(lm)])

@@ -11,6 +11,7 @@ other side (``pygrid.lattice.ops._cb_map``)::
     pg_gather:  out[o, p, l] = in[om[o, l], p, lm[o, l]]       (pick a checkerboard)
     pg_scatter: out[om[o, l], p, lm[o, l]] = in[o, p, l]       (set a checkerboard)
     pg_cast:    out[i] = (out real) in[i]                      (convert precision)
+    pg_setcomp: out[o, cout[k], l] = in[o, cin[k], l]          (poke components, k < nk)
 
 with ``p`` the real planes of a site (2 * ncomp) and the lane counts of the two
 sides passed as integers.
@@ -20,6 +21,9 @@ from __future__ import annotations
 from . import codegen_c
 
 _CTYPE = {"float64": "double", "float32": "float"}
+
+#: the kernels of :func:`source`
+KERNELS = ("pg_gather", "pg_scatter", "pg_cast", "pg_setcomp")
 
 
 def source(dialect, out_dtype, in_dtype):
@@ -53,6 +57,16 @@ def source(dialect, out_dtype, in_dtype):
     const long i = {idx};
     if (i < n) out[i] = ({to})in[i];
 }}
+{D['kernel']} pg_setcomp({G}{to}* {R} out, {G}const {ti}* {R} in, {G}const int* {R} cout, {G}const int* {R} cin,
+                         const long n, const long nk, const long ncout, const long ncin, const long ns)
+{{
+    const long idx = {idx};
+    if (idx >= n * ns) return;
+    const long o = idx / ns, l = idx - o * ns;
+    for (long k = 0; k < nk; ++k)
+        for (long r = 0; r < 2; ++r)
+            out[((o * ncout + cout[k]) * 2 + r) * ns + l] = ({to})in[((o * ncin + cin[k]) * 2 + r) * ns + l];
+}}
 """
 
 
@@ -66,6 +80,9 @@ def emulation_wrappers(out_dtype, in_dtype):
                    "(const int*)a[3], ints[0], ints[1], ints[2], ints[3])); }\n")
     out.append('extern "C" void pygrid_launch_pg_cast(void** a, long* ints, int blocks, int threads)\n'
                f"{{ SIMT_LAUNCH(blocks, threads, pg_cast(({to}*)a[0], (const {ti}*)a[1], ints[0])); }}\n")
+    out.append('extern "C" void pygrid_launch_pg_setcomp(void** a, long* ints, int blocks, int threads)\n'
+               f"{{ SIMT_LAUNCH(blocks, threads, pg_setcomp(({to}*)a[0], (const {ti}*)a[1], (const int*)a[2], "
+               "(const int*)a[3], ints[0], ints[1], ints[2], ints[3], ints[4])); }\n")
     return "\n".join(out)
 
 
@@ -78,6 +95,9 @@ def launch_plan(kind, out, inp, om=None, lm=None):
     if kind == "cast":
         n = int(out.size if hasattr(out, "size") else 0)
         return "pg_cast", [n], n
+    if kind == "setcomp":  # om, lm: the output and input components
+        n, ns = int(out.shape[0]), int(out.shape[3])
+        return "pg_setcomp", [n, len(om), int(out.shape[1]), int(inp.shape[1]), ns], n * ns
     planes = int(out.shape[1]) * 2
     ns_out, ns_in = int(out.shape[3]), int(inp.shape[3])
     if kind == "gather":

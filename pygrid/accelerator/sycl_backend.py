@@ -301,6 +301,23 @@ __kernel void pg_inner(__global const {real}* restrict a, __global const {real}*
     part[2 * g] = sr;
     part[2 * g + 1] = si;
 }}
+__kernel void pg_slice_sum(__global const {real}* restrict a, __global const int* restrict table, const int m,
+                           const int ncomp, const int ns, const int nslices, __global {acc}* restrict part)
+{{
+    const int g = (int)get_global_id(0);
+    if (g >= nslices * ncomp) return;
+    const int t = g / ncomp, c = g - t * ncomp;
+    {acc} sr = 0, si = 0;
+    for (int j = 0; j < m; ++j) {{
+        const int f = table[(long)t * m + j];
+        const int o = f / ns, l = f - o * ns;
+        const long base = ((long)o * ncomp + c) * 2 * ns + l;
+        sr += a[base];
+        si += a[base + ns];
+    }}
+    part[2 * g] = sr;
+    part[2 * g + 1] = si;
+}}
 __kernel void pg_site_sum(__global const {real}* restrict a, const int osites, const int ncomp, const int ns,
                           const int P, __global {acc}* restrict part)
 {{
@@ -451,6 +468,24 @@ class SyclBackend(NumpyBackend):
         part = part.reshape(P, 2).sum(axis=0)
         return complex(part[0], part[1])
 
+    def slice_sum(self, a, table):
+        if not isinstance(a, UsmArray):
+            return super().slice_sum(a, table)
+        from . import covariant
+
+        if not hasattr(self, "_itables"):
+            self._itables = covariant.TableCache(
+                lambda t: self.to_device(np.ascontiguousarray(t, dtype=np.int32).reshape(-1)))
+            self._rtables = {}
+        osites, ncomp, _, ns = a.shape
+        nslices, m = np.shape(table)
+        part = self._launch_reduce("pg_slice_sum", a.dtype,
+                                   [a.usm_data, self._itables.get(table).usm_data, ctypes.c_int(m),
+                                    ctypes.c_int(ncomp), ctypes.c_int(ns), ctypes.c_int(nslices)],
+                                   nslices * ncomp, 2)
+        s = part.reshape(nslices, ncomp, 2)
+        return s[..., 0] + 1j * s[..., 1]
+
     def site_sum(self, a):
         d = self.to_device(a)
         osites, ncomp, _, ns = d.shape
@@ -535,7 +570,7 @@ class SyclBackend(NumpyBackend):
         prog = self._kernels.get(key)
         if prog is None:
             src = lk.source("opencl", out.dtype.name, inp.dtype.name)
-            prog = self._kernels[key] = {n: self._build(src, n) for n in ("pg_gather", "pg_scatter", "pg_cast")}
+            prog = self._kernels[key] = {n: self._build(src, n) for n in lk.KERNELS}
         name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
         dout, dinp = self.to_device(out), self.to_device(inp)
         args = [dout.usm_data, dinp.usm_data]

@@ -114,9 +114,23 @@ def poke_index(field, value, level, *index):
     if val is None:
         raise SiteTypeError("poke_index needs a field value")
     nodes._conform("poke_index", nodes.Leaf(field), nodes.Leaf(val))
+    rows = _poke_rows(r)
     with val.view(ViewMode.AcceleratorRead) as src, field.view(ViewMode.AcceleratorWrite) as dst:
-        dst[:, r.rows[:, 1]] = src[:, r.rows[:, 0]]
+        get_backend().relayout("setcomp", dst, src, rows[1], rows[0])
     return field
+
+
+def _poke_rows(r):
+    """(value components, field components) of a peek's rows, int32 (kept with the peek, so a device
+    backend uploads them once)."""
+    rows = getattr(r, "_poke_rows", None)
+    if rows is None:
+        rows = tuple(np.ascontiguousarray(r.rows[:, k], dtype=np.int32) for k in (0, 1))
+        try:
+            r._poke_rows = rows
+        except AttributeError:  # a frozen record: uploaded per call (a few integers)
+            pass
+    return rows
 
 
 def poke_lorentz(field, value, mu):
@@ -183,9 +197,21 @@ def slice_sum(x, dim):
         raise ConformabilityError("slice_sum needs a full-grid field; combine the checkerboards first")
     if not 0 <= dim < f.grid.nd:
         raise ConformabilityError(f"slice_sum: dimension {dim} out of range 0..{f.grid.nd - 1}")
-    a = f.to_numpy()
-    axes = tuple(d for d in range(f.grid.nd) if d != dim)
-    return a.sum(axis=axes)
+    table = _slice_table(f.grid, dim)
+    with f.view(ViewMode.AcceleratorRead) as a:
+        s = get_backend().slice_sum(a, table)
+    s = np.asarray(s).reshape((table.shape[0],) + tuple(f.site_shape))
+    return s.real.copy() if f.is_real else s
+
+
+@functools.lru_cache(maxsize=64)
+def _slice_table(grid, dim):
+    """(L_dim, sites per slice) int32: the flat (outer site, lane) indices of each slice x_dim = t."""
+    coord = grid.stored_coords()[..., dim].reshape(-1)
+    order = np.argsort(coord, kind="stable").astype(np.int32)
+    table = order.reshape(int(coord.max()) + 1, -1)
+    table.setflags(write=False)
+    return table
 
 
 # ---- coordinates, precision, checkerboards ------------------------------------
