@@ -292,3 +292,31 @@ def test_checkerboards_convert_and_poke_through_generated_c(name):
         want = pn.copy()
         want[..., 0, :] = pn[..., 3, :]
         assert np.array_equal(full.to_numpy(), want)
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated"])
+@pytest.mark.parametrize("prec", ["double", "single"])
+def test_project_su3_generated_for_every_backend(name, prec):
+    """The SU(3) projection (pygrid.qcd.kernels_gauge) against the numpy Gram-Schmidt, gauge fields and matrices."""
+    from pygrid.qcd.gauge import project_su3, project_su3_array
+
+    grid = pg.GridCartesian((4, 4, 4, 8), precision=prec)
+    U = pg.Lattice(grid, pg.LatticeGaugeField(grid).site_type, prec)
+    pg.ParallelRNG(grid, [5]).gaussian(U)
+    V = pg.LatticeColourMatrix(grid, prec)
+    pg.ParallelRNG(grid, [6]).gaussian(V)
+    with backend(name):
+        for f in (U, V):
+            got = project_su3(f).to_numpy()
+            assert relerr(got, project_su3_array(f.to_numpy())) < 50 * TOL[prec]
+            eye = np.einsum("...ab,...cb->...ac", got, got.conj())
+            assert np.allclose(eye, np.eye(3), atol=50 * TOL[prec])
+            assert np.allclose(np.linalg.det(got), 1, atol=50 * TOL[prec])
+
+
+def test_parameter_names_of_the_generated_code_are_refused():
+    k = Kernel("k", (Param("out", "field", 1, out=True), Param("U", "field", 1), Param("n", "int")), "n",
+               lambda E, o, s: E.store("out", o, 0, E.read("U", o, 0)))
+    with pytest.raises(DescriptionError, match="'U'"):
+        covariant.generate(k, "numba", 4, "float64")

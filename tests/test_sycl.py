@@ -295,7 +295,7 @@ def test_schur_solve_on_sycl_with_evictions_mid_solve(monkeypatch):
 
 @needs_dpctl
 def test_checkerboards_convert_poke_and_slice_sums_stay_on_the_device(monkeypatch):
-    """pick/set_checkerboard, convert, poke and slice_sum are device kernels on sycl: no field to the host."""
+    """pick/set_checkerboard, convert, poke, slice_sum and project_su3 run on the sycl device: no field to the host."""
     from pygrid import memory as mem
 
     monkeypatch.setattr(mem, "_default", mem.get_manager())
@@ -315,6 +315,7 @@ def test_checkerboards_convert_poke_and_slice_sums_stay_on_the_device(monkeypatc
         m.reset_stats()
         pg.poke_index(U, pg.peek_index(U, "colour", 0, 1), "colour", 2, 2)
         sums = pg.slice_sum(psi, 3)
+        P = pg.qcd.project_su3(U)
         st = m.stats()
         assert st["host_read_bytes"] == 0 and st["host_write_bytes"] == 0 and st["d2h_bytes"] == 0, st
         assert np.max(np.abs(full.to_numpy() - pn)) < 1e-6 * np.max(np.abs(pn))
@@ -322,3 +323,6 @@ def test_checkerboards_convert_poke_and_slice_sums_stay_on_the_device(monkeypatc
         want[..., 2, 2] = Un[..., 0, 1]
         assert np.array_equal(U.to_numpy(), want)
         assert np.allclose(sums, pn.sum(axis=(0, 1, 2)), rtol=1e-12, atol=1e-12)
+        from pygrid.qcd.gauge import project_su3_array
+
+        assert np.max(np.abs(P.to_numpy() - project_su3_array(want))) < 1e-13

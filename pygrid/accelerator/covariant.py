@@ -24,7 +24,7 @@ The vocabulary (Grid's ``coalescedRead`` family):
   where the read already did).  Values carrying different permutations never
   mix: the emitters raise, so a description that forgets a permute fails on
   every target, not only on the CPU;
-* arithmetic on covariant values: ``a + b``, ``a - b``, ``a * b``, ``-a``,
+* arithmetic on covariant values: ``a + b``, ``a - b``, ``a * b``, ``a / b``, ``-a``, ``E.sqrt(a)``,
   ``E.fma(a, b, c) = a * b + c``, ``E.fms(a, b, c) = c - a * b``;
   ``E.uniform(table, i)`` and ``E.const(x)`` give lane-uniform values;
 * ``E.store(field, site, plane, value)``; ``E.var(v)`` / ``E.set(var, v)``
@@ -223,6 +223,9 @@ class CV:
     def __mul__(self, o):
         return self.E._binary("*", self, o)
 
+    def __truediv__(self, o):
+        return self.E._binary("/", self, o)
+
     def __neg__(self):
         return self.E._neg(self)
 
@@ -309,6 +312,10 @@ class _Emitter:
     def fma(self, a, b, c):
         return self._ternary("fma", a, b, c)
 
+    def sqrt(self, a):
+        """The square root (lane by lane)."""
+        return self._call("sqrt", a)
+
     def fms(self, a, b, c):
         return self._ternary("fms", a, b, c)
 
@@ -385,6 +392,12 @@ class CEmitter(_Emitter):
         name = self.fresh()
         self.emit(f"const {self.real} {name} = -{a.name};")
         return CV(self, name, a.perm)
+
+    def _call(self, fn, a):
+        P = self._join(a)
+        name = self.fresh()
+        self.emit(f"const {self.real} {name} = {fn}({a.name});")
+        return CV(self, name, P)
 
     def _ternary(self, kind, a, b, c):
         P = self._join(a, b, c)
@@ -529,6 +542,12 @@ class NumbaEmitter(_Emitter):
         self.emit(f"{name} = -{a.name}")
         return CV(self, name, a.perm)
 
+    def _call(self, fn, a):
+        P = self._join(a)
+        name = self.fresh()
+        self.emit(f"{name} = v{fn}({a.name})")
+        return CV(self, name, P)
+
     def _ternary(self, kind, a, b, c):
         P = self._join(a, b, c)
         name = self.fresh()
@@ -571,7 +590,7 @@ class NumbaEmitter(_Emitter):
         out = [
             "import numpy as np",
             "from numba import njit",
-            "from pygrid.accelerator.simd_numba import vload, vstore, vsplat, vfma, vfms, vxor, vpermute",
+            "from pygrid.accelerator.simd_numba import vload, vstore, vsplat, vfma, vfms, vxor, vpermute, vsqrt",
             f"# simd_numba version {_simd_version()}",
             "",
             f"W = {self.NS}",
@@ -601,8 +620,16 @@ def _simd_version():
     return VERSION
 
 
+#: names the generated sources use themselves: no parameter may take one
+RESERVED = frozenset({"U", "W", "Z", "np", "njit", "lo", "hi", "o", "o_", "s", "s_", "l", "idx", "x_",
+                      "vload", "vstore", "vsplat", "vfma", "vfms", "vxor", "vpermute", "vsqrt"})
+
+
 def generate(kernel: Kernel, target: str, nsimd: int, dtype) -> str:
     """Source of ``kernel`` for ``target`` ('numba', 'cuda', 'hip' or 'opencl')."""
+    clash = RESERVED.intersection(p.name for p in kernel.params)
+    if clash:
+        raise DescriptionError(f"{kernel.name}: parameter names {sorted(clash)} are used by the generated code")
     if target == "numba":
         E = NumbaEmitter(kernel, nsimd, dtype)
     else:

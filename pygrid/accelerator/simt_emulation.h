@@ -21,6 +21,10 @@
 
 #define PYGRID_SIMT_EMULATION 1
 
+/* the math functions that CUDA and OpenCL C have built in, overloaded for float and double */
+#include <cmath>
+using std::sqrt;
+
 struct dim3 {
     unsigned int x, y, z;
     dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}

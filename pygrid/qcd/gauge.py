@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..accelerator import get_backend
 from ..errors import SiteTypeError
 from ..lattice import (
     Lattice, LatticeGaugeField, adj, cshift, eval as _eval, peek_lorentz, poke_lorentz, sum as _sum, trace,
 )
+from ..memory import ViewMode
 from ..tensors import sitetype as st
+from .kernels_gauge import project_su3_kernel
 
 _GAUGE = st.LorentzColourMatrix()
 
@@ -88,7 +91,10 @@ def project_su3(U):
     if not isinstance(U, Lattice) or not U.site_type.colour_matrix or U.site_type.nc != 3:
         raise SiteTypeError(f"project_su3 needs a field of 3x3 colour matrices, got {U!r}")
     out = U.new_like()
-    return out.from_numpy(project_su3_array(U.to_numpy()))
+    nmat = U.site_type.ncomp // 9
+    with U.view(ViewMode.AcceleratorRead) as u, out.view(ViewMode.AcceleratorWriteDiscard) as o:
+        get_backend().launch(project_su3_kernel(nmat), dict(out=o, links=u, n=o.shape[0]), o.shape[3], o.dtype)
+    return out
 
 
 def gauge_transform(U, g):
