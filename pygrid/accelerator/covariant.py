@@ -739,6 +739,34 @@ def host_launch(backend, kernel: Kernel, args: dict, nsimd: int, dtype):
     backend.accelerator_for(int(args[kernel.n]), fn, *flat)
 
 
+def device_call(kernel: Kernel, args: dict, field: Callable, itable: Callable, rtable: Callable,
+                integer: Callable):
+    """A device launch's arguments in parameter order, and the output fields to copy back.
+
+    ``field(a)`` gives the device array of a field buffer (``a`` itself when it is
+    one already, else a copy); ``itable``, ``rtable`` and ``integer`` give the
+    kernel argument of a table or integer.  A buffer passed twice is copied once.
+    Returns (arguments, [(host buffer, device array)] of host outputs to copy back).
+    """
+    call, back, devs = [], [], {}
+    for p in kernel.params:
+        a = args[p.name]
+        if p.kind == "field":
+            d = devs.get(id(a))
+            if d is None:
+                d = devs[id(a)] = field(a)
+                if d is not a and p.out:
+                    back.append((a, d))
+            call.append(d)
+        elif p.kind == "itable":
+            call.append(itable(a))
+        elif p.kind == "rtable":
+            call.append(rtable(a))
+        else:
+            call.append(integer(int(a)))
+    return call, back
+
+
 def c_tables(kernel: Kernel, args: dict, dtype):
     """Host copies of the tables as the C kernels take them: integer tables int32, real ones in ``dtype``."""
     out = {}

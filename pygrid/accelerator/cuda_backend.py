@@ -321,17 +321,18 @@ class CudaBackend(NumpyBackend):
             return super().slice_sum(a, table)
         osites, ncomp, _, ns = a.shape
         v = a.astype(cp.float64, copy=False).transpose(0, 3, 1, 2).reshape(osites * ns, ncomp, 2)
-        s = cp.asnumpy(v[self._itables_get(table)].sum(axis=1))
+        s = cp.asnumpy(v[self._int_table(table).reshape(np.shape(table))].sum(axis=1))
         return s[..., 0] + 1j * s[..., 1]
 
-    def _itables_get(self, table):
+    def _int_table(self, table):
+        """An integer table on the device as int32, flat (copied once per host array)."""
         from . import covariant
 
         if not hasattr(self, "_itables"):
             cp = self.cupy
             self._itables = covariant.TableCache(
                 lambda t: cp.asarray(np.ascontiguousarray(t, dtype=np.int32).reshape(-1)))
-        return self._itables.get(table).reshape(np.shape(table))
+        return self._itables.get(table)
 
     def site_sum(self, a):
         cp = self.cupy
@@ -353,26 +354,10 @@ class CudaBackend(NumpyBackend):
         from . import covariant
 
         cp = self.cupy
-        if not hasattr(self, "_itables"):
-            self._itables = covariant.TableCache(
-                lambda a: cp.asarray(np.ascontiguousarray(a, dtype=np.int32).reshape(-1)))
         k = self._cov_kernel(kernel, nsimd, dtype)
-        call, back, devs = [], [], {}
-        for p in kernel.params:
-            a = args[p.name]
-            if p.kind == "field":
-                d = devs.get(id(a))
-                if d is None:
-                    d = devs[id(a)] = self._dev(a)
-                    if d is not a and p.out:
-                        back.append((a, d))
-                call.append(d)
-            elif p.kind == "itable":
-                call.append(self._itables.get(a))
-            elif p.kind == "rtable":
-                call.append(cp.asarray(np.ascontiguousarray(a, dtype=dtype).reshape(-1)))
-            else:
-                call.append(np.int64(int(a)))
+        call, back = covariant.device_call(
+            kernel, args, self._dev, self._int_table,
+            lambda a: cp.asarray(np.ascontiguousarray(a, dtype=dtype).reshape(-1)), np.int64)
         n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
         blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
         k((blocks,), (tpb,), tuple(call))
@@ -381,15 +366,11 @@ class CudaBackend(NumpyBackend):
 
     def relayout(self, kind, out, inp, om=None, lm=None):
         """The device layout kernels (pygrid.accelerator.layout_kernels) through CuPy."""
-        from . import covariant
         from . import layout_kernels as lk
 
         cp = self.cupy
         if not isinstance(out, cp.ndarray) and not isinstance(inp, cp.ndarray):
             return super().relayout(kind, out, inp, om, lm)
-        if not hasattr(self, "_itables"):
-            self._itables = covariant.TableCache(
-                lambda a: cp.asarray(np.ascontiguousarray(a, dtype=np.int32).reshape(-1)))
         key = ("layout", out.dtype.name, inp.dtype.name)
         mod = self._kernels.get(key)
         if mod is None:
@@ -397,7 +378,7 @@ class CudaBackend(NumpyBackend):
                                         for n in lk.KERNELS}
         name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
         dout, dinp = self._dev(out), self._dev(inp)
-        args = [dout, dinp] + ([] if kind == "cast" else [self._itables.get(om), self._itables.get(lm)])
+        args = [dout, dinp] + ([] if kind == "cast" else [self._int_table(om), self._int_table(lm)])
         blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
         mod[name]((blocks,), (tpb,), tuple(args + [np.int64(i) for i in ints]))
         if dout is not out:

@@ -358,6 +358,8 @@ class SyclBackend(NumpyBackend):
         self._kernels = {}
         self._tables = {}
         self._reduce = {}
+        self._itables = None  # integer tables of covariant and layout kernels (see _int_table)
+        self._rtables = {}
         self.compiles = 0
         self.compile_seconds = 0.0
 
@@ -471,16 +473,10 @@ class SyclBackend(NumpyBackend):
     def slice_sum(self, a, table):
         if not isinstance(a, UsmArray):
             return super().slice_sum(a, table)
-        from . import covariant
-
-        if not hasattr(self, "_itables"):
-            self._itables = covariant.TableCache(
-                lambda t: self.to_device(np.ascontiguousarray(t, dtype=np.int32).reshape(-1)))
-            self._rtables = {}
         osites, ncomp, _, ns = a.shape
         nslices, m = np.shape(table)
         part = self._launch_reduce("pg_slice_sum", a.dtype,
-                                   [a.usm_data, self._itables.get(table).usm_data, ctypes.c_int(m),
+                                   [a.usm_data, self._int_table(table).usm_data, ctypes.c_int(m),
                                     ctypes.c_int(ncomp), ctypes.c_int(ns), ctypes.c_int(nslices)],
                                    nslices * ncomp, 2)
         s = part.reshape(nslices, ncomp, 2)
@@ -508,6 +504,15 @@ class SyclBackend(NumpyBackend):
             k = self._kernels[key] = self._build(covariant.generate(kernel, "opencl", nsimd, dtype), kernel.name)
         return k
 
+    def _int_table(self, table):
+        """An integer table on the device as int32, flat (copied once per host array)."""
+        from . import covariant
+
+        if self._itables is None:
+            self._itables = covariant.TableCache(
+                lambda t: self.to_device(np.ascontiguousarray(t, dtype=np.int32).reshape(-1)))
+        return self._itables.get(table)
+
     def _rtable(self, a, dtype):
         """A small real table on the device, cached by content (coefficients change from call to call)."""
         a = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
@@ -523,28 +528,11 @@ class SyclBackend(NumpyBackend):
         """Run a covariant kernel (pygrid.accelerator.covariant): its OpenCL C on the queue."""
         from . import covariant
 
-        if not hasattr(self, "_itables"):
-            self._itables = covariant.TableCache(
-                lambda a: self.to_device(np.ascontiguousarray(a, dtype=np.int32).reshape(-1)))
-            self._rtables = {}
         k = self._cov_kernel(kernel, nsimd, dtype)
-        call, back, devs = [], [], {}
-        for p in kernel.params:
-            a = args[p.name]
-            if p.kind == "field":
-                d = devs.get(id(a))
-                if d is None:
-                    # a host buffer (the unified memory manager) goes through a device copy
-                    d = devs[id(a)] = self.to_device(a)
-                    if d is not a and p.out:
-                        back.append((a, d))
-                call.append(d.usm_data)
-            elif p.kind == "itable":
-                call.append(self._itables.get(a).usm_data)
-            elif p.kind == "rtable":
-                call.append(self._rtable(a, dtype).usm_data)
-            else:
-                call.append(ctypes.c_longlong(int(a)))
+        # a host buffer (the unified memory manager) goes through a device copy
+        call, back = covariant.device_call(kernel, args, self.to_device, self._int_table,
+                                           lambda a: self._rtable(a, dtype), ctypes.c_longlong)
+        call = [a.usm_data if isinstance(a, UsmArray) else a for a in call]
         from .cuda_backend import threads_per_block
 
         n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
@@ -555,17 +543,12 @@ class SyclBackend(NumpyBackend):
 
     def relayout(self, kind, out, inp, om=None, lm=None):
         """The device layout kernels (pygrid.accelerator.layout_kernels) on the queue."""
-        from . import covariant
         from . import layout_kernels as lk
         from .backends import host_relayout
         from .cuda_backend import threads_per_block
 
         if not isinstance(out, UsmArray) and not isinstance(inp, UsmArray):
             return host_relayout(kind, out, inp, om, lm)
-        if not hasattr(self, "_itables"):
-            self._itables = covariant.TableCache(
-                lambda a: self.to_device(np.ascontiguousarray(a, dtype=np.int32).reshape(-1)))
-            self._rtables = {}
         key = ("layout", out.dtype.name, inp.dtype.name)
         prog = self._kernels.get(key)
         if prog is None:
@@ -575,7 +558,7 @@ class SyclBackend(NumpyBackend):
         dout, dinp = self.to_device(out), self.to_device(inp)
         args = [dout.usm_data, dinp.usm_data]
         if kind != "cast":
-            args += [self._itables.get(om).usm_data, self._itables.get(lm).usm_data]
+            args += [self._int_table(om).usm_data, self._int_table(lm).usm_data]
         blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
         self.queue.submit(prog[name], args + [ctypes.c_longlong(i) for i in ints], [blocks * tpb], [tpb]).wait()
         if dout is not out:
