@@ -420,7 +420,7 @@ class SyclBackend(NumpyBackend):
         osites = int(out.shape[0])
         blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
         args = [dout.usm_data] + [a.usm_data for a in ins] + [a.usm_data for a in consts]
-        args += [self.to_device(cf).usm_data, ctypes.c_int(osites)]
+        args += [self._rtable(cf, rdt).usm_data, ctypes.c_int(osites)]
         self.queue.submit(k, args, [blocks * tpb], [tpb]).wait()
         if dout is not out:
             out[...] = dout.get()
