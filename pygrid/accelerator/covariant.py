@@ -316,6 +316,11 @@ class _Emitter:
         """The square root (lane by lane)."""
         return self._call("sqrt", a)
 
+    def prefetch(self, field_name, site):
+        """A hint that ``field`` at outer ``site`` is read soon: its cache lines are prefetched on SIMD
+        targets (the hardware prefetcher does not follow strided streams such as the slices of a 5D
+        neighbour); nothing on SIMT, where other threads hide the latency."""
+
     def fms(self, a, b, c):
         return self._ternary("fms", a, b, c)
 
@@ -523,6 +528,12 @@ class NumbaEmitter(_Emitter):
         self.emit(f"{name} = vsplat({table}[{as_iexpr(index).py()}], W)")
         return CV(self, name, UNIFORM)
 
+    def prefetch(self, field_name, site):
+        base = self._offset(field_name, site, 0).py()
+        line = 64 // self.dtype.itemsize
+        for q in range(0, self._stride(field_name), line):
+            self.emit(f"prefetch({field_name}, {base} + U({q}))")
+
     def const(self, x) -> CV:
         x = float(x)
         if x not in self._consts:
@@ -590,7 +601,8 @@ class NumbaEmitter(_Emitter):
         out = [
             "import numpy as np",
             "from numba import njit",
-            "from pygrid.accelerator.simd_numba import vload, vstore, vsplat, vfma, vfms, vxor, vpermute, vsqrt",
+            "from pygrid.accelerator.simd_numba import vload, vstore, vsplat, vfma, vfms, vxor, vpermute, vsqrt, "
+            "prefetch",
             f"# simd_numba version {_simd_version()}",
             "",
             f"W = {self.NS}",
@@ -675,6 +687,25 @@ def c_launch_wrapper(kernel: Kernel, source: str) -> str:
             ia += 1
     return (f'\nextern "C" void pygrid_launch(void** a, long* ints, int blocks, int threads)\n'
             f"{{\n    SIMT_LAUNCH(blocks, threads, {kernel.name}({', '.join(args)}));\n}}\n")
+
+
+@dataclass
+class ContentCache:
+    """Device copies of small real tables, keyed by their content (coefficients change from call to call)."""
+
+    upload: Callable
+    limit: int = 1024
+    _entries: dict = field(default_factory=dict)
+
+    def get(self, a, dtype):
+        a = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
+        key = (a.dtype.str, a.tobytes())
+        d = self._entries.get(key)
+        if d is None:
+            if len(self._entries) >= self.limit:
+                self._entries.clear()
+            d = self._entries[key] = self.upload(a)
+        return d
 
 
 @dataclass

@@ -274,6 +274,9 @@ class CudaBackend(NumpyBackend):
         register_device(name, lambda: CupyDevice(name))
         self._kernels = {}
         self._tables = {}
+        from .covariant import ContentCache
+
+        self._rtables = ContentCache(lambda a: self.cupy.asarray(a))
 
     def kernel(self, ir, nsimd, alias, dtype):
         key = (ir.key(), nsimd, alias, dtype)
@@ -296,7 +299,7 @@ class CudaBackend(NumpyBackend):
         osites = int(out.shape[0])
         blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
         dout = self._dev(out)  # a host buffer (unified memory manager) goes through a device copy
-        args = [dout] + [self._dev(a) for a in inputs] + consts + [cp.asarray(cf), np.int32(osites)]
+        args = [dout] + [self._dev(a) for a in inputs] + consts + [self._rtable(cf, rdt), np.int32(osites)]
         k((blocks,), (tpb,), tuple(args))
         if dout is not out:
             out[...] = cp.asnumpy(dout)
@@ -323,6 +326,10 @@ class CudaBackend(NumpyBackend):
         v = a.astype(cp.float64, copy=False).transpose(0, 3, 1, 2).reshape(osites * ns, ncomp, 2)
         s = cp.asnumpy(v[self._int_table(table).reshape(np.shape(table))].sum(axis=1))
         return s[..., 0] + 1j * s[..., 1]
+
+    def _rtable(self, a, dtype):
+        """A small real table on the device, cached by content."""
+        return self._rtables.get(a, dtype)
 
     def _int_table(self, table):
         """An integer table on the device as int32, flat (copied once per host array)."""
@@ -357,7 +364,7 @@ class CudaBackend(NumpyBackend):
         k = self._cov_kernel(kernel, nsimd, dtype)
         call, back = covariant.device_call(
             kernel, args, self._dev, self._int_table,
-            lambda a: cp.asarray(np.ascontiguousarray(a, dtype=dtype).reshape(-1)), np.int64)
+            lambda a: self._rtable(a, dtype), np.int64)
         n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
         blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
         k((blocks,), (tpb,), tuple(call))

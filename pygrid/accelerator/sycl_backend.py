@@ -359,7 +359,9 @@ class SyclBackend(NumpyBackend):
         self._tables = {}
         self._reduce = {}
         self._itables = None  # integer tables of covariant and layout kernels (see _int_table)
-        self._rtables = {}
+        from .covariant import ContentCache
+
+        self._rtables = ContentCache(lambda a: self.to_device(a))
         self.compiles = 0
         self.compile_seconds = 0.0
 
@@ -514,15 +516,8 @@ class SyclBackend(NumpyBackend):
         return self._itables.get(table)
 
     def _rtable(self, a, dtype):
-        """A small real table on the device, cached by content (coefficients change from call to call)."""
-        a = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
-        key = (a.dtype.str, a.tobytes())
-        d = self._rtables.get(key)
-        if d is None:
-            if len(self._rtables) > 1024:
-                self._rtables.clear()
-            d = self._rtables[key] = self.to_device(a)
-        return d
+        """A small real table on the device, cached by content."""
+        return self._rtables.get(a, dtype)
 
     def launch(self, kernel, args, nsimd, dtype):
         """Run a covariant kernel (pygrid.accelerator.covariant): its OpenCL C on the queue."""

@@ -96,7 +96,7 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
                                f"not on {backend.name}")
         kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag)
         return out
-    backend.launch(kg.WILSON_HOP, dict(
+    backend.launch(kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP, dict(
         out=out, psi=psi, uf=uf, ub=ub, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
         pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls)),
         nsimd, dtype)

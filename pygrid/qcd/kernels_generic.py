@@ -27,7 +27,7 @@ from Grid's gamma matrices in :mod:`pygrid.tensors.constant` by
 from __future__ import annotations
 
 from ..accelerator.covariant import Kernel, Param
-from .kernels_wilson import gamma_structure
+from .kernels_wilson import SLICE_PREFETCH, gamma_structure
 
 
 def _plane(spin, colour, imag):
@@ -103,6 +103,9 @@ def _wilson_body(E, o, s):
         n = E.let(nbr[k], "n")
         P = E.permutation(perm[k])
         site = n * Ls + s
+        if E.k.statics and E.k.statics[0] == "prefetch":
+            # the neighbour's slices ahead: prefetching them past the end of psi is harmless (never faults)
+            E.prefetch("psi", site + SLICE_PREFETCH)
         pa, pb = gam[mu]
         h = []
         for a in range(2):
@@ -142,17 +145,23 @@ def _wilson_body(E, o, s):
             E.store("out", out_site, q, sc * v)
 
 
-WILSON_HOP = Kernel(
-    name="wilson_hop",
-    params=(
-        Param("out", "field", 12, out=True), Param("psi", "field", 12), Param("uf", "field", 36),
-        Param("ub", "field", 36), Param("nbr", "itable"), Param("perm", "itable"), Param("lanes", "itable"),
-        Param("pxor", "itable"), Param("coef", "rtable"), Param("diag", "field", 12),
-        Param("use_diag", "int"), Param("n4", "int"), Param("Ls", "int"),
-    ),
-    n="n4", inner="Ls", body=_wilson_body, prologue=_wilson_prologue,
-    doc="The Wilson hopping term on outer 4D sites [lo, hi), all Ls slices (pygrid.qcd.kernels_generic).",
-)
+def _wilson_hop(prefetch):
+    return Kernel(
+        name="wilson_hop_5d" if prefetch else "wilson_hop",
+        params=(
+            Param("out", "field", 12, out=True), Param("psi", "field", 12), Param("uf", "field", 36),
+            Param("ub", "field", 36), Param("nbr", "itable"), Param("perm", "itable"), Param("lanes", "itable"),
+            Param("pxor", "itable"), Param("coef", "rtable"), Param("diag", "field", 12),
+            Param("use_diag", "int"), Param("n4", "int"), Param("Ls", "int"),
+        ),
+        n="n4", inner="Ls", body=_wilson_body, prologue=_wilson_prologue, statics=("prefetch",) if prefetch else (),
+        doc="The Wilson hopping term on outer 4D sites [lo, hi), all Ls slices (pygrid.qcd.kernels_generic).",
+    )
+
+
+#: the hopping kernel for 4D fields, and for 5D fields (which also prefetches the neighbour's slices ahead)
+WILSON_HOP = _wilson_hop(False)
+WILSON_HOP_5D = _wilson_hop(True)
 
 
 # ---- the fifth dimension: cyclic bidiagonal matrices in s, per chirality ----------------------
