@@ -4,7 +4,8 @@ Every backend's code is generated from these descriptions: numba SIMD for the
 openmp backend (the ``generic`` variant), CUDA C for cuda and hip, OpenCL C for
 sycl.  The kernels, on raw field buffers ``[osites][12][2][nsimd]``:
 
-* :data:`WILSON_HOP`: Grid's ``GenericDhopSite`` for the 8-point Wilson
+* :data:`WILSON_HOP` (:data:`WILSON_HOP_5D`, which also prefetches the
+  neighbour's slices ahead): Grid's ``GenericDhopSite`` for the 8-point Wilson
   stencil, 4D (``Ls = 1``) or 5D with s innermost (outer site ``o * Ls + s``;
   the link of a 4D site serves its Ls slices, which are neighbours in
   memory and, on SIMT, neighbouring threads)::
