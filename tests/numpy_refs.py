@@ -1,6 +1,6 @@
-"""Independent numpy references shared by the tests: written from DESIGN.md, not from pygrid.
+"""Independent numpy references shared by the tests: written from docs/conventions.md, not from pygrid.
 
-Gamma matrices are typed in from DESIGN.md's Conventions (Grid's chiral basis),
+Gamma matrices are typed in from docs/conventions.md (Grid's chiral basis),
 so tests that use them also pin pygrid's own constants (tests/test_expr.py).
 """
 import zlib
@@ -35,7 +35,7 @@ def link_trace_ref(Un):
 
 
 def dhop_ref(U, psi, dag=False):
-    """Wilson Dhop (DESIGN.md): -1/2 sum_mu [(1 -+ g_mu) U_mu(x) psi(x+mu) + (1 +- g_mu) U_mu(x-mu)^dag psi(x-mu)].
+    """Wilson Dhop (docs/conventions.md): -1/2 sum_mu [(1 -+ g_mu) U_mu(x) psi(x+mu) + (1 +- g_mu) U_mu(x-mu)^dag psi(x-mu)].
 
     U is [x,y,z,t,mu,a,b], psi [x,y,z,t,spin,colour]; dag swaps the projectors (g5 Dhop g5).
     """

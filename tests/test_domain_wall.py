@@ -2,7 +2,7 @@
 
 The reference implementation below is independent of pygrid: np.roll and einsum on
 ``to_numpy()`` arrays, with an explicit loop over s, written from the formulas in
-docs (DESIGN.md, Conventions, and the docstring of pygrid.qcd.domain_wall):
+docs (docs/conventions.md and the docstring of pygrid.qcd.domain_wall):
 
     Shamir: (M psi)_s = [(5 - M5) + Dhop] psi_s - P_- psi_{s+1} - P_+ psi_{s-1}
             (+m P_- psi_0 at s = Ls-1, +m P_+ psi_{Ls-1} at s = 0 for the wrap-around terms)

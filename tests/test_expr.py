@@ -221,7 +221,7 @@ def test_gamma_algebra_constants():
     five = (pg.Gamma.X * pg.Gamma.Y * pg.Gamma.Z * pg.Gamma.T).array()
     assert np.allclose(five, pg.Gamma.Five.array())
     assert np.allclose(pg.Gamma.Five.array(), np.diag([1, 1, -1, -1]))
-    # Grid's chiral basis (DESIGN.md)
+    # Grid's chiral basis (docs/conventions.md)
     assert np.allclose(GAMMA["X"], [[0, 0, 0, 1j], [0, 0, 1j, 0], [0, -1j, 0, 0], [-1j, 0, 0, 0]])
     assert np.allclose(GAMMA["T"], [[0, 0, 1, 0], [0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0]])
     assert np.allclose((1 - pg.Gamma.X).array(), I4 - GAMMA["X"])

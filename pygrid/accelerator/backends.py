@@ -256,7 +256,7 @@ def get_backend(name=None):
             _backends[name] = NumpyBackend()
         elif name in ("openmp", "auto"):
             _backends[name] = OpenMPBackend()
-        # --- GPU backends (issue 6): generated C; see cuda_backend.py, sycl_backend.py ---
+        # GPU backends: generated C (cuda_backend.py, sycl_backend.py)
         elif name in ("cuda", "hip", "cuda-emulated", "opencl-emulated"):
             from .cuda_backend import make_backend
 
@@ -265,7 +265,6 @@ def get_backend(name=None):
             from .sycl_backend import SyclBackend
 
             _backends[name] = SyclBackend()
-        # --- end GPU backends ---
         else:
             raise BackendError(
                 f"unknown backend {name!r}; choose one of openmp, numpy, cuda, hip, sycl, "

@@ -8,7 +8,7 @@ assumes no cache reuse; a kernel that keeps neighbours in cache can pass 100%.
 
 Before timing, the operator is checked once on a 4^4 lattice against
 :func:`dhop_reference`, written here with np.roll and einsum from the
-definition in DESIGN.md, independently of the kernel.
+definition in docs/conventions.md, independently of the kernel.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ BYTE_MODEL = "8 neighbour spinors + 8 links + 1 result spinor per site, no reuse
 VERIFY_DIMS = (4, 4, 4, 4)
 MASS = 0.1
 
-# Grid's chiral basis (DESIGN.md), written out here so the reference does not use pygrid's tables.
+# Grid's chiral basis (docs/conventions.md), written out here so the reference does not use pygrid's tables.
 _I = 1j
 GAMMA = np.array([
     [[0, 0, 0, _I], [0, 0, _I, 0], [0, -_I, 0, 0], [-_I, 0, 0, 0]],   # X

@@ -121,7 +121,7 @@ def reconstruct_third_row(two):
 
 def gauge_statistics(U):
     """(plaquette, link trace) of U, normalised to 1 on the unit field (pygrid.qcd.gauge)."""
-    # pygrid.qcd sits above io in DESIGN.md's layer table; imported here, where it is needed
+    # pygrid.qcd sits beside io in docs/design.md's layer table; imported here, where it is needed
     from ..qcd.gauge import link_trace, plaquette
 
     return float(plaquette(U)), float(link_trace(U))

@@ -1,7 +1,7 @@
 """The Lattice container: a field of site tensors on a grid.
 
 A Lattice owns one host buffer laid out as ``real[osites][ncomp][2][nsimd]``
-(DESIGN.md, Data layout), registered with the MemoryManager, which caches
+(docs/design.md, Data layout), registered with the MemoryManager, which caches
 device copies.  All access goes through views opened by intent.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ class Lattice(FieldBase, ExprOps):
     def view(self, mode):
         """A view of the buffer for ``mode`` (a pg.ViewMode): ``with f.view(pg.CpuRead) as a:``.
 
-        The array is shaped (osites, ncomp, 2, nsimd) in the layout of DESIGN.md.
+        The array is shaped (osites, ncomp, 2, nsimd) in the layout of docs/design.md.
         """
         return memory.View(self._manager, self._key, mode)
 

@@ -90,7 +90,7 @@ def _join(a, b):
     return f"{a}*{b}" if a and b else None
 
 
-# Grid's chiral basis (DESIGN.md, Conventions)
+# Grid's chiral basis (docs/conventions.md)
 _I = 1j
 _GX = [[0, 0, 0, _I], [0, 0, _I, 0], [0, -_I, 0, 0], [-_I, 0, 0, 0]]
 _GY = [[0, 0, 0, -1], [0, 0, 1, 0], [0, 1, 0, 0], [-1, 0, 0, 0]]
