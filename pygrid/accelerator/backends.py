@@ -45,7 +45,7 @@ class Backend(Protocol):
         """Run a covariant kernel (pygrid.accelerator.covariant.Kernel) on ``args`` (parameter name -> value)."""
 
     def relayout(self, kind: str, out: Any, inp: Any, om: Any = None, lm: Any = None) -> None:
-        """'gather' / 'scatter' through site and lane maps (checkerboards), or 'cast' (precision)."""
+        """'gather' / 'scatter' through site and lane maps (checkerboards), 'cast' (precision), 'setcomp' (pokes)."""
 
     def norm2(self, a: Any) -> float:
         """Sum of squares of every real, accumulated in double."""

@@ -324,6 +324,24 @@ class _Emitter:
     def fms(self, a, b, c):
         return self._ternary("fms", a, b, c)
 
+    # arithmetic: one new value each, spelled by the emitter (_define, _spell_call, _spell_fma)
+    def _value(self, expr, perm):
+        name = self.fresh()
+        self.emit(self._define(name, expr))
+        return CV(self, name, perm)
+
+    def _binary(self, op, a, b):
+        return self._value(f"{a.name} {op} {b.name}", self._join(a, b))
+
+    def _neg(self, a):
+        return self._value(f"-{a.name}", a.perm)
+
+    def _call(self, fn, a):
+        return self._value(self._spell_call(fn, a.name), self._join(a))
+
+    def _ternary(self, kind, a, b, c):
+        return self._value(self._spell_fma(kind, a.name, b.name, c.name), self._join(a, b, c))
+
     def var(self, v: CV) -> CV:
         if v.perm not in (None, UNIFORM):
             raise DescriptionError("a loop-carried value must not carry a lane permute")
@@ -387,29 +405,16 @@ class CEmitter(_Emitter):
     def const(self, x) -> CV:
         return CV(self, f"(({self.real}){float(x)!r}{self.suffix})", UNIFORM)
 
-    def _binary(self, op, a, b):
-        P = self._join(a, b)
-        name = self.fresh()
-        self.emit(f"const {self.real} {name} = {a.name} {op} {b.name};")
-        return CV(self, name, P)
+    def _define(self, name, expr):
+        return f"const {self.real} {name} = {expr};"
 
-    def _neg(self, a):
-        name = self.fresh()
-        self.emit(f"const {self.real} {name} = -{a.name};")
-        return CV(self, name, a.perm)
+    @staticmethod
+    def _spell_call(fn, x):
+        return f"{fn}({x})"
 
-    def _call(self, fn, a):
-        P = self._join(a)
-        name = self.fresh()
-        self.emit(f"const {self.real} {name} = {fn}({a.name});")
-        return CV(self, name, P)
-
-    def _ternary(self, kind, a, b, c):
-        P = self._join(a, b, c)
-        name = self.fresh()
-        expr = f"{a.name} * {b.name} + {c.name}" if kind == "fma" else f"{c.name} - {a.name} * {b.name}"
-        self.emit(f"const {self.real} {name} = {expr};")
-        return CV(self, name, P)
+    @staticmethod
+    def _spell_fma(kind, a, b, c):
+        return f"{a} * {b} + {c}" if kind == "fma" else f"{c} - {a} * {b}"
 
     def _var(self, name, v):
         self.emit(f"{self.real} {name} = {v.name};")
@@ -542,28 +547,16 @@ class NumbaEmitter(_Emitter):
             self.pre.append(f"    {name} = vsplat(Z({x!r}), W)")
         return CV(self, self._consts[x], UNIFORM)
 
-    def _binary(self, op, a, b):
-        P = self._join(a, b)
-        name = self.fresh()
-        self.emit(f"{name} = {a.name} {op} {b.name}")
-        return CV(self, name, P)
+    def _define(self, name, expr):
+        return f"{name} = {expr}"
 
-    def _neg(self, a):
-        name = self.fresh()
-        self.emit(f"{name} = -{a.name}")
-        return CV(self, name, a.perm)
+    @staticmethod
+    def _spell_call(fn, x):
+        return f"v{fn}({x})"
 
-    def _call(self, fn, a):
-        P = self._join(a)
-        name = self.fresh()
-        self.emit(f"{name} = v{fn}({a.name})")
-        return CV(self, name, P)
-
-    def _ternary(self, kind, a, b, c):
-        P = self._join(a, b, c)
-        name = self.fresh()
-        self.emit(f"{name} = v{kind}({a.name}, {b.name}, {c.name})")
-        return CV(self, name, P)
+    @staticmethod
+    def _spell_fma(kind, a, b, c):
+        return f"v{kind}({a}, {b}, {c})"
 
     def _var(self, name, v):
         self.emit(f"{name} = {v.name}")

@@ -121,16 +121,11 @@ def poke_index(field, value, level, *index):
 
 
 def _poke_rows(r):
-    """(value components, field components) of a peek's rows, int32 (kept with the peek, so a device
-    backend uploads them once)."""
-    rows = getattr(r, "_poke_rows", None)
-    if rows is None:
-        rows = tuple(np.ascontiguousarray(r.rows[:, k], dtype=np.int32) for k in (0, 1))
-        try:
-            r._poke_rows = rows
-        except AttributeError:  # a frozen record: uploaded per call (a few integers)
-            pass
-    return rows
+    """(value components, field components) of a peek's rows, contiguous and kept with the (cached) peek,
+    so a device backend uploads them once."""
+    if not hasattr(r, "poke_rows"):
+        r.poke_rows = tuple(np.ascontiguousarray(r.rows[:, k]) for k in (0, 1))
+    return r.poke_rows
 
 
 def poke_lorentz(field, value, mu):

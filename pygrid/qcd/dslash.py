@@ -29,12 +29,12 @@ from . import kernels_wilson as kw
 UNROLL_BACKENDS = ("openmp", "numpy")
 
 
-def variant(backend=None):
-    """The hopping-kernel variant the current configuration selects for ``backend``."""
+def variant(backend=None, which=None):
+    """The hopping-kernel variant for ``backend``: ``which`` if given, else the configuration's choice."""
     from ..config import current
 
     backend = backend or get_backend()
-    want = current().dslash
+    want = which or current().dslash
     if want == "auto":
         return "unroll" if backend.name in UNROLL_BACKENDS else "generic"
     if want == "unroll" and backend.name not in UNROLL_BACKENDS:
@@ -90,10 +90,7 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     sf = 1.0 if dag else -1.0
     coef = np.array([scale, alpha, sf, -sf], dtype=dtype)
     backend = get_backend()
-    if (which or variant(backend)) == "unroll":
-        if backend.name not in UNROLL_BACKENDS:
-            raise BackendError(f"the hand-unrolled Dirac kernel runs on the openmp and numpy backends, "
-                               f"not on {backend.name}")
+    if variant(backend, which) == "unroll":
         kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag)
         return out
     backend.launch(kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP, dict(
@@ -121,7 +118,7 @@ def bidiag_multiply(out, x, structure, Ls, accumulate=False):
     """out = A x (``accumulate``: out += A x) on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd).
 
     A is cyclic bidiagonal in s per chirality, given as ``structure =
-    bidiag_structure(A)`` (pygrid.qcd.fifth_dim).  ``out`` may alias ``x``,
+    bidiag_structure(A)`` (pygrid.qcd.domain_wall).  ``out`` may alias ``x``,
     except when accumulating.
     """
     _check_5d("bidiag_multiply", out, x, Ls)
