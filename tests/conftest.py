@@ -190,3 +190,10 @@ def dagger(a, nlat, matrix_axes):
 def spin_mul(G, a, nlat, spin_axis=0):
     """Apply a 4x4 spin matrix G on the left to the spin index (site axis spin_axis)."""
     return np.moveaxis(np.tensordot(G, a, axes=([1], [nlat + spin_axis])), 0, nlat + spin_axis)
+
+
+# tests/mpi holds collective tests: every rank of `mpiexec -n N python -m pytest tests/mpi`
+# runs them in step.  Outside an MPI launcher they are not collected.
+from pygrid.communicator import launched_by_mpi as _launched_by_mpi  # noqa: E402
+
+collect_ignore = [] if _launched_by_mpi() else ["mpi"]

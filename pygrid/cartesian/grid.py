@@ -47,22 +47,27 @@ class GridCartesian:
 
     checkerboarded = False
 
-    def __init__(self, fdims, simd_layout=None, mpi_layout=None, precision="double", nsimd=None):
+    def __init__(self, fdims, simd_layout=None, mpi_layout=None, precision="double", nsimd=None, comm=None):
         fdims = _dims("grid dimensions", fdims)
         nd = len(fdims)
-        mpi_layout = (1,) * nd if mpi_layout is None else _dims("mpi_layout", mpi_layout, nd)
+        self.comm = communicator.world() if comm is None else comm
+        if mpi_layout is None:
+            mpi_layout = self._configured_mpi(nd)
+        if mpi_layout is None:
+            mpi_layout = communicator.default_mpi_layout(fdims, self.comm.size)
+        mpi_layout = _dims("mpi_layout", mpi_layout, nd)
         for d, (f, p) in enumerate(zip(fdims, mpi_layout)):
             if f % p:
                 raise GridError(
-                    f"global dimension {d} of extent {f} is not divisible by mpi_layout[{d}] = {p}"
+                    f"the lattice {'.'.join(map(str, fdims))} cannot be split by --mpi "
+                    f"{'.'.join(map(str, mpi_layout))}: extent {f} in dimension {d} is not divisible by {p}"
                 )
         if precision not in ("double", "single"):
             raise GridError(f"precision must be 'double' or 'single', got {precision!r}")
         self.nd = nd
         self.gdims = fdims
         self.mpi_layout = mpi_layout
-        self.comm = communicator.world()
-        self.processor_coor = self.comm.processor_coor(mpi_layout)
+        self.processor_coor = communicator.check_ranks(mpi_layout, self.comm)
         self.ldims = tuple(f // p for f, p in zip(fdims, mpi_layout))
         self.lstart = tuple(c * l for c, l in zip(self.processor_coor, self.ldims))
         if simd_layout is None:
@@ -72,6 +77,18 @@ class GridCartesian:
         self._set_layout(self.ldims, simd_layout)
         self.parity_dims = tuple(range(nd))
         self._rb = None
+
+    @staticmethod
+    def _configured_mpi(nd):
+        from ..config import current
+
+        mpi = current().mpi
+        return mpi if mpi is not None and len(mpi) == nd else None
+
+    @property
+    def decomposed(self):
+        """Whether some dimension is split over ranks (neighbours may live on another rank)."""
+        return any(p > 1 for p in self.mpi_layout)
 
     def _no_simd_dims(self):
         return ()
@@ -88,7 +105,7 @@ class GridCartesian:
 
     # identity -------------------------------------------------------------
     def key(self):
-        return (type(self).__name__, self.gdims, self.mpi_layout, self.simd_layout)
+        return (type(self).__name__, self.gdims, self.mpi_layout, self.simd_layout, id(self.comm))
 
     def __eq__(self, other):
         return isinstance(other, GridCartesian) and self.key() == other.key()
@@ -99,12 +116,23 @@ class GridCartesian:
     def __repr__(self):
         dims = ".".join(map(str, self.gdims))
         simd = ".".join(map(str, self.simd_layout))
-        return f"{type(self).__name__}({dims}, simd={simd}, Nsimd={self.nsimd}, osites={self.osites})"
+        mpi = f", mpi={'.'.join(map(str, self.mpi_layout))}" if self.decomposed else ""
+        return f"{type(self).__name__}({dims}{mpi}, simd={simd}, Nsimd={self.nsimd}, osites={self.osites})"
 
     @property
     def lshape(self):
-        """Shape of ``to_numpy()`` without the site indices."""
+        """Shape of this rank's part of a field, ``to_local_numpy()``, without the site indices."""
         return self.sdims
+
+    @property
+    def gshape(self):
+        """Shape of ``to_numpy()`` (the whole lattice) without the site indices."""
+        return tuple(s * p for s, p in zip(self.sdims, self.mpi_layout))
+
+    def block_of(self, rank):
+        """Index (a tuple of slices) of ``rank``'s part in a ``gshape`` array."""
+        c = communicator.processor_coor(rank, self.mpi_layout)
+        return tuple(slice(ci * s, (ci + 1) * s) for ci, s in zip(c, self.sdims))
 
     @property
     def red_black(self):
@@ -188,6 +216,7 @@ class GridCartesian5D(GridCartesian):
             (int(Ls),) + grid4.gdims,
             simd_layout=(1,) + grid4.simd_layout,
             mpi_layout=(1,) + grid4.mpi_layout,
+            comm=grid4.comm,
         )
         self.parity_dims = (1, 2, 3, 4)
 

@@ -1,37 +1,103 @@
-"""Processes and global reductions.
+"""Processes: ranks, the processor grid, global reductions and point-to-point messages.
 
-Today pygrid runs as one process: this module describes that one rank and its
-reductions are the identity.  The MPI communicator (mpi4py) plugs in here, so
-the layers above already ask it for ranks, processor coordinates and sums.
+A program started by ``mpiexec`` / ``srun`` runs one process per rank and
+talks through MPI (mpi4py, :mod:`pygrid.communicator.mpi`); a program started
+on its own is one rank (:class:`SingleRank`), whose reductions are the identity.
+:func:`world` is the communicator of the running program; a grid may be given
+another one (``GridCartesian(dims, comm=SingleRank())`` makes a one-rank
+lattice inside an MPI job, as the tests do for their references).
+
+Ranks form a processor grid: rank = sum_d c_d * prod_{d' < d} P_{d'} with
+dimension 0 fastest, as lattice sites are numbered.
 """
 from __future__ import annotations
 
 import math
+import os
 
 from ..errors import GridError
+from .base import Communicator, CommStats, layout_str
+from .layout import default_mpi_layout, processor_coor, rank_of
+
+__all__ = ["Communicator", "CommStats", "SingleRank", "world", "default_mpi_layout", "processor_coor",
+           "rank_of", "launched_by_mpi", "layout_str"]
+
+#: environment variables that MPI launchers set in every process they start
+_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
+                  "HYDRA_CONTROL_FD", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS")
 
 
-class SingleRank:
+class SingleRank(Communicator):
     """The communicator of a program running as one process."""
 
     size = 1
     rank = 0
 
-    def processor_coor(self, mpi_layout):
-        if math.prod(mpi_layout) != 1:
-            raise GridError(
-                f"--mpi {'.'.join(map(str, mpi_layout))} asks for {math.prod(mpi_layout)} ranks, "
-                "but this program runs as 1 process (multi-rank runs need the MPI backend, not available yet); "
-                "use --mpi 1.1.1.1"
-            )
-        return (0,) * len(mpi_layout)
-
     def sum(self, value):
         return value
 
+    def max(self, value):
+        return value
 
-_world = SingleRank()
+    def barrier(self):
+        pass
+
+    def bcast(self, obj, root=0):
+        return obj
+
+    def allgather(self, obj):
+        return [obj]
+
+    def allgather_array(self, a):
+        return a[None].copy()
+
+    def exchange(self, sends, recvs):
+        if sends or recvs:
+            raise GridError("a one-rank communicator has no neighbours to exchange with")
+        return _NoRequests()
+
+    def abort(self, message, code=1):
+        raise SystemExit(code)
+
+
+class _NoRequests:
+    def test(self):
+        return True
+
+    def wait(self):
+        pass
+
+
+def launched_by_mpi():
+    """Whether an MPI launcher started this process (``PYGRID_MPI=1`` / ``0`` forces the answer)."""
+    force = os.environ.get("PYGRID_MPI")
+    if force is not None:
+        return force.strip() not in ("", "0", "false", "no")
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+_world = None
 
 
 def world():
+    """The communicator of this program: MPI's COMM_WORLD under a launcher, else one rank."""
+    global _world
+    if _world is None:
+        if launched_by_mpi():
+            from .mpi import MpiComm
+
+            _world = MpiComm.world()
+        else:
+            _world = SingleRank()
     return _world
+
+
+def check_ranks(mpi_layout, comm):
+    """The processor coordinates of ``comm``'s rank in ``mpi_layout``, or a GridError naming the mismatch."""
+    n = math.prod(mpi_layout)
+    if n != comm.size:
+        how = ("this program runs as 1 process; start it with `mpiexec -n "
+               f"{n} ...` or use --mpi {layout_str((1,) * len(mpi_layout))}" if comm.size == 1
+               else f"the job has {comm.size} ranks; choose an --mpi layout whose product is {comm.size}")
+        raise GridError(f"--mpi {layout_str(mpi_layout)} asks for {n} ranks, but {how}")
+    return processor_coor(comm.rank, mpi_layout)

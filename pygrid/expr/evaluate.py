@@ -1,9 +1,12 @@
 """Evaluating an expression into a field: checks, lowering, views, launch."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..accelerator import get_backend
 from ..cartesian.shift import shift_table
-from ..errors import ConformabilityError, SiteTypeError
+from ..errors import BackendError, ConformabilityError, SiteTypeError
+from ..stencil.halo import exchange_rows, halo_plan
 from ..memory import ViewMode
 from .lower import lower
 from .nodes import Leaf, as_expr
@@ -38,23 +41,52 @@ def evaluate(expr, out, backend=None):
     backend = backend or get_backend()
     grid = out.grid
     tables = []
-    for slot, disp in launch.shifts:
+    halos = []  # (shift index, slot, HaloPlan) of shifts that read other ranks
+    for i, (slot, disp) in enumerate(launch.shifts):
         f = launch.fields[slot]
         nbr, perm, lanes, _ = shift_table(grid, f.checkerboard, disp)
+        if grid.decomposed:
+            plan = halo_plan(grid, f.checkerboard, (tuple(disp),))
+            if plan.nhalo:
+                halos.append((i, slot, plan))
+                nbr = plan.neighbours[0]
         tables.append((nbr, perm, lanes))
     aliased_slot = next((i for i, f in enumerate(launch.fields) if f is out), None)
     shifted_alias = aliased_slot is not None and any(s == aliased_slot for s, _ in launch.shifts)
     if shifted_alias:
         # the kernel would read neighbours it already overwrote: evaluate aside, then copy
         tmp = out.new_like()
-        _run(backend, launch, tmp, tables, False)
+        _run(backend, launch, tmp, tables, False, halos)
         _run(backend, lower(Leaf(tmp), out.site_type.ncomp), out, [], False)
         return out
-    _run(backend, launch, out, tables, aliased_slot is not None)
+    _run(backend, launch, out, tables, aliased_slot is not None, halos)
     return out
 
 
-def _run(backend, launch, out, tables, alias):
+def _with_halos(launch, inputs, tables, halos):
+    """Inputs of shifted slots extended by their halo rows (received from the neighbouring ranks),
+    and tables pointing into them: the kernel reads ``osites + k`` as it reads any other row."""
+    inputs, tables = list(inputs), list(tables)
+    for slot in dict.fromkeys(s for _, s, _ in halos):
+        base = inputs[slot]
+        if not isinstance(base, np.ndarray):
+            raise BackendError("shifts across ranks need fields in host memory: under MPI use the openmp or "
+                               "numpy backend (halo exchange from device memory is not implemented)")
+        parts, extra = [base], 0
+        for i, s, plan in halos:
+            if s != slot:
+                continue
+            parts.append(exchange_rows(plan, base))
+            if extra:
+                nbr = plan.neighbours[0].astype(np.int32)
+                nbr[nbr >= base.shape[0]] += extra
+                tables[i] = (nbr,) + tuple(tables[i][1:])
+            extra += plan.nhalo
+        inputs[slot] = np.concatenate(parts)
+    return inputs, tables
+
+
+def _run(backend, launch, out, tables, alias, halos=()):
     views = [f.view(ViewMode.AcceleratorRead) for f in launch.fields if f is not out]
     arrays = {}
     try:
@@ -66,6 +98,8 @@ def _run(backend, launch, out, tables, alias):
             it = iter(views)
             for f in launch.fields:
                 inputs.append(o if f is out else arrays[id(next(it))])
+            if halos:
+                inputs, tables = _with_halos(launch, inputs, tables, halos)
             backend.run(launch.ir, o, inputs, tables, launch.coefs, out.grid.nsimd, alias)
     finally:
         for v in views:

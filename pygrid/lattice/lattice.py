@@ -96,10 +96,43 @@ class Lattice(FieldBase, ExprOps):
 
     # ---- numpy interop --------------------------------------------------------
     def to_numpy(self):
-        """A copy indexed [x, y, z, t, *site] ([s, x, y, z, t, *site] on 5D grids).
+        """The whole lattice as a numpy array (a copy), indexed [x, y, z, t, *site] ([s, x, y, z, t, *site] on 5D grids).
 
         On a red-black grid the first parity dimension is halved: stored site
-        (xh, y, z, t) is the full site x = 2 xh + (cb + y + z + t) % 2.
+        (xh, y, z, t) is the full site x = 2 xh + (cb + y + z + t) % 2.  Under
+        MPI this is collective: every rank calls it and every rank gets the
+        whole array (``to_local_numpy`` gives this rank's part alone).
+        """
+        local = self.to_local_numpy()
+        g = self.grid
+        if not g.decomposed:
+            return local
+        parts = g.comm.allgather_array(local)
+        out = np.empty(g.gshape + self.site_shape, dtype=local.dtype)
+        for r in range(g.comm.size):
+            out[g.block_of(r)] = parts[r]
+        return out
+
+    def from_numpy(self, array):
+        """Set the field from an array shaped like ``to_numpy()`` (the whole lattice); returns self.
+
+        Under MPI every rank passes the whole array and keeps its own part.
+        """
+        g = self.grid
+        if not g.decomposed:
+            return self.from_local_numpy(array)
+        a = np.asarray(array)
+        want = g.gshape + self.site_shape
+        if a.shape != want:
+            raise ShapeError(f"from_numpy: expected an array of shape {want} (the whole lattice) for {self}, "
+                             f"got {a.shape}")
+        return self.from_local_numpy(a[g.block_of(g.comm.rank)])
+
+    def to_local_numpy(self):
+        """This rank's part of the field (a copy), indexed by local coordinates.
+
+        Local coordinate x is global coordinate ``x + grid.lstart`` (with the
+        checkerboarded dimension halved on red-black grids); on one rank this is ``to_numpy()``.
         """
         with self.view(ViewMode.CpuRead) as b:
             sites = self.grid.buffer_to_sites(b)
@@ -111,12 +144,13 @@ class Lattice(FieldBase, ExprOps):
             out.imag = sites[..., 1]
         return out.reshape(self.grid.lshape + self.site_shape)
 
-    def from_numpy(self, array):
-        """Set the field from an array shaped like ``to_numpy()``; returns self."""
+    def from_local_numpy(self, array):
+        """Set this rank's part of the field from an array shaped like ``to_local_numpy()``; returns self."""
         a = np.asarray(array)
         want = self.grid.lshape + self.site_shape
         if a.shape != want:
-            raise ShapeError(f"from_numpy: expected an array of shape {want} for {self}, got {a.shape}")
+            what = "from_local_numpy" if self.grid.decomposed else "from_numpy"
+            raise ShapeError(f"{what}: expected an array of shape {want} for {self}, got {a.shape}")
         if a.dtype.kind not in "biufc":
             raise ShapeError(f"from_numpy: expected a numeric array, got dtype {a.dtype}")
         if self.is_real and a.dtype.kind == "c" and np.any(a.imag != 0):

@@ -196,6 +196,11 @@ def slice_sum(x, dim):
     with f.view(ViewMode.AcceleratorRead) as a:
         s = get_backend().slice_sum(a, table)
     s = np.asarray(s).reshape((table.shape[0],) + tuple(f.site_shape))
+    g = f.grid
+    if g.decomposed:
+        whole = np.zeros((g.gdims[dim],) + s.shape[1:], dtype=s.dtype)
+        whole[g.lstart[dim]:g.lstart[dim] + s.shape[0]] = s
+        s = g.comm.sum(whole)
     return s.real.copy() if f.is_real else s
 
 

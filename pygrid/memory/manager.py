@@ -100,7 +100,7 @@ def _mb(nbytes):
 class _Entry:
     __slots__ = ("key", "host", "dev", "nbytes", "dtype", "shape", "state", "cpu_refs",
                  "acc_refs", "cpu_writers", "acc_writers", "infrequent", "lru",
-                 "released", "finalizer")
+                 "released", "finalizer", "writes")
 
     def __init__(self, key, host):
         self.key = key
@@ -118,6 +118,7 @@ class _Entry:
         self.lru = _NOT_IN_LRU
         self.released = False
         self.finalizer = None
+        self.writes = 0
 
 
 class MemoryManager:
@@ -270,6 +271,10 @@ class MemoryManager:
         return list(self._lru_inf) + list(self._lru)
 
     # -------------------------------------------------------------- open/close
+    def write_count(self, key):
+        """How many write views of ``key`` have been opened: a change of it means the contents may have changed."""
+        return self._get(key).writes
+
     def open(self, key, mode):
         """Open a view of ``key`` with intent ``mode``; returns the array to use.
 
@@ -284,6 +289,8 @@ class MemoryManager:
         e = self._entries.get(key)
         if e is None or e.released:
             self._get(key)
+        if mode.write:
+            e.writes += 1
         if mode.accelerator:
             if mode.write:
                 if e.cpu_refs:

@@ -33,7 +33,7 @@ def unit_gauge(grid, precision="double"):
     U = LatticeGaugeField(grid, precision)
     a = np.zeros(grid.lshape + (4, 3, 3), dtype=U.dtype)
     a[..., :, :] = np.eye(3)
-    return U.from_numpy(a)
+    return U.from_local_numpy(a)
 
 
 def random_gauge(grid, rng, precision="double"):

@@ -259,7 +259,7 @@ class ParallelRNG:
 
     ``ParallelRNG(grid, seed)``: ``seed`` an int or a list of ints. Fills work on
     any field of ``grid`` (full or checkerboarded) through ``field.grid
-    .global_site_indices(field.checkerboard)`` and ``field.from_numpy``; every
+    .global_site_indices(field.checkerboard)`` and ``field.from_local_numpy``; every
     fill uses a new stream, so successive fills are independent.
     """
 
@@ -361,7 +361,7 @@ class ParallelRNG:
         idx = self._indices(field)
         a = self._fill_array(idx, field.site_shape, not field.is_real, "uniform",
                              field.dtype, low=low, high=high)
-        field.from_numpy(a)
+        field.from_local_numpy(a)
         return field
 
     def gaussian(self, field, sigma=1.0):
@@ -369,14 +369,14 @@ class ParallelRNG:
         idx = self._indices(field)
         a = self._fill_array(idx, field.site_shape, not field.is_real, "gaussian",
                              field.dtype, sigma=sigma)
-        field.from_numpy(a)
+        field.from_local_numpy(a)
         return field
 
     def random_sun(self, field):
         """Fill every colour matrix of ``field`` with a Haar-random SU(N) matrix."""
         site_shape = self._colour_site_shape(field)
         idx = self._indices(field)
-        field.from_numpy(self._fill_array(idx, site_shape, True, "sun", field.dtype))
+        field.from_local_numpy(self._fill_array(idx, site_shape, True, "sun", field.dtype))
         return field
 
     random_su3 = random_sun
@@ -385,7 +385,7 @@ class ParallelRNG:
         """Fill every colour matrix with ``exp(i eps H)``, H a random su(N) element (w_a ~ N(0,1))."""
         site_shape = self._colour_site_shape(field)
         idx = self._indices(field)
-        field.from_numpy(self._fill_array(idx, site_shape, True, "sun_near_identity",
+        field.from_local_numpy(self._fill_array(idx, site_shape, True, "sun_near_identity",
                                           field.dtype, eps=eps))
         return field
 

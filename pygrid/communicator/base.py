@@ -1,0 +1,61 @@
+"""What every communicator provides, and the statistics it keeps."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def layout_str(layout):
+    return ".".join(str(int(p)) for p in layout)
+
+
+@dataclass
+class CommStats:
+    """Halo traffic of one communicator since the last ``reset()``.
+
+    ``comm_s`` is the time from posting an exchange's messages until they were
+    seen complete; ``exposed_s`` the part of it a rank spent blocked waiting,
+    with nothing left to compute.  ``overlap`` is the fraction hidden behind
+    computation, 1 - exposed / comm.
+    """
+
+    exchanges: int = 0
+    messages: int = 0
+    bytes_sent: int = 0
+    comm_s: float = 0.0
+    exposed_s: float = 0.0
+    pack_s: float = 0.0
+
+    @property
+    def overlap(self):
+        return 0.0 if self.comm_s <= 0 else max(0.0, 1.0 - self.exposed_s / self.comm_s)
+
+    def reset(self):
+        self.exchanges = self.messages = self.bytes_sent = 0
+        self.comm_s = self.exposed_s = self.pack_s = 0.0
+
+
+class Communicator:
+    """Ranks and collectives.  Subclasses: SingleRank, and MpiComm (pygrid.communicator.mpi).
+
+    * ``size``, ``rank``;
+    * ``sum(x)`` / ``max(x)``: a number or numpy array reduced over ranks, every rank gets the result;
+    * ``barrier()``, ``bcast(obj, root)``, ``allgather(obj)`` (a list, by rank),
+      ``allgather_array(a)`` (numpy, stacked by rank);
+    * ``exchange(sends, recvs)``: post point-to-point messages, ``sends`` a list of
+      (contiguous array, dest rank, tag), ``recvs`` of (array to fill, source rank, tag);
+      returns requests with ``test()`` (True once all are complete) and ``wait()``;
+    * ``abort(message)``: end every rank of the job.
+    """
+
+    size = 1
+    rank = 0
+
+    def __init__(self):
+        self.stats = CommStats()
+
+    @property
+    def is_root(self):
+        return self.rank == 0
+
+    def __repr__(self):
+        return f"{type(self).__name__}(rank {self.rank} of {self.size})"

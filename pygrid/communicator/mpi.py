@@ -1,0 +1,137 @@
+"""The MPI communicator, through mpi4py: one process per rank under ``mpiexec`` or ``srun``.
+
+Every collective is MPI's own (Allreduce, Bcast, Allgather); halos travel as
+nonblocking point-to-point messages (Isend / Irecv) straight from numpy
+buffers.  An uncaught exception on any rank ends the whole job through
+``MPI.Abort``, after printing the rank and the traceback, so the other ranks
+never wait forever in a collective.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from ..errors import BackendError
+from .base import Communicator
+
+
+def _mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as e:  # pragma: no cover - depends on the installation
+        raise BackendError(
+            "this program was started by an MPI launcher but mpi4py is not installed; "
+            "pip install 'pygrid[mpi]' (mpi4py with MPICH), or mpi4py built against your cluster's MPI "
+            "(docs/mpi.md)") from e
+    return MPI
+
+
+class _Requests:
+    """Posted messages of one exchange; timing goes to the communicator's stats."""
+
+    def __init__(self, stats, reqs, t0):
+        self.stats, self.reqs, self.t0 = stats, reqs, t0
+        self.done = not reqs
+
+    def test(self):
+        if not self.done and _mpi().Request.Testall(self.reqs):
+            self._finish(0.0)
+        return self.done
+
+    def wait(self):
+        if self.done:
+            return
+        t = time.perf_counter()
+        _mpi().Request.Waitall(self.reqs)
+        self._finish(time.perf_counter() - t)
+
+    def _finish(self, blocked):
+        self.done = True
+        self.stats.comm_s += time.perf_counter() - self.t0
+        self.stats.exposed_s += blocked
+
+
+class MpiComm(Communicator):
+    """A communicator over an mpi4py intracommunicator (COMM_WORLD for :func:`world`)."""
+
+    _hook_installed = False
+
+    def __init__(self, comm):
+        super().__init__()
+        self.comm = comm
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+
+    @classmethod
+    def world(cls):
+        MPI = _mpi()
+        c = cls(MPI.COMM_WORLD)
+        if c.size > 1:
+            c.install_abort_hook()
+        return c
+
+    # collectives ---------------------------------------------------------
+    def sum(self, value):
+        return self._reduce(value, "SUM")
+
+    def max(self, value):
+        return self._reduce(value, "MAX")
+
+    def _reduce(self, value, op):
+        MPI = _mpi()
+        op = getattr(MPI, op)
+        if isinstance(value, np.ndarray):
+            a = np.ascontiguousarray(value)
+            out = np.empty_like(a)
+            self.comm.Allreduce(a, out, op=op)
+            return out
+        return self.comm.allreduce(value, op=op)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def bcast(self, obj, root=0):
+        return self.comm.bcast(obj, root=root)
+
+    def allgather(self, obj):
+        return self.comm.allgather(obj)
+
+    def allgather_array(self, a):
+        a = np.ascontiguousarray(a)
+        out = np.empty((self.size,) + a.shape, dtype=a.dtype)
+        self.comm.Allgather(a, out)
+        return out
+
+    # point to point ------------------------------------------------------
+    def exchange(self, sends, recvs):
+        t0 = time.perf_counter()
+        reqs = [self.comm.Irecv(buf, source=src, tag=tag) for buf, src, tag in recvs]
+        for buf, dest, tag in sends:
+            reqs.append(self.comm.Isend(buf, dest=dest, tag=tag))
+            self.stats.bytes_sent += buf.nbytes
+        self.stats.messages += len(sends)
+        self.stats.exchanges += 1
+        return _Requests(self.stats, reqs, t0)
+
+    # failure -------------------------------------------------------------
+    def abort(self, message, code=1):
+        sys.stderr.write(f"pygrid: rank {self.rank} of {self.size}: {message}\n"
+                         f"pygrid: aborting all {self.size} ranks (MPI_Abort)\n")
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+    def install_abort_hook(self):
+        """An uncaught exception prints its traceback with the rank, then aborts every rank."""
+        if MpiComm._hook_installed:
+            return
+
+        def hook(kind, value, tb):
+            text = "".join(traceback.format_exception(kind, value, tb))
+            sys.stderr.write("".join(f"[rank {self.rank}] {line}\n" for line in text.rstrip().split("\n")))
+            self.abort(f"{kind.__name__}: {value}")
+
+        sys.excepthook = hook
+        MpiComm._hook_installed = True

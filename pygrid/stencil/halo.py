@@ -1,0 +1,168 @@
+"""Halos: the neighbours that live on another rank, and the messages that bring them.
+
+Every rank has the same local layout, so the neighbour of a site for a
+displacement d is, in local coordinates, the periodic one of the single-rank
+table (``pygrid.cartesian.shift.shift_table``): outer site ``nbr[o]`` with the
+lane map of ``perm[o]``.  What changes under MPI is only *which rank* holds it:
+the rank at offset Delta = floor((x + d) / L) in the processor grid, per lane.
+
+A *face* site o is an outer site with at least one lane whose neighbour is
+remote.  Its halo row k is a whole outer site in the source layout, read by the
+unchanged lane permute: lane m of the row comes from rank me + Delta(o, l) for
+the destination lane l with ``lanes[perm[o]][l] == m``.  Kernels see the row at
+index ``osites + offset_p + k`` of the neighbour table.
+
+Because the layout is the same everywhere, the rows that rank r needs from rank
+r + Delta are the rows that rank r - Delta needs from r: each rank packs its own
+rows ``nbr[face]`` (the *packed* array, possibly spin-projected), sends the
+rows of each Delta group to rank me - Delta, and receives the same count from
+me + Delta.  When a dimension is split over both ranks and lanes, only some
+lanes of a face row are remote; the row starts as this rank's packed row and
+the received lanes are merged in (Grid's CommsMerge).
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+from ..communicator import rank_of
+from ..errors import GridError
+from ..cartesian.shift import shift_table
+
+
+class PointHalo:
+    """The face of one displacement: rows, halo offset and the message groups."""
+
+    __slots__ = ("face", "rows", "offset", "groups", "direct")
+
+    def __init__(self, face, rows, offset, groups, direct):
+        self.face = face        # int32 (nface,): destination outer sites that read the halo
+        self.rows = rows        # int32 (nface,): the source outer sites each rank packs (nbr[face])
+        self.offset = offset    # first halo row of this point
+        self.groups = groups    # [(kidx int64 (n,), lane mask bool (n, nsimd), send_to, recv_from)]
+        self.direct = direct    # one group covering every lane of every row: receive straight into the halo
+
+    @property
+    def nface(self):
+        return len(self.face)
+
+
+class HaloPlan:
+    """Neighbour tables with halo rows, for ``grid``, source checkerboard ``cb`` and displacements ``disps``.
+
+    ``neighbours[p, o]`` (int32): the source outer site, or ``osites + halo row``;
+    ``perm[p, o]`` / ``lanes[p]``: the lane maps of the single-rank table;
+    ``points[p]``: a :class:`PointHalo`; ``nhalo``: rows of the halo array;
+    ``interior``: outer sites none of whose neighbours is in the halo, ``boundary`` the others.
+    """
+
+    def __init__(self, grid, cb, disps):
+        self.grid = grid
+        self.comm = grid.comm
+        self.disps = [tuple(int(v) for v in d) for d in disps]
+        osites = grid.osites
+        me = np.array(grid.processor_coor)
+        P = np.array(grid.mpi_layout)
+        L = np.array(grid.ldims)
+        for d in self.disps:
+            for mu, (dm, p, l) in enumerate(zip(d, P, L)):
+                if p > 1 and abs(dm) >= l:
+                    raise GridError(f"a shift by {dm} in dimension {mu} reaches past the neighbouring rank "
+                                    f"(local extent {l}); shift in steps smaller than the local extent")
+        self.neighbours = np.empty((len(self.disps), osites), np.int32)
+        self.perm = []
+        self.lanes = []
+        self.points = []
+        offset = 0
+        touched = np.zeros(osites, bool)
+        for p, d in enumerate(self.disps):
+            nbr, perm, lanes, dest_cb = shift_table(grid, cb, d)
+            self.perm.append(perm)
+            self.lanes.append(lanes)
+            x = grid.full_coords(dest_cb)  # (osites, nsimd, nd) local coordinates
+            delta = np.floor_divide(x + np.array(d), L)
+            delta[..., P == 1] = 0
+            remote = np.any(delta != 0, axis=-1)  # (osites, nsimd)
+            face = np.nonzero(np.any(remote, axis=1))[0].astype(np.int32)
+            rows = nbr[face].astype(np.int32)
+            groups = []
+            if len(face):
+                dl = delta[face]  # (nface, nsimd, nd)
+                src_lane = lanes[perm[face]]  # (nface, nsimd): source lane read by each destination lane
+                for g in np.unique(dl[remote[face]], axis=0):
+                    hit = np.all(dl == g, axis=-1)  # (nface, nsimd) by destination lane
+                    mask = np.zeros_like(hit)
+                    np.put_along_axis(mask, src_lane, hit, axis=1)
+                    kidx = np.nonzero(np.any(mask, axis=1))[0]
+                    groups.append((kidx, mask[kidx], rank_of(tuple(me - g), P), rank_of(tuple(me + g), P)))
+            direct = len(groups) == 1 and len(groups[0][0]) == len(face) and bool(np.all(groups[0][1]))
+            self.points.append(PointHalo(face, rows, offset, groups, direct))
+            self.neighbours[p] = nbr
+            self.neighbours[p, face] = osites + offset + np.arange(len(face))
+            touched[face] = True
+            offset += len(face)
+        self.nhalo = offset
+        self.interior = np.nonzero(~touched)[0].astype(np.int32)
+        self.boundary = np.nonzero(touched)[0].astype(np.int32)
+        for a in (self.neighbours, self.interior, self.boundary):
+            a.setflags(write=False)
+
+    def start(self, packed, halo, points=None):
+        """Post the messages of ``points`` (default all): ``packed[p]`` holds this rank's rows
+        ``points[p].rows`` in the layout the kernel reads (first axis the row, lanes last);
+        ``halo`` is the (nhalo, ...) array the kernel reads.  Returns an :class:`Exchange`."""
+        sends, recvs, merges = [], [], []
+        for p in range(len(self.points)) if points is None else points:
+            pt = self.points[p]
+            if not pt.nface:
+                continue
+            rows = halo[pt.offset:pt.offset + pt.nface]
+            if pt.direct:
+                kidx, _, to, frm = pt.groups[0]
+                recvs.append((rows, frm, 64 * p))
+                sends.append((np.ascontiguousarray(packed[p]), to, 64 * p))
+                continue
+            rows[...] = packed[p]  # the lanes that stay on this rank
+            for gi, (kidx, mask, to, frm) in enumerate(pt.groups):
+                buf = np.empty((len(kidx),) + rows.shape[1:], rows.dtype)
+                recvs.append((buf, frm, 64 * p + gi))
+                sends.append((np.ascontiguousarray(packed[p][kidx]), to, 64 * p + gi))
+                merges.append((pt.offset + kidx, mask, buf))
+        return Exchange(self.comm.exchange(sends, recvs), merges, halo)
+
+
+class Exchange:
+    """Messages in flight; ``test()`` lets them progress, ``wait()`` completes them and merges lanes."""
+
+    def __init__(self, requests, merges, halo):
+        self.requests, self.merges, self.halo = requests, merges, halo
+
+    def test(self):
+        return self.requests.test()
+
+    def wait(self):
+        self.requests.wait()
+        for idx, mask, buf in self.merges:
+            m = mask.reshape(mask.shape[:1] + (1,) * (buf.ndim - 2) + mask.shape[1:])
+            rows = self.halo[idx]
+            np.copyto(rows, buf, where=m)
+            self.halo[idx] = rows
+        self.merges = []
+        return self.halo
+
+
+@functools.lru_cache(maxsize=256)
+def halo_plan(grid, cb, disps):
+    """The cached :class:`HaloPlan` of ``grid`` for source checkerboard ``cb`` and a tuple of displacements."""
+    return HaloPlan(grid, cb, disps)
+
+
+def exchange_rows(plan, buf):
+    """The halo of a raw field buffer (osites, ...) for every point of ``plan``, unprojected, completed."""
+    t = time.perf_counter()
+    packed = [buf[pt.rows] for pt in plan.points]
+    halo = np.empty((plan.nhalo,) + buf.shape[1:], buf.dtype)
+    plan.comm.stats.pack_s += time.perf_counter() - t
+    return plan.start(packed, halo).wait()
