@@ -55,7 +55,7 @@ def main():
         o = np.zeros_like(p)
         a = (o.reshape(-1), p.reshape(-1), u.reshape(-1), u.reshape(-1), st.neighbours.reshape(-1),
              st.perm.reshape(-1), st.lanes.reshape(-1), st.lane_xor, n4, Ls, np.array([-0.5, 0, -1, 1], dt),
-             o.reshape(-1), False, mod._tile(Ls, ns, dt))
+             o.reshape(-1), False, mod._tile(Ls, ns, dt), st.sites, np.zeros(1, dt), np.zeros(1, dt))
         for t in (int(x) for x in args.threads.split(",")):
             variants.append((f"{name}, {t} thread{'s' if t > 1 else ''}", k, a, o, t))
 

@@ -361,13 +361,14 @@ class MobiusFermion:
         w = self._w
         with psi.view(ViewMode.AcceleratorRead) as p, w.U.view(ViewMode.AcceleratorRead) as u, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard if diag is not tgt else ViewMode.AcceleratorWrite) as o:
+            lh = w.link_halo(w.stencil, w.U, u)
             if diag is None or alpha == 0.0:
-                dhop(o, p, u, u, w.stencil, self.Ls, scale, 0.0, None, dag)
+                dhop(o, p, u, u, w.stencil, self.Ls, scale, 0.0, None, dag, link_halo=lh)
             elif diag is psi:
-                dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, p, dag)
+                dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, p, dag, link_halo=lh)
             else:
                 with diag.view(ViewMode.AcceleratorRead) as d:
-                    dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, d, dag)
+                    dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, d, dag, link_halo=lh)
         return tgt
 
     def _hop_cb(self, psi, tgt, dag):
@@ -380,7 +381,8 @@ class MobiusFermion:
                 w.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
                 w.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
-            dhop(o, p, uf, ub, w.stencil_cb[cb_in], self.Ls, -0.5, 0.0, None, dag)
+            dhop(o, p, uf, ub, w.stencil_cb[cb_in], self.Ls, -0.5, 0.0, None, dag,
+                 link_halo=w.link_halo(w.stencil_cb[cb_in], w.U_cb[cb_in], ub))
         return tgt
 
     @staticmethod

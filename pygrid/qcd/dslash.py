@@ -57,7 +57,8 @@ def _check_fermion(name, a, dtype, nsimd, nc=12):
             f"{name} buffer has shape {tuple(a.shape)} and dtype {a.dtype}; expected (n, {nc}, 2, {nsimd}) {dtype}")
 
 
-def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, which=None):
+def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, which=None,
+         link_halo=None):
     """``out = scale * hop(psi) + alpha * diag`` on raw buffers; returns out.
 
     See :data:`pygrid.qcd.kernels_generic.WILSON_HOP` for the operation: ``uf``
@@ -65,6 +66,8 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     a full grid), ``stencil`` the 4D Wilson stencil of the source checkerboard;
     5D fields have ``Ls`` slices per 4D site, s fastest.  ``out`` must not
     alias ``psi``; ``diag`` may be ``out``.  ``which`` overrides the variant.
+    On a lattice split over ranks the halo is exchanged here; ``link_halo``
+    (:func:`pygrid.stencil.halo.exchange_rows` of ``ub``) saves exchanging the links again.
     """
     nsimd = out.shape[3]
     n4 = stencil.neighbours.shape[1]
@@ -90,9 +93,13 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     sf = 1.0 if dag else -1.0
     coef = np.array([scale, alpha, sf, -sf], dtype=dtype)
     backend = get_backend()
-    if variant(backend, which) == "unroll":
-        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag)
+    how = variant(backend, which)
+    if how == "unroll":
+        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo)
         return out
+    if stencil.nhalo:
+        raise BackendError("the Dirac operators on a lattice split over ranks run the hand-unrolled kernel "
+                           "(openmp or numpy backend, --dslash-unroll); the generic kernel has no halo exchange yet")
     backend.launch(kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP, dict(
         out=out, psi=psi, uf=uf, ub=ub, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
         pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls)),

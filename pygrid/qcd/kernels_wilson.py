@@ -78,12 +78,14 @@ against (1 -+ g_mu) in tests/test_wilson.py).
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 
 from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
 from ..errors import ConformabilityError, SiteTypeError
+from ..stencil.halo import exchange_rows
 from ..tensors.constant import Gamma
 
 #: outer sites ahead of the current one whose neighbour data each point helper prefetches
@@ -178,6 +180,8 @@ def _source(ns, dtype, five_d):
         "U = np.uint64",
         f"FS = U({24 * NS})  # reals per fermion site",
         f"GS = U({72 * NS})  # reals per gauge-field site (4 links)",
+        f"HS = U({12 * NS})  # reals per half spinor (a halo slice)",
+        f"H1 = U({6 * NS})  # offset of the second spin of a half spinor",
         f"NSU = U({NS})",
     ]
     out += [f"Q{k} = U({k * NS})" for k in range(24)]  # offset of real plane k (component k//2, re/im)
@@ -268,14 +272,29 @@ def _source(ns, dtype, five_d):
         body.append(f"return {w6}")
         fn(f"{name}(u, b, h)", body,
            ("U^dag" if adj else "U") + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
+    fn("hload(h, b)", ["return (" + ", ".join(f"vload(h, b + Q{k}, W)" for k in range(6)) + ")"],
+       "One spin of a half spinor (3 colours, re/im) at h[b:], as received in a halo.")
+    fn("hstore(h, b, w)", [f"vstore(h, b + Q{k}, w[{k}])" for k in range(6)],
+       "Store one spin of a half spinor at h[b:].")
+    body = ["g = vsplat(sign, W)", "LS = U(Ls)", "for i in range(lo, hi):", "    n = U(rows[i])",
+            "    for s in range(Ls):", "        S = U(s)", "        B = (n * LS + S) * FS",
+            "        H = (U(i) * LS + S) * HS"]
+    for mu in range(4):
+        body += [f"        {'if' if mu == 0 else 'elif'} mu == {mu}:",
+                 f"            hstore(out, H, proj{mu}h0(psi, B, g))",
+                 f"            hstore(out, H + H1, proj{mu}h1(psi, B, g))"]
+    fn("pack_kernel(lo, hi, psi, rows, Ls, mu, sign, out)", body,
+       "Half spinors (1 + sign gamma_mu) psi of the sites rows[lo:hi], all Ls slices: a halo to send.", "@_jit")
     body = []
     for x in [1 << k for k in range(NS.bit_length() - 1)]:
         body += [f"if px == {x}:", "    return (" + ", ".join(f"vxor(t[{k}], {x})" for k in range(6)) + ")"]
     body.append("return (" + ", ".join(f"vpermute(t[{k}], lanes, off)" for k in range(6)) + ")")
     fn("perm6(t, px, lanes, off)", body,
        "Lanes of 6 vectors permuted: l ^ px for a power of two px (one shuffle each), else lanes[off + l].")
-    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile)",
-       _kernel_body(nls, nlg, five_d), "The hopping term on 4D outer sites [lo, hi), all Ls slices; see dhop().", "@_jit")
+    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile, "
+       "sites, halo, ubh)",
+       _kernel_body(nls, nlg, five_d),
+       "The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop().", "@_jit")
     return "\n".join(out) + "\n"
 
 
@@ -284,36 +303,40 @@ def _kernel_body(nls, nlg, five_d):
         "sc = vsplat(coef[0], W)", "al = vsplat(coef[1], W)", "gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)",
         "N4 = U(n4)", "LS = U(Ls)",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
-        "for o0 in range(lo, hi, tile):",
-        "    o1 = min(o0 + tile, hi)",
-        "    O0 = U(o0)",
+        "for i0 in range(lo, hi, tile):",
+        "    i1 = min(i0 + tile, hi)",
+        "    I0 = U(i0)",
     ]
     for p in range(8):
         mu = p % 4
         g = "gf" if p < 4 else "gb"
-        body += ["    for o in range(o0, o1):", "        uo = U(o)", f"        k = U({p}) * N4 + uo"]
+        body += ["    for i in range(i0, i1):", "        uo = U(sites[i])", f"        k = U({p}) * N4 + uo"]
         # the neighbour spinor (its first slice) and the link PD sites ahead, read in PD sites' time
-        # (unrolled with constant offsets: one instruction per cache line)
-        body += ["        if o + PD < n4:", "            n2 = U(nbr[k + PDU])", "            b2 = n2 * LS * FS"]
+        # (unrolled with constant offsets: one instruction per cache line; a halo index prefetches
+        # past the end of psi, which is harmless: prefetches never fault)
+        body += ["        if i + PD < hi:", "            u2 = U(sites[i + PD])", f"            n2 = U(nbr[U({p}) * N4 + u2])",
+                 "            b2 = n2 * LS * FS"]
         body += [f"            prefetch(psi, b2 + L{q})" for q in range(nls)]
-        body += ["            b2 = " + (f"(uo + PDU) * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}")]
+        body += ["            b2 = " + (f"u2 * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}")]
         body += [f"            prefetch({'uf' if p < 4 else 'ub'}, b2 + L{q})" for q in range(nlg)]
-        link = f"uf, uo * GS + M{mu}" if p < 4 else f"ub, n * GS + M{mu}"
         body += ["        n = U(nbr[k])", "        m = perm[k]",
                  "        for s in range(Ls):", "            S = U(s)", "            B = (n * LS + S) * FS",
-                 "            A = ((uo - O0) * LS + S) * FS", "            d = (uo * LS + S) * FS"]
+                 "            A = ((U(i) - I0) * LS + S) * FS", "            d = (uo * LS + S) * FS"]
         if five_d:
             # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
             # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
             body += [f"            prefetch(psi, B + SPF * FS + L{q})" for q in range(nls)]
         for a in range(2):
-            body += [f"            w = proj{mu}h{a}(psi, B, {g})"]
+            # a neighbour on another rank arrives projected (and its backward link in ubh)
+            body += ["            if n < N4:", f"                w = proj{mu}h{a}(psi, B, {g})"]
+            if p >= 4:
+                body += [f"                w = mult_adj(ub, n * GS + M{mu}, w)"]
+            body += ["            else:", f"                w = hload(halo, ((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'})"]
+            if p >= 4:
+                body += [f"                w = mult_adj(ubh, (n - N4) * GS + M{mu}, w)"]
+            body += ["            if m != 0:", "                w = perm6(w, pxor[m], lanes, U(m) * NSU)"]
             if p < 4:
-                body += ["            if m != 0:", "                w = perm6(w, pxor[m], lanes, U(m) * NSU)",
-                         f"            w = mult({link}, w)"]
-            else:
-                body += [f"            w = mult_adj({link}, w)", "            if m != 0:",
-                         "                w = perm6(w, pxor[m], lanes, U(m) * NSU)"]
+                body += [f"            w = mult(uf, uo * GS + M{mu}, w)"]
             if p == 0:
                 body += [f"            init{mu}h{a}(acc_t, A, w, {g})"]
             elif p < 7:
@@ -323,28 +346,37 @@ def _kernel_body(nls, nlg, five_d):
     return body
 
 
-_kernels = {}
+_modules = {}
 
 
-def kernel_for(nsimd, dtype="float64", Ls=1):
-    """The compiled kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (source cached on disk)."""
+def _module(nsimd, dtype, Ls):
     fast = (nsimd, dtype, Ls > 1)  # what dhop() passes: a lookup without np.dtype(...).name (7 us a call)
-    k = _kernels.get(fast)
-    if k is not None:
-        return k
+    m = _modules.get(fast)
+    if m is not None:
+        return m
     key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1)
-    k = _kernels.get(key)
-    if k is None:
+    m = _modules.get(key)
+    if m is None:
         # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
         # version is part of the source, so a change recompiles
         src = f"# simd_numba version {simd_numba.VERSION}\n" + _source(*key)
-        k = load_module(src, "pygrid_wilson").dhop_kernel
-        _kernels[key] = k
+        m = load_module(src, "pygrid_wilson")
+        _modules[key] = m
     try:
-        _kernels[fast] = k
+        _modules[fast] = m
     except TypeError:  # an unhashable dtype argument: the slow path every time
         pass
-    return k
+    return m
+
+
+def kernel_for(nsimd, dtype="float64", Ls=1):
+    """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on disk)."""
+    return _module(nsimd, dtype, Ls).dhop_kernel
+
+
+def pack_kernel_for(nsimd, dtype="float64", Ls=1):
+    """The compiled kernel that packs projected half spinors into a halo message."""
+    return _module(nsimd, dtype, Ls).pack_kernel
 
 
 def _threads():
@@ -364,15 +396,69 @@ def _tile(Ls, nsimd, dtype):
     return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
 
 
-def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag):
-    """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`."""
+_no_halo = {}
+
+#: pieces the interior of a decomposed lattice is computed in, letting the halo messages progress between them
+INTERIOR_CHUNKS = 8
+
+
+def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None):
+    """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`.
+
+    On a lattice split over ranks the face half spinors are packed and sent
+    first, the interior sites computed while they travel, then the boundary
+    sites from the received halo; ``link_halo`` holds the links of the
+    backward neighbours on other ranks (:func:`pygrid.stencil.halo.exchange_rows`
+    of ``ub``; exchanged here when not given).
+    """
     for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
             raise ConformabilityError(f"dhop: {name} buffer must be a C-contiguous host array")
     nsimd, dtype = out.shape[3], out.dtype
     n4 = stencil.neighbours.shape[1]
     k = kernel_for(nsimd, dtype, Ls)
-    backend.accelerator_for(
-        n4, k, out.reshape(-1), psi.reshape(-1), uf.reshape(-1), ub.reshape(-1),
-        stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
-        stencil.lane_xor, n4, int(Ls), coef, diag.reshape(-1), bool(use_diag), _tile(Ls, nsimd, dtype))
+    args = (out.reshape(-1), psi.reshape(-1), uf.reshape(-1), ub.reshape(-1),
+            stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
+            stencil.lane_xor, n4, int(Ls), coef, diag.reshape(-1), bool(use_diag), _tile(Ls, nsimd, dtype))
+    plan = stencil.plan
+    if plan is None or not plan.nhalo:
+        none = _no_halo.get(dtype)
+        if none is None:
+            none = _no_halo.setdefault(dtype, np.zeros(1, dtype))
+        backend.accelerator_for(n4, k, *args, stencil.sites, none, none)
+        return
+    if link_halo is None:
+        link_halo = exchange_rows(plan, ub)
+    if link_halo.shape != (plan.nhalo,) + ub.shape[1:] or link_halo.dtype != dtype:
+        raise ConformabilityError(f"dhop: link halo {link_halo.shape} {link_halo.dtype} does not match the "
+                                  f"stencil's {plan.nhalo} halo rows of {ub.shape[1:]} {dtype}")
+    exchange, halo = _start_halo(backend, psi, plan, Ls, coef)
+    tail = (halo.reshape(-1), link_halo.reshape(-1))
+    inner = stencil.interior
+    step = max(1, -(-len(inner) // INTERIOR_CHUNKS))
+    for c in range(0, len(inner), step):
+        part = inner[c:c + step]
+        backend.accelerator_for(len(part), k, *args, part, *tail)
+        exchange.test()
+    exchange.wait()
+    if len(stencil.boundary):
+        backend.accelerator_for(len(stencil.boundary), k, *args, stencil.boundary, *tail)
+
+
+def _start_halo(backend, psi, plan, Ls, coef):
+    """Pack the projected face half spinors of every point and post their messages."""
+    t = time.perf_counter()
+    nsimd, dtype = psi.shape[3], psi.dtype
+    pack = pack_kernel_for(nsimd, dtype, Ls)
+    flat = psi.reshape(-1)
+    packed = []
+    for p, pt in enumerate(plan.points):
+        buf = np.empty((pt.nface, int(Ls), 6, 2, nsimd), dtype)
+        if pt.nface:
+            # the sign of the projector of point p, as the hopping kernel applies it
+            sign = coef[2] if p < 4 else coef[3]
+            backend.accelerator_for(pt.nface, pack, flat, pt.rows, int(Ls), p % 4, sign, buf.reshape(-1))
+        packed.append(buf)
+    halo = np.empty((plan.nhalo, int(Ls), 6, 2, nsimd), dtype)
+    plan.comm.stats.pack_s += time.perf_counter() - t
+    return plan.start(packed, halo), halo

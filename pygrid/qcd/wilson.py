@@ -13,6 +13,7 @@ from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..lattice import Lattice, convert, pick_checkerboard, set_checkerboard
 from ..memory import ViewMode
 from ..stencil import Stencil, wilson_displacements
+from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
 from . import kernels_wilson as kw
 from .dslash import dhop
@@ -49,6 +50,7 @@ class WilsonFermion:
         # even-odd: U on each checkerboard; stencil[cb] reads a source field of checkerboard cb
         self.U_cb = (pick_checkerboard(0, U), pick_checkerboard(1, U))
         self.stencil_cb = tuple(Stencil(self.rb_grid, wilson_displacements(), cb) for cb in (0, 1))
+        self._link_halos = {}
 
     def __repr__(self):
         return f"WilsonFermion(mass={self.mass}, {self.precision}, {self.grid})"
@@ -87,6 +89,20 @@ class WilsonFermion:
             out.checkerboard = cb
         return out
 
+    def link_halo(self, stencil, links, buf):
+        """The links of ``links`` (its open view ``buf``) at the backward neighbours on other ranks.
+
+        Exchanged once and kept until the field is written again; None on one rank.
+        """
+        if not stencil.nhalo:
+            return None
+        version = links._manager.write_count(links._key)
+        key = (id(stencil), links._key)
+        hit = self._link_halos.get(key)
+        if hit is None or hit[0] != version or hit[1].dtype != buf.dtype:
+            hit = self._link_halos[key] = (version, exchange_rows(stencil.plan, buf))
+        return hit[1]
+
     def _hop(self, psi, out, dag, alpha, name):
         """Full-grid hopping term (alpha != 0: plus alpha * psi)."""
         self._check(psi, False, name)
@@ -94,7 +110,8 @@ class WilsonFermion:
         tgt = Lattice(self.grid, _FERMION, self.precision) if res is psi else res
         with psi.view(ViewMode.AcceleratorRead) as p, self.U.view(ViewMode.AcceleratorRead) as u, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
-            dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag)
+            dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag,
+                 link_halo=self.link_halo(self.stencil, self.U, u))
         if tgt is not res:
             res.assign(tgt)
         return res
@@ -110,7 +127,8 @@ class WilsonFermion:
                 self.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
                 self.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
-            dhop(o, p, uf, ub, self.stencil_cb[cb_in], 1, -0.5, 0.0, None, dag)
+            dhop(o, p, uf, ub, self.stencil_cb[cb_in], 1, -0.5, 0.0, None, dag,
+                 link_halo=self.link_halo(self.stencil_cb[cb_in], self.U_cb[cb_in], ub))
         if tgt is not res:
             res.assign(tgt)
         return res

@@ -11,6 +11,7 @@ import numpy as np
 from ..cartesian import GridCartesian
 from ..cartesian.shift import shift_table
 from ..errors import GridError
+from .halo import halo_plan
 
 
 def wilson_displacements(nd=4):
@@ -65,22 +66,13 @@ class Stencil:
         per row of ``lanes``, x when the map is ``l -> l ^ x`` for a power of two x
         (the half swap of a 2-way split dimension, one shuffle instruction), else 0.
 
-    Halo buffers (MPI, not implemented here).  With more than one rank in a
-    dimension, a neighbour across the rank boundary lives in a halo buffer
-    rather than in the local field.  The layout reserved for that is:
-    ``halo_offsets[p]`` the first index of point p's face in one halo array of
-    shape (nhalo, ncomp, 2, nsimd) (same site layout as a field buffer), and
-    ``neighbours[p, o] = osites + halo_offsets[p] + k`` for the k-th face site,
-    so a kernel reads ``psi[n]`` when ``n < osites`` and ``halo[n - osites]``
-    otherwise, with the same lane permute rules.  A face exchange (i) gathers
-    the boundary outer sites ``face_sites(p)`` of the source field (the sites
-    whose neighbour for the *opposite* displacement leaves the rank), packs
-    them (optionally spin-projected to half spinors, as Grid does), (ii) sends
-    them to the neighbouring rank in direction -disp_p with
-    ``communicator.sendrecv``, and (iii) writes the received faces into the
-    halo array at ``halo_offsets[p]``; then the unchanged kernel runs.  On
-    one rank ``nhalo == 0`` and every neighbour is local (periodic wrap), which
-    is all this version builds.
+    Halos (MPI).  On a grid split over ranks, a neighbour on another rank is
+    read from a halo array: ``neighbours[p, o] = osites + halo_offsets[p] + k``
+    for the k-th face site of point p (a :class:`pygrid.stencil.halo.HaloPlan`,
+    ``plan``), with the same lane permute rules; ``nhalo`` rows in all.
+    ``interior`` lists the outer sites that read no halo row (computed while
+    the halo messages travel), ``boundary`` the others; ``sites`` is every
+    outer site.  On one rank ``nhalo == 0`` and every neighbour is local.
     """
 
     def __init__(self, grid, displacements, checkerboard=None):
@@ -91,8 +83,6 @@ class Stencil:
                 raise GridError("a stencil on a red-black grid needs checkerboard 0 or 1 (the source checkerboard)")
         elif checkerboard is not None:
             raise GridError("checkerboard is only meaningful for a stencil on a red-black grid")
-        if any(p > 1 for p in grid.mpi_layout):
-            raise GridError("Stencil: halo exchange across ranks is not implemented yet (mpi_layout must be all 1)")
         disps = [tuple(int(v) for v in d) for d in displacements]
         if not disps:
             raise GridError("Stencil needs at least one displacement")
@@ -108,9 +98,10 @@ class Stencil:
         self.dest_checkerboards = []
         ident = np.arange(grid.nsimd, dtype=np.int32)
         stacked = [ident]
+        self.plan = halo_plan(grid, checkerboard, tuple(disps)) if grid.decomposed else None
         for p, d in enumerate(disps):
             nbr, perm, lanes, dest_cb = shift_table(grid, checkerboard, d)
-            self.neighbours[p] = nbr
+            self.neighbours[p] = nbr if self.plan is None else self.plan.neighbours[p]
             self.permutes[p] = perm
             self.lane_maps.append(lanes)
             self.dest_checkerboards.append(dest_cb)
@@ -121,10 +112,13 @@ class Stencil:
             self.perm[p] = glob[perm]
         self.lanes = np.ascontiguousarray(np.array(stacked, dtype=np.int32))
         self.lane_xor = lane_xor(self.lanes)
-        # halo layout (empty on one rank; see the class docstring)
-        self.halo_offsets = np.zeros(self.npoints, dtype=np.int64)
-        self.nhalo = 0
-        for a in (self.neighbours, self.permutes, self.perm, self.lanes, self.lane_xor):
+        self.halo_offsets = np.array([pt.offset for pt in self.plan.points] if self.plan else [0] * self.npoints,
+                                     dtype=np.int64)
+        self.nhalo = self.plan.nhalo if self.plan else 0
+        self.sites = np.arange(osites, dtype=np.int32)
+        self.interior = self.sites if self.plan is None else self.plan.interior
+        self.boundary = self.sites[:0] if self.plan is None else self.plan.boundary
+        for a in (self.neighbours, self.permutes, self.perm, self.lanes, self.lane_xor, self.sites):
             a.setflags(write=False)
 
     @property
@@ -134,15 +128,6 @@ class Stencil:
         if len(s) != 1:
             raise GridError("the points of this stencil write to different checkerboards")
         return s.pop()
-
-    def face_sites(self, p):
-        """Outer sites whose neighbour for point p lies in another virtual node (a lane permute).
-
-        With MPI, the sites whose neighbour leaves the rank are a subset of these
-        when the dimension is SIMD-split; the halo builder will compute them from
-        the coordinates instead.
-        """
-        return np.nonzero(self.permutes[p] != 0)[0]
 
     def __repr__(self):
         cb = "" if self.checkerboard is None else f", cb={self.checkerboard}"
