@@ -23,6 +23,7 @@ import time
 
 import importlib
 
+from . import communicator
 from .errors import BackendError, ConfigError, PyGridError
 
 _config = importlib.import_module("pygrid.config")
@@ -236,8 +237,11 @@ def _config_block(kind, cfg, args, grids, precisions, numba_threads):
     lines.append(f"  device-mem      {dm} ({mgr.device.name} device)")
     it = "auto (about 2 s per kernel)" if args.iterations is None else str(args.iterations)
     lines.append(f"  iterations      {it}, warm-up {args.warmup}")
-    if cfg.mpi is not None:
-        lines.append(f"  mpi             {dotted(cfg.mpi)} requested; this version runs on one rank")
+    comm = communicator.world()
+    if comm.size > 1 or cfg.mpi is not None:
+        g = make_grid(grids[0], precisions[0], args.simd)
+        lines.append(f"  mpi             {dotted(g.mpi_layout)}: {comm.size} rank{'s' if comm.size > 1 else ''}, "
+                     f"{dotted(g.ldims)} sites per rank")
     lines.append(f"  pygrid          {pg.__version__}, python {platform.python_version()}")
     return "\n".join(lines)
 
@@ -294,7 +298,7 @@ def _benchmark(argv):
                 plan(common.make_grid(dims, prec, args.simd).gsites * 24 * common.real_bytes(prec),
                      cfg.device_mem)
     numba_threads = common.set_numba_threads(cfg.resolved_threads())
-    progress = common.Progress(quiet=args.quiet)
+    progress = common.Progress(quiet=args.quiet or not communicator.world().is_root)
     timer = common.Timer(args.iterations, args.warmup, progress=progress)
     ctx = common.Context(timer, progress, simd_layout=args.simd, Ls=args.Ls)
 
@@ -332,6 +336,8 @@ def _benchmark(argv):
     print(f"\ndone in {elapsed:.1f} s", flush=True)
 
     run_dicts = [r.to_dict() for r in runs]
+    if not communicator.world().is_root:  # rank 0 writes the files
+        return status
     if args.json:
         import pygrid as pg
 
@@ -546,9 +552,15 @@ def main(argv=None):
 
     if argv is None:
         argv = sys.argv[1:]
+    comm = communicator.world()
+    if not comm.is_root:
+        # one report per job, from rank 0, as Grid does; errors still reach stderr from every rank
+        sys.stdout = open(os.devnull, "w")
     try:
         status = _dispatch(list(argv))
     except (PyGridError, BenchmarkUnavailable, PlotUnavailable) as e:
+        if comm.size > 1:
+            comm.abort(f"error: {_one_line(e)}", EXIT_USAGE)
         sys.stderr.write(f"pygrid: error: {_one_line(e)}\n")
         status = EXIT_USAGE
     except KeyboardInterrupt:

@@ -268,9 +268,12 @@ class Config:
         if self.threads is not None:
             return self.threads
         try:
-            return max(1, len(os.sched_getaffinity(0)))
+            cores = max(1, len(os.sched_getaffinity(0)))
         except (AttributeError, OSError):
-            return max(1, os.cpu_count() or 1)
+            cores = max(1, os.cpu_count() or 1)
+        from .communicator import ranks_on_this_node
+
+        return max(1, cores // ranks_on_this_node())
 
     @property
     def device_mem_bytes(self) -> int | None:

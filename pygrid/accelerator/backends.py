@@ -235,10 +235,13 @@ def _default_threads():
         v = os.environ.get(var, "").split(",")[0].strip()
         if v.isdigit() and int(v) > 0:
             return int(v)
+    from ..communicator import ranks_on_this_node
+
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, cores // ranks_on_this_node())  # ranks on one node share its cores
 
 
 _backends = {}

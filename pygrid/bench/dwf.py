@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import BenchmarkUnavailable, Kernel, lanes_note, make_grid, measure_copy, new_run, real_bytes
+from .common import (NO_NUMPY_UNDER_MPI, BenchmarkUnavailable, Kernel, lanes_note, make_grid, measure_copy,
+                     mpi_summary, new_run, real_bytes, time_operator)
 from .wilson import MASS, VERIFY_DIMS, dhop_reference
 
 FLOPS_PER_SITE = 1320
@@ -73,15 +74,23 @@ def run(dims, precision, ctx):
     grid4 = make_grid(dims, precision, ctx.simd_layout)
     rb = real_bytes(precision)
     U, D, psi, chi = _setup(grid4, Ls, precision, ctx.seed)
-    V5 = grid4.gsites * Ls
+    V5 = grid4.osites * grid4.nsimd * Ls  # this rank's sites
     r = new_run("dwf", grid4, precision)
     note = lanes_note(grid4, precision)
     if note:
         r.notes.append(note)
     ctx.progress.step(f"dwf {precision}: compiling and timing Dhop (Ls={Ls})")
-    t, tmin, it = ctx.timer(lambda: D.Dhop(psi, out=chi), f"dwf {precision} Dhop")
+    t, tmin, it, extra = time_operator(ctx, lambda: D.Dhop(psi, out=chi), f"dwf {precision} Dhop", grid4)
     r.kernels.append(Kernel("Dhop", "pygrid", t, tmin, it, V5, FLOPS_PER_SITE, reals_per_site(Ls) * rb,
-                            f"DomainWallFermion.Dhop, Ls={Ls}; bytes: 8 spinors + result, links shared by Ls"))
+                            f"DomainWallFermion.Dhop, Ls={Ls}; bytes: 8 spinors + result, links shared by Ls", extra))
+    r.extra["Ls"] = Ls
+    r.extra["M5"] = M5
+    if grid4.decomposed:
+        r.roofline = measure_copy(V5 * 360 * rb, precision, ctx.timer, f"dwf {precision} copy")
+        r.notes.append(mpi_summary(r.kernels[0], grid4))
+        r.notes.append(NO_NUMPY_UNDER_MPI)
+        r.main = "Dhop"
+        return r
     Ua, pa = U.to_numpy(), psi.to_numpy()
     ctx.progress.step(f"dwf {precision}: numpy reference Dhop")
     t, tmin, it = ctx.timer(lambda: dhop_reference(Ua, pa, (1, 2, 3, 4)), f"dwf {precision} numpy",
@@ -90,6 +99,4 @@ def run(dims, precision, ctx):
                             reals_per_site(Ls) * rb, "plain numpy Dhop (np.roll + einsum) per s slice"))
     r.roofline = measure_copy(V5 * 360 * rb, precision, ctx.timer, f"dwf {precision} copy")
     r.main, r.baseline = "Dhop", "numpy_Dhop"
-    r.extra["Ls"] = Ls
-    r.extra["M5"] = M5
     return r

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import BenchmarkUnavailable, Kernel, lanes_note, make_grid, measure_copy, new_run, real_bytes
+from .common import (NO_NUMPY_UNDER_MPI, BenchmarkUnavailable, Kernel, lanes_note, make_grid, measure_copy,
+                     mpi_summary, new_run, real_bytes, time_operator)
 
 FLOPS_PER_SITE = 1320
 REALS_PER_SITE = 8 * 24 + 8 * 18 + 24   # 360
@@ -100,7 +101,7 @@ def verify(precision, ctx):
 def run(dims, precision, ctx):
     W = operator_class()
     grid = make_grid(dims, precision, ctx.simd_layout)
-    V = grid.gsites
+    V = grid.osites * grid.nsimd  # this rank's sites (all of them on one rank)
     rb = real_bytes(precision)
     U, psi, chi = _setup(grid, precision, ctx.seed)
     D = W(U, MASS)
@@ -109,17 +110,21 @@ def run(dims, precision, ctx):
     if note:
         r.notes.append(note)
     ctx.progress.step(f"wilson {precision}: compiling and timing Dhop")
-    t, tmin, it = ctx.timer(lambda: D.Dhop(psi, out=chi), f"wilson {precision} Dhop")
+    t, tmin, it, extra = time_operator(ctx, lambda: D.Dhop(psi, out=chi), f"wilson {precision} Dhop", grid)
     r.kernels.append(Kernel("Dhop", "pygrid", t, tmin, it, V, FLOPS_PER_SITE, REALS_PER_SITE * rb,
-                            "WilsonFermion.Dhop(psi, out=chi); bytes: " + BYTE_MODEL))
+                            "WilsonFermion.Dhop(psi, out=chi); bytes: " + BYTE_MODEL, extra))
+    r.roofline = measure_copy(V * 360 * rb, precision, ctx.timer, f"wilson {precision} copy")
+    r.extra["byte_model"] = BYTE_MODEL
+    r.extra["mass"] = MASS
+    if grid.decomposed:
+        r.notes.append(mpi_summary(r.kernels[0], grid))
+        r.notes.append(NO_NUMPY_UNDER_MPI)
+        r.main = "Dhop"
+        return r
     Ua, pa = U.to_numpy(), psi.to_numpy()
     ctx.progress.step(f"wilson {precision}: numpy reference Dhop")
     t, tmin, it = ctx.timer(lambda: dhop_reference(Ua, pa), f"wilson {precision} numpy", target=1.0, max_warmup=1)
     r.kernels.append(Kernel("numpy_Dhop", "numpy", t, tmin, it, V, FLOPS_PER_SITE, REALS_PER_SITE * rb,
                             "plain numpy Dhop (np.roll + einsum) on to_numpy() arrays"))
-    ctx.progress.step(f"wilson {precision}: bandwidth roofline")
-    r.roofline = measure_copy(V * 360 * rb, precision, ctx.timer, f"wilson {precision} copy")
     r.main, r.baseline = "Dhop", "numpy_Dhop"
-    r.extra["byte_model"] = BYTE_MODEL
-    r.extra["mass"] = MASS
     return r

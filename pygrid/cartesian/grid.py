@@ -71,7 +71,16 @@ class GridCartesian:
         self.ldims = tuple(f // p for f, p in zip(fdims, mpi_layout))
         self.lstart = tuple(c * l for c, l in zip(self.processor_coor, self.ldims))
         if simd_layout is None:
-            simd_layout = default_simd_layout(self.ldims, nsimd or default_nsimd(precision), skip=self._no_simd_dims())
+            want = nsimd or default_nsimd(precision)
+            skip = tuple(self._no_simd_dims())
+            simd_layout = default_simd_layout(self.ldims, want, skip=skip)
+            # lanes in a rank-split dimension make halo rows half remote (a merge, and twice the bytes sent):
+            # keep them out of those dimensions when the others can hold as many lanes
+            split = tuple(d for d, p in enumerate(mpi_layout) if p > 1)
+            if split:
+                alt = default_simd_layout(self.ldims, want, skip=skip + split)
+                if math.prod(alt) == math.prod(simd_layout):
+                    simd_layout = alt
         else:
             simd_layout = tuple(simd_layout)
         self._set_layout(self.ldims, simd_layout)

@@ -20,7 +20,7 @@ from .base import Communicator, CommStats, layout_str
 from .layout import default_mpi_layout, processor_coor, rank_of
 
 __all__ = ["Communicator", "CommStats", "SingleRank", "world", "default_mpi_layout", "processor_coor",
-           "rank_of", "launched_by_mpi", "layout_str"]
+           "rank_of", "launched_by_mpi", "layout_str", "ranks_on_this_node"]
 
 #: environment variables that MPI launchers set in every process they start
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
@@ -74,6 +74,15 @@ def launched_by_mpi():
     if force is not None:
         return force.strip() not in ("", "0", "false", "no")
     return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def ranks_on_this_node():
+    """Ranks an MPI launcher started on this node (1 outside MPI): they share its cores."""
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"):
+        n = os.environ.get(var, "").split("(")[0]
+        if n.isdigit() and int(n) > 0:
+            return int(n)
+    return 1
 
 
 _world = None

@@ -445,20 +445,34 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
         backend.accelerator_for(len(stencil.boundary), k, *args, stencil.boundary, *tail)
 
 
+#: message and halo buffers by (plan, Ls, dtype): fresh ones would page-fault on every call
+_halo_buffers = {}
+
+
+def _buffers(plan, Ls, nsimd, dtype):
+    key = (id(plan), int(Ls), np.dtype(dtype).char)
+    hit = _halo_buffers.get(key)
+    if hit is None or hit[0] is not plan:
+        if len(_halo_buffers) > 64:
+            _halo_buffers.clear()
+        shape = (int(Ls), 6, 2, nsimd)
+        hit = _halo_buffers[key] = (plan, [np.empty((pt.nface,) + shape, dtype) for pt in plan.points],
+                                    np.empty((plan.nhalo,) + shape, dtype))
+    return hit[1], hit[2]
+
+
 def _start_halo(backend, psi, plan, Ls, coef):
     """Pack the projected face half spinors of every point and post their messages."""
     t = time.perf_counter()
     nsimd, dtype = psi.shape[3], psi.dtype
     pack = pack_kernel_for(nsimd, dtype, Ls)
     flat = psi.reshape(-1)
-    packed = []
+    packed, halo = _buffers(plan, Ls, nsimd, dtype)
     for p, pt in enumerate(plan.points):
-        buf = np.empty((pt.nface, int(Ls), 6, 2, nsimd), dtype)
+        buf = packed[p]
         if pt.nface:
             # the sign of the projector of point p, as the hopping kernel applies it
             sign = coef[2] if p < 4 else coef[3]
             backend.accelerator_for(pt.nface, pack, flat, pt.rows, int(Ls), p % 4, sign, buf.reshape(-1))
-        packed.append(buf)
-    halo = np.empty((plan.nhalo, int(Ls), 6, 2, nsimd), dtype)
     plan.comm.stats.pack_s += time.perf_counter() - t
     return plan.start(packed, halo), halo

@@ -96,14 +96,19 @@ class HaloPlan:
                     mask = np.zeros_like(hit)
                     np.put_along_axis(mask, src_lane, hit, axis=1)
                     kidx = np.nonzero(np.any(mask, axis=1))[0]
-                    groups.append((kidx, mask[kidx], rank_of(tuple(me - g), P), rank_of(tuple(me + g), P)))
-            direct = len(groups) == 1 and len(groups[0][0]) == len(face) and bool(np.all(groups[0][1]))
+                    m = mask[kidx]
+                    if len(kidx) and np.array_equal(kidx, np.arange(kidx[0], kidx[-1] + 1)):
+                        kidx = slice(int(kidx[0]), int(kidx[-1]) + 1)  # a view, not a gather
+                    groups.append((kidx, _lane_selector(m), rank_of(tuple(me - g), P), rank_of(tuple(me + g), P)))
+            direct = (len(groups) == 1 and _rows(groups[0][0]) == len(face)
+                      and isinstance(groups[0][1], slice) and groups[0][1] == slice(0, grid.nsimd, 1))
             self.points.append(PointHalo(face, rows, offset, groups, direct))
             self.neighbours[p] = nbr
             self.neighbours[p, face] = osites + offset + np.arange(len(face))
             touched[face] = True
             offset += len(face)
         self.nhalo = offset
+        self._recv = {}  # receive buffers of lane-merged rows, by (row shape, dtype)
         self.interior = np.nonzero(~touched)[0].astype(np.int32)
         self.boundary = np.nonzero(touched)[0].astype(np.int32)
         for a in (self.neighbours, self.interior, self.boundary):
@@ -126,11 +131,21 @@ class HaloPlan:
                 continue
             rows[...] = packed[p]  # the lanes that stay on this rank
             for gi, (kidx, mask, to, frm) in enumerate(pt.groups):
-                buf = np.empty((len(kidx),) + rows.shape[1:], rows.dtype)
+                buf = self._buffer(p, gi, _rows(kidx), rows.shape[1:], rows.dtype)
                 recvs.append((buf, frm, 64 * p + gi))
                 sends.append((np.ascontiguousarray(packed[p][kidx]), to, 64 * p + gi))
-                merges.append((pt.offset + kidx, mask, buf))
+                where = (slice(pt.offset + kidx.start, pt.offset + kidx.stop) if isinstance(kidx, slice)
+                         else pt.offset + kidx)
+                merges.append((where, mask, buf))
         return Exchange(self.comm.exchange(sends, recvs), merges, halo)
+
+    def _buffer(self, p, g, n, shape, dtype):
+        # kept from call to call: a fresh buffer of this size would page-fault on every exchange
+        key = (p, g, shape, np.dtype(dtype).char)
+        buf = self._recv.get(key)
+        if buf is None:
+            buf = self._recv[key] = np.empty((n,) + tuple(shape), dtype)
+        return buf
 
 
 class Exchange:
@@ -144,13 +159,33 @@ class Exchange:
 
     def wait(self):
         self.requests.wait()
-        for idx, mask, buf in self.merges:
-            m = mask.reshape(mask.shape[:1] + (1,) * (buf.ndim - 2) + mask.shape[1:])
-            rows = self.halo[idx]
-            np.copyto(rows, buf, where=m)
-            self.halo[idx] = rows
+        for idx, lanes, buf in self.merges:
+            if isinstance(lanes, np.ndarray):  # a lane mask per row
+                m = lanes.reshape(lanes.shape[:1] + (1,) * (buf.ndim - 2) + lanes.shape[1:])
+                rows = self.halo[idx]
+                np.copyto(rows, buf, where=m)
+                self.halo[idx] = rows
+            elif isinstance(idx, slice):
+                self.halo[idx][..., lanes] = buf[..., lanes]
+            else:
+                self.halo[idx, ..., lanes] = buf[..., lanes]
         self.merges = []
         return self.halo
+
+
+def _rows(kidx):
+    return kidx.stop - kidx.start if isinstance(kidx, slice) else len(kidx)
+
+
+def _lane_selector(mask):
+    """The remote lanes of a group: a slice when every row has the same evenly spaced ones
+    (a strided copy merges them), else the (rows, nsimd) mask itself."""
+    if np.all(mask == mask[:1]):
+        lanes = np.nonzero(mask[0])[0]
+        step = int(lanes[1] - lanes[0]) if len(lanes) > 1 else 1
+        if np.array_equal(lanes, np.arange(lanes[0], lanes[-1] + 1, step)):
+            return slice(int(lanes[0]), int(lanes[-1]) + 1, step)
+    return mask
 
 
 @functools.lru_cache(maxsize=256)
