@@ -1,7 +1,7 @@
 # pygrid: set-up and entry points.
 #
 #   make run    create .venv if missing, install pygrid, run the Wilson Dslash benchmark
-#   make test   create .venv if missing, install pygrid[test,sycl], run the test suite
+#   make test   create .venv if missing, install pygrid[test,sycl,mpi], run the test suite
 #   make clean  remove caches and build leftovers (keeps .venv)
 #   make distclean  clean, and remove .venv too
 #
@@ -42,11 +42,19 @@ EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions
 SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py \
                tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py
 
+# The MPI passes run the collective suites of tests/mpi (expressions, shifts, reductions, RNG,
+# Wilson, domain wall, CG, gauge IO) as 2- and 4-rank jobs of MPICH (the [mpi] extra),
+# oversubscribed on small machines; each compares with the same computation on one rank.
+# A failing rank aborts its job, and `timeout` bounds a job that would hang.
+MPI_RUN := $(TEST_ENV) timeout 900 $(VENV)/bin/mpiexec
+
 test: $(STAMP_TEST)
 	@mkdir -p $(CACHE_DIR)/numba
 	$(TEST_ENV) $(VPY) -m pytest -q -x --durations=15 $(PYTEST_ARGS) tests
 	$(TEST_ENV) PYGRID_TEST_DEVICE=emulated PYGRID_TEST_DEVICE_MEM=2 $(VPY) -m pytest -q -x $(EMULATED_SUITES)
 	$(TEST_ENV) PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=2 $(VPY) -m pytest -q -x $(SYCL_SUITES)
+	$(MPI_RUN) -n 2 $(VPY) -m pytest -q -x -p no:cacheprovider tests/mpi
+	$(MPI_RUN) -n 4 $(VPY) -m pytest -q -x -p no:cacheprovider tests/mpi
 
 $(VPY):
 	@echo "Creating $(VENV) with $(PYTHON)"
@@ -63,10 +71,10 @@ $(STAMP_RUN): | $(VPY)
 	$(drop_stale_stamps)
 	@touch $@
 
-# [test,sycl] includes everything `run` needs, so it satisfies both stamps.
+# [test,sycl,mpi] includes everything `run` needs, so it satisfies both stamps.
 $(STAMP_TEST): | $(VPY)
-	@echo "Installing pygrid[test,sycl] into $(VENV) (quiet; takes a minute the first time)"
-	$(PIP) -e '.[test,sycl]'
+	@echo "Installing pygrid[test,sycl,mpi] into $(VENV) (quiet; takes a minute the first time)"
+	$(PIP) -e '.[test,sycl,mpi]'
 	$(drop_stale_stamps)
 	@touch $@ $(STAMP_RUN)
 
