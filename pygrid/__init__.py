@@ -66,6 +66,13 @@ def init(argv=None, **overrides):
     cfg, rest = _config.parse_args(list(argv))
     if overrides:
         cfg = _config.make_config(cfg, **overrides)
+    if cfg.mpi is not None:
+        from .communicator import check_ranks, world
+
+        try:
+            check_ranks(cfg.mpi, world())
+        except GridError as e:
+            raise ConfigError(str(e)) from None
     backend = set_backend(cfg.accelerator)
     backend.set_threads(cfg.threads)
     # the memory manager's device follows the backend (USM for sycl, CuPy for cuda/hip)

@@ -45,11 +45,27 @@ logger = logging.getLogger(LOGGER_NAME)
 _default_handler = None
 
 
+def _root_rank_only(record):
+    """Under MPI every rank runs the same solve: rank 0 speaks for them (PYGRID_LOG_ALL_RANKS=1: all do)."""
+    import os
+
+    from ..communicator import world
+
+    comm = world()
+    if comm.size == 1:
+        return True
+    if os.environ.get("PYGRID_LOG_ALL_RANKS", "") not in ("", "0"):
+        record.msg = f"[rank {comm.rank}] {record.msg}"
+        return True
+    return comm.is_root
+
+
 def _ensure_handler():
     global _default_handler
     if _default_handler is None and not logger.hasHandlers():
         h = logging.StreamHandler(sys.stdout)
         h.setFormatter(logging.Formatter("pygrid : %(levelname)-9s : %(message)s"))
+        h.addFilter(_root_rank_only)
         logger.addHandler(h)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.DEBUG)
