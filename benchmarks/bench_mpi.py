@@ -1,0 +1,140 @@
+"""Weak scaling of the Wilson hopping term over MPI ranks, and the halo exchange on its own.
+
+    python benchmarks/bench_mpi.py                       # 8^4 and 16^4 per rank, 1, 2 and 4 ranks
+    python benchmarks/bench_mpi.py --local 16.16.16.16 --ranks 1,2 --repeat 3
+
+For each volume per rank it runs ``pygrid benchmark wilson`` (or ``dwf`` with
+``--kind dwf``) with one thread per rank: as one process on the local volume,
+and under ``mpiexec -n N`` on N times that volume (``--mpi 1.1.1.2`` for 2
+ranks, ``1.1.2.2`` for 4).  The runs alternate, ``--repeat`` times, so that a
+slow phase of the machine hits every configuration alike; the best of the
+repeats is kept.  It prints Dhop GFlop/s per rank, the ratio to one rank, the
+halo bytes per call and rank, and the fraction of the communication time that
+computation hid.  With more ranks than cores the ranks share cores, and the
+rate per rank drops by that factor: the table says so.
+
+``--halo`` measures the exchange alone: two ranks swap messages of a face's
+size through ``Communicator.exchange`` (loopback on one machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+LAYOUTS = {1: (1, 1, 1, 1), 2: (1, 1, 1, 2), 4: (1, 1, 2, 2), 8: (1, 2, 2, 2)}
+
+
+def dotted(v):
+    return ".".join(str(int(x)) for x in v)
+
+
+def mpiexec():
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if exe is None:
+        sys.exit("bench_mpi: mpiexec not found; pip install 'pygrid[mpi]'")
+    return exe
+
+
+def run_once(kind, local, n, extra):
+    layout = LAYOUTS[n]
+    grid = [l * p for l, p in zip(local, layout)]
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "run.json")
+        cmd = [sys.executable, "-m", "pygrid", "benchmark", kind, "--grid", dotted(grid), "--threads", "1",
+               "--precision", "double", "--quiet", "--json", out, *extra]
+        if n > 1:
+            cmd = [mpiexec(), "-n", str(n), *cmd, "--mpi", dotted(layout)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"bench_mpi: {' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+        with open(out) as f:
+            doc = json.load(f)
+    k = doc["runs"][0]["kernels"]["Dhop"]
+    m = k.get("_mpi", {})
+    return {"gflops": k["gflops"], "halo_mb": m.get("halo_bytes_per_call", 0) / 1e6,
+            "hidden": m.get("hidden_fraction"), "exposed_ms": 1e3 * m.get("exposed_seconds_per_call", 0.0),
+            "comm_ms": 1e3 * m.get("comm_seconds_per_call", 0.0), "ms": 1e3 * k["seconds_per_call"]}
+
+
+def scaling(args):
+    cores = len(os.sched_getaffinity(0))
+    extra = ["--Ls", str(args.Ls)] if args.kind == "dwf" else []
+    print(f"{args.kind} Dhop, double precision, 1 thread per rank, {cores} cores; best of {args.repeat} "
+          "alternating runs")
+    print(f"{'per rank':>12} {'ranks':>5} {'GFlop/s/rank':>12} {'vs 1 rank':>9} {'halo MB/call':>12} "
+          f"{'comm ms':>8} {'exposed ms':>10} {'hidden':>6}")
+    for local in args.local:
+        best = {}
+        for _ in range(args.repeat):
+            for n in args.ranks:
+                r = run_once(args.kind, local, n, extra)
+                if n not in best or r["gflops"] > best[n]["gflops"]:
+                    best[n] = r
+        base = best.get(1)
+        for n in args.ranks:
+            r = best[n]
+            ratio = f"{r['gflops'] / base['gflops']:9.2f}" if base else f"{'-':>9}"
+            hidden = "-" if r["hidden"] is None else f"{100 * r['hidden']:.0f}%"
+            share = "  (ranks share cores)" if n > cores else ""
+            print(f"{dotted(local):>12} {n:>5} {r['gflops']:12.3f} {ratio} {r['halo_mb']:12.3f} "
+                  f"{r['comm_ms']:8.3f} {r['exposed_ms']:10.3f} {hidden:>6}{share}")
+
+
+def halo_bandwidth(args):
+    """Under mpiexec -n 2: two ranks swap two messages each way, as a Dhop split in one dimension does."""
+    import numpy as np
+
+    from pygrid.communicator import world
+
+    comm = world()
+    if comm.size != 2:
+        sys.exit("--halo runs under mpiexec -n 2")
+    other = 1 - comm.rank
+    if comm.is_root:
+        print("halo exchange, 2 ranks on one machine: 2 messages each way per exchange")
+        print(f"{'MB per message':>15} {'us per exchange':>16} {'GB/s per rank':>14}")
+    for nbytes in (16 << 10, 128 << 10, 1 << 20, 4 << 20):
+        send = [np.ones(nbytes // 8) for _ in range(2)]
+        recv = [np.empty(nbytes // 8) for _ in range(2)]
+        n = max(20, min(2000, (64 << 20) // nbytes))
+        comm.barrier()
+        t = time.perf_counter()
+        for _ in range(n):
+            comm.exchange([(s, other, k) for k, s in enumerate(send)],
+                          [(r, other, k) for k, r in enumerate(recv)]).wait()
+        dt = comm.max((time.perf_counter() - t) / n)
+        if comm.is_root:
+            print(f"{nbytes / 1e6:15.3f} {1e6 * dt:16.1f} {2 * nbytes / dt / 1e9:14.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kind", choices=("wilson", "dwf"), default="wilson")
+    ap.add_argument("--local", default="8.8.8.8,16.16.16.16", help="volumes per rank, comma-separated")
+    ap.add_argument("--ranks", default="1,2,4", help="rank counts, comma-separated (1, 2, 4, 8)")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--Ls", type=int, default=8)
+    ap.add_argument("--halo", action="store_true", help="the halo exchange bandwidth (run under mpiexec -n 2)")
+    args = ap.parse_args()
+    if args.halo:
+        if "PMI_RANK" not in os.environ and "OMPI_COMM_WORLD_SIZE" not in os.environ:
+            os.execv(mpiexec(), [mpiexec(), "-n", "2", sys.executable, *sys.argv])
+        return halo_bandwidth(args)
+    args.local = [tuple(int(x) for x in v.split(".")) for v in args.local.split(",")]
+    args.ranks = [int(n) for n in args.ranks.split(",")]
+    bad = [n for n in args.ranks if n not in LAYOUTS]
+    if bad or any(len(v) != 4 for v in args.local):
+        sys.exit(f"bench_mpi: ranks must be among {sorted(LAYOUTS)} and volumes X.Y.Z.T")
+    assert all(math.prod(LAYOUTS[n]) == n for n in LAYOUTS)
+    scaling(args)
+
+
+if __name__ == "__main__":
+    main()
