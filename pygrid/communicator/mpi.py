@@ -18,15 +18,21 @@ from ..errors import BackendError
 from .base import Communicator
 
 
+_MPI = None
+
+
 def _mpi():
-    try:
-        from mpi4py import MPI
-    except ImportError as e:  # pragma: no cover - depends on the installation
-        raise BackendError(
-            "this program was started by an MPI launcher but mpi4py is not installed; "
-            "pip install 'pygrid[mpi]' (mpi4py with MPICH), or mpi4py built against your cluster's MPI "
-            "(docs/mpi.md)") from e
-    return MPI
+    global _MPI
+    if _MPI is None:
+        try:
+            from mpi4py import MPI
+        except ImportError as e:  # pragma: no cover - depends on the installation
+            raise BackendError(
+                "this program was started by an MPI launcher but mpi4py is not installed; "
+                "pip install 'pygrid[mpi]' (mpi4py with MPICH), or mpi4py built against your cluster's MPI "
+                "(docs/mpi.md)") from e
+        _MPI = MPI
+    return _MPI
 
 
 class _Requests:

@@ -434,10 +434,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
                                   f"stencil's {plan.nhalo} halo rows of {ub.shape[1:]} {dtype}")
     exchange, halo = _start_halo(backend, psi, plan, Ls, coef)
     tail = (halo.reshape(-1), link_halo.reshape(-1))
-    inner = stencil.interior
-    step = max(1, -(-len(inner) // INTERIOR_CHUNKS))
-    for c in range(0, len(inner), step):
-        part = inner[c:c + step]
+    for part in _interior_pieces(stencil):
         backend.accelerator_for(len(part), k, *args, part, *tail)
         exchange.test()
     exchange.wait()
@@ -459,6 +456,18 @@ def _buffers(plan, Ls, nsimd, dtype):
         hit = _halo_buffers[key] = (plan, [np.empty((pt.nface,) + shape, dtype) for pt in plan.points],
                                     np.empty((plan.nhalo,) + shape, dtype))
     return hit[1], hit[2]
+
+
+_pieces = {}
+
+
+def _interior_pieces(stencil):
+    hit = _pieces.get(id(stencil))
+    if hit is None or hit[0] is not stencil:
+        inner = stencil.interior
+        step = max(1, -(-len(inner) // INTERIOR_CHUNKS))
+        hit = _pieces[id(stencil)] = (stencil, [inner[c:c + step] for c in range(0, len(inner), step)])
+    return hit[1]
 
 
 def _start_halo(backend, psi, plan, Ls, coef):
