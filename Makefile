@@ -45,6 +45,8 @@ SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py 
 # The MPI passes run the collective suites of tests/mpi (expressions, shifts, reductions, RNG,
 # Wilson, domain wall, CG, gauge IO) as 2- and 4-rank jobs of MPICH (the [mpi] extra),
 # oversubscribed on small machines; each compares with the same computation on one rank.
+# The last pass runs the field and Dirac suites on the sycl backend (fields in USM device
+# memory, faces gathered on the device and exchanged through the host).
 # A failing rank aborts its job, and `timeout` bounds a job that would hang.
 MPI_RUN := $(TEST_ENV) timeout 900 $(VENV)/bin/mpiexec
 
@@ -55,6 +57,8 @@ test: $(STAMP_TEST)
 	$(TEST_ENV) PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=2 $(VPY) -m pytest -q -x $(SYCL_SUITES)
 	$(MPI_RUN) -n 2 $(VPY) -m pytest -q -x -p no:cacheprovider tests/mpi
 	$(MPI_RUN) -n 4 $(VPY) -m pytest -q -x -p no:cacheprovider tests/mpi
+	PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=2 $(MPI_RUN) -n 2 $(VPY) -m pytest -q -x -p no:cacheprovider \
+	    tests/mpi/test_fields_mpi.py tests/mpi/test_dirac_mpi.py
 
 $(VPY):
 	@echo "Creating $(VENV) with $(PYTHON)"

@@ -332,7 +332,7 @@ class FakeField:
         self.site_type = FakeSiteType(site_shape, nc)
         self.data = None
 
-    def from_numpy(self, a):
+    def from_local_numpy(self, a):
         shape = self.grid.global_site_indices(self.checkerboard).shape + self.site_shape
         assert a.shape == shape, (a.shape, shape)
         assert a.dtype == self.dtype, (a.dtype, self.dtype)
@@ -340,6 +340,8 @@ class FakeField:
 
     def to_numpy(self):
         return self.data
+
+    from_numpy = from_local_numpy
 
 
 G = (4, 4, 2, 6)

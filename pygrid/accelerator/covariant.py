@@ -20,6 +20,9 @@ The vocabulary (Grid's ``coalescedRead`` family):
   With a permutation ``P = E.permutation(m)`` it is the neighbour read of
   Grid's ``coalescedReadPermute``: on SIMT the permuted lane is read directly,
   on SIMD the vector is read as it is and carries ``P`` until ``E.permute``;
+* ``E.read_either(field, halo, site, limit, plane, perm)``: ``field`` at
+  ``site`` when ``site < limit``, else ``halo`` at ``site - limit`` (the rows
+  a neighbouring rank sent, laid out as the field's), with the same lane rules;
 * ``E.permute(values, P)``: applies the lane permute on SIMD (a no-op on SIMT,
   where the read already did).  Values carrying different permutations never
   mix: the emitters raise, so a description that forgets a permute fails on
@@ -303,6 +306,13 @@ class _Emitter:
         self._let(name, as_iexpr(value))
         return _IName(name)
 
+    def _either(self, field_name, halo_name, site, limit, plane):
+        """(offset in field, offset in halo, the condition 'in field'), for read_either."""
+        if self._stride(halo_name) != self._stride(field_name):
+            raise DescriptionError(f"halo {halo_name} must have the components of {field_name}")
+        site, limit = as_iexpr(site), as_iexpr(limit)
+        return (self._offset(field_name, site, plane), self._offset(halo_name, site - limit, plane), site, limit)
+
     def permutation(self, m) -> Permutation:
         self._perms += 1
         P = Permutation(self, self.let(m, "m"), self._perms)
@@ -383,6 +393,14 @@ class CEmitter(_Emitter):
         lane = perm.lane if perm is not None else "l"
         name = self.fresh()
         self.emit(f"const {self.real} {name} = {field_name}[{off} + {lane}];")
+        return CV(self, name, perm)
+
+    def read_either(self, field_name, halo_name, site, limit, plane, perm: Permutation | None = None) -> CV:
+        off, hoff, site, limit = self._either(field_name, halo_name, site, limit, plane)
+        lane = perm.lane if perm is not None else "l"
+        name = self.fresh()
+        self.emit(f"const {self.real} {name} = ({site.c()} < {limit.c()}) ? {field_name}[{off.c()} + {lane}] "
+                  f": {halo_name}[{hoff.c()} + {lane}];")
         return CV(self, name, perm)
 
     def permute(self, values, P: Permutation):
@@ -502,6 +520,13 @@ class NumbaEmitter(_Emitter):
     def read(self, field_name, site, plane, perm=None) -> CV:
         name = self.fresh()
         self.emit(f"{name} = vload({field_name}, {self._offset(field_name, site, plane).py()}, W)")
+        return CV(self, name, perm)
+
+    def read_either(self, field_name, halo_name, site, limit, plane, perm=None) -> CV:
+        off, hoff, site, limit = self._either(field_name, halo_name, site, limit, plane)
+        name = self.fresh()
+        self.emit(f"{name} = vload({field_name}, {off.py()}, W) if {site.py()} < {limit.py()} "
+                  f"else vload({halo_name}, {hoff.py()}, W)")
         return CV(self, name, perm)
 
     def permute(self, values, P: Permutation):

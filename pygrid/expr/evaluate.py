@@ -5,7 +5,8 @@ import numpy as np
 
 from ..accelerator import get_backend
 from ..cartesian.shift import shift_table
-from ..errors import BackendError, ConformabilityError, SiteTypeError
+from ..accelerator.rows import all_rows, host_rows
+from ..errors import ConformabilityError, SiteTypeError
 from ..stencil.halo import exchange_rows, halo_plan
 from ..memory import ViewMode
 from .lower import lower
@@ -67,11 +68,13 @@ def _with_halos(launch, inputs, tables, halos):
     """Inputs of shifted slots extended by their halo rows (received from the neighbouring ranks),
     and tables pointing into them: the kernel reads ``osites + k`` as it reads any other row."""
     inputs, tables = list(inputs), list(tables)
+    backend = get_backend()
     for slot in dict.fromkeys(s for _, s, _ in halos):
         base = inputs[slot]
         if not isinstance(base, np.ndarray):
-            raise BackendError("shifts across ranks need fields in host memory: under MPI use the openmp or "
-                               "numpy backend (halo exchange from device memory is not implemented)")
+            # a device buffer is extended on the host and goes back with the launch: the whole
+            # shifted field crosses twice (the Dirac operators move only their faces)
+            base = host_rows(backend, base, all_rows(base.shape[0]))
         parts, extra = [base], 0
         for i, s, plan in halos:
             if s != slot:

@@ -21,7 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..accelerator.backends import get_backend
+from ..accelerator.rows import host_rows
 from ..errors import BackendError, ConformabilityError
+from ..stencil.halo import exchange_rows
 from . import kernels_generic as kg
 from . import kernels_wilson as kw
 
@@ -97,14 +99,21 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     if how == "unroll":
         kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo)
         return out
+    halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:
-        raise BackendError("the Dirac operators on a lattice split over ranks run the hand-unrolled kernel "
-                           "(openmp or numpy backend, --dslash-unroll); the generic kernel has no halo exchange yet")
+        # the generic kernel reads whole spinors from the halo, exchanged before it starts
+        halo = exchange_rows(stencil.plan, psi, lambda a, rows: host_rows(backend, a, rows, Ls))
+        halo = halo.reshape(-1, 12, 2, nsimd)
+        ubh = link_halo if link_halo is not None else exchange_rows(
+            stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
     backend.launch(kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP, dict(
         out=out, psi=psi, uf=uf, ub=ub, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
-        pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls)),
-        nsimd, dtype)
+        pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls),
+        halo=halo, ubh=ubh), nsimd, dtype)
     return out
+
+
+
 
 
 def _check_5d(name, out, x, Ls):

@@ -57,15 +57,21 @@ def _axpy_phase(E, x, g, imag, sign, y):
     return E.fma(g, yi, xr), E.fms(g, yr, xi)
 
 
-def _su3_times(E, link, site, mu, h, adj, perm):
-    """U h (or U^dag h) for the link of direction mu at ``site`` and one spin h (3 complex)."""
+def _su3_times(E, link, site, mu, h, adj, perm, halo=None):
+    """U h (or U^dag h) for the link of direction mu at ``site`` and one spin h (3 complex);
+    ``halo = (name, limit)``: sites from ``limit`` on are read from that halo."""
+    def read(plane):
+        if halo is None:
+            return E.read(link, site, plane, perm)
+        return E.read_either(link, halo[0], site, halo[1], plane, perm)
+
     w = []
     for i in range(3):
         wr = wi = None
         for j in range(3):
             e = 2 * (mu * 9 + (3 * j + i if adj else 3 * i + j))
-            ur = E.read(link, site, e, perm)
-            ui = E.read(link, site, e + 1, perm)
+            ur = read(e)
+            ui = read(e + 1)
             hr, hi = h[j]
             if wr is None:
                 wr, wi = ur * hr, ur * hi
@@ -96,6 +102,12 @@ def _wilson_body(E, o, s):
     gam = gamma_structure()
     n4, Ls = E.int_param("n4"), E.int_param("Ls")
     nbr, perm = E.itable("nbr"), E.itable("perm")
+    limit = E.let(n4 * Ls, "lim")
+
+    def rd(site, plane, P):
+        # a neighbour past the local sites is a row of the halo another rank sent (the whole spinor)
+        return E.read_either("psi", "halo", site, limit, plane, P)
+
     acc = None  # acc[spin][colour] = (re, im)
     for p in range(8):
         mu, fwd = p % 4, p < 4
@@ -113,15 +125,15 @@ def _wilson_body(E, o, s):
             j, imag, sign = pa[a]
             spin = []
             for c in range(3):
-                x = (E.read("psi", site, _plane(a, c, 0), P), E.read("psi", site, _plane(a, c, 1), P))
-                y = (E.read("psi", site, _plane(2 + j, c, 0), P), E.read("psi", site, _plane(2 + j, c, 1), P))
+                x = (rd(site, _plane(a, c, 0), P), rd(site, _plane(a, c, 1), P))
+                y = (rd(site, _plane(2 + j, c, 0), P), rd(site, _plane(2 + j, c, 1), P))
                 spin.append(_axpy_phase(E, x, g, imag, sign, y))
             h.append(spin)
         if fwd:
             h = _unflatten(E.permute(_flatten(h), P))
             w = [_su3_times(E, "uf", o, mu, h[a], False, None) for a in range(2)]
         else:
-            w = [_su3_times(E, "ub", n, mu, h[a], True, P) for a in range(2)]
+            w = [_su3_times(E, "ub", n, mu, h[a], True, P, ("ubh", n4)) for a in range(2)]
             w = _unflatten(E.permute(_flatten(w), P))
         # rebuild the four spins: upper spin a is w_a, lower spin 2 + b is a phase times w_{k_b}
         if acc is None:
@@ -154,6 +166,7 @@ def _wilson_hop(prefetch):
             Param("ub", "field", 36), Param("nbr", "itable"), Param("perm", "itable"), Param("lanes", "itable"),
             Param("pxor", "itable"), Param("coef", "rtable"), Param("diag", "field", 12),
             Param("use_diag", "int"), Param("n4", "int"), Param("Ls", "int"),
+            Param("halo", "field", 12), Param("ubh", "field", 36),
         ),
         n="n4", inner="Ls", body=_wilson_body, prologue=_wilson_prologue, statics=("prefetch",) if prefetch else (),
         doc="The Wilson hopping term on outer 4D sites [lo, hi), all Ls slices (pygrid.qcd.kernels_generic).",

@@ -8,6 +8,7 @@ Every hopping term is one kernel launch through :func:`pygrid.qcd.dslash.dhop`
 """
 from __future__ import annotations
 
+from ..accelerator import get_backend
 from ..cartesian import GridCartesian
 from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..lattice import Lattice, convert, pick_checkerboard, set_checkerboard
@@ -16,6 +17,7 @@ from ..stencil import Stencil, wilson_displacements
 from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
 from . import kernels_wilson as kw
+from ..accelerator.rows import host_rows
 from .dslash import dhop
 
 _FERMION = st.SpinColourVector()
@@ -100,7 +102,9 @@ class WilsonFermion:
         key = (id(stencil), links._key)
         hit = self._link_halos.get(key)
         if hit is None or hit[0] != version or hit[1].dtype != buf.dtype:
-            hit = self._link_halos[key] = (version, exchange_rows(stencil.plan, buf))
+            backend = get_backend()
+            hit = self._link_halos[key] = (version, exchange_rows(
+                stencil.plan, buf, lambda a, rows: host_rows(backend, a, rows)))
         return hit[1]
 
     def _hop(self, psi, out, dag, alpha, name):

@@ -194,10 +194,13 @@ def halo_plan(grid, cb, disps):
     return HaloPlan(grid, cb, disps)
 
 
-def exchange_rows(plan, buf):
-    """The halo of a raw field buffer (osites, ...) for every point of ``plan``, unprojected, completed."""
+def exchange_rows(plan, buf, rows_of=None):
+    """The halo of a raw field buffer (osites, ...) for every point of ``plan``, unprojected, completed.
+
+    ``rows_of(buf, rows)`` gives the host array of the listed rows (default: numpy indexing, for a
+    host buffer; a device buffer needs a gather to the host)."""
     t = time.perf_counter()
-    packed = [buf[pt.rows] for pt in plan.points]
-    halo = np.empty((plan.nhalo,) + buf.shape[1:], buf.dtype)
+    packed = [buf[pt.rows] if rows_of is None else rows_of(buf, pt.rows) for pt in plan.points]
+    halo = np.empty((plan.nhalo,) + tuple(packed[0].shape[1:]), buf.dtype)
     plan.comm.stats.pack_s += time.perf_counter() - t
     return plan.start(packed, halo).wait()

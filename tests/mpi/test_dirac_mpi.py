@@ -14,6 +14,22 @@ from conftest import grids, layouts, same_everywhere
 
 DIMS = (4, 4, 4, 8)
 
+#: the hopping-kernel variants this backend has (pygrid.qcd.dslash.variant): both on the CPU backends
+VARIANTS = ["unroll", "generic"] if pg.get_backend().name in ("openmp", "numpy") else ["generic"]
+
+
+@pytest.fixture(params=VARIANTS)
+def variant(request):
+    """The Dirac kernels run as the hand-unrolled (compressed halos, overlap) or the generic kernel."""
+    import dataclasses
+
+    from pygrid import config
+
+    before = config.current()
+    config.set_current(dataclasses.replace(before, dslash=request.param))
+    yield request.param
+    config.set_current(before)
+
 
 def setup(g, Ls=None):
     rng = pg.ParallelRNG(g, [11, 12])
@@ -25,7 +41,7 @@ def setup(g, Ls=None):
 
 
 @pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
-def test_wilson(layout):
+def test_wilson(layout, variant):
     res = []
     for g in grids(DIMS, layout):
         U, psi = setup(g)
@@ -38,7 +54,7 @@ def test_wilson(layout):
 
 
 @pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
-def test_domain_wall_and_mobius(layout):
+def test_domain_wall_and_mobius(layout, variant):
     res = []
     for g in grids(DIMS, layout):
         U, psi = setup(g, Ls=4)
