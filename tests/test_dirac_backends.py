@@ -15,6 +15,7 @@
 The sycl backend runs the Wilson, domain-wall and solver suites for real in the
 sycl pass of `make test` (PYGRID_TEST_BACKEND=sycl).
 """
+import shutil
 import sys
 
 import numpy as np
@@ -132,6 +133,45 @@ def _dwf_refs(op, psi5):
 
 
 @needs_cxx
+@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated"])
+@pytest.mark.parametrize("Ls", [1, 3])
+def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
+    """Neighbour rows renumbered into a halo array, as rows from another rank arrive
+    (E.read_either), give the same hopping term on every target; the local copies of
+    those rows are poisoned, so a read that ignored the halo would show."""
+    if name != "openmp" and shutil.which("g++") is None:
+        pytest.skip("no host C++ compiler")
+    grid, U, psi = setup(dims=(4, 4, 4, 4), Ls=None if Ls == 1 else Ls)
+    st = pg.qcd.WilsonFermion(U, 0.1).stencil
+    n4 = st.neighbours.shape[1]
+    moved = np.random.default_rng(0).choice(n4, n4 // 2, replace=False)
+    slot = np.full(n4, -1)
+    slot[moved] = np.arange(len(moved))
+    nbr = st.neighbours.copy()
+    far = slot[nbr] >= 0
+    nbr[far] = n4 + slot[nbr[far]]
+    with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u:
+        p, u = p.copy(), u.copy()
+    ns, dt = p.shape[3], p.dtype
+    halo = p.reshape(n4, Ls * 12, 2, ns)[moved].reshape(-1, 12, 2, ns).copy()
+    ubh = u[moved].copy()
+    p_far, u_far = p.copy(), u.copy()
+    p_far.reshape(n4, Ls * 12, 2, ns)[moved] = np.nan
+    u_far[moved] = np.nan
+    coef = np.array([-0.5, 0.0, -1.0, 1.0], dt)
+    kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP
+    outs = []
+    with backend(name):
+        for psi_, ub_, nbr_, halo_, ubh_ in ((p, u, st.neighbours, p, u), (p_far, u_far, nbr, halo, ubh)):
+            out = np.zeros_like(p)
+            pg.get_backend().launch(kernel, dict(
+                out=out, psi=psi_, uf=u, ub=ub_, nbr=np.ascontiguousarray(nbr_), perm=st.perm, lanes=st.lanes,
+                pxor=st.lane_xor, coef=coef, diag=out, use_diag=0, n4=n4, Ls=Ls, halo=halo_, ubh=ubh_), ns, dt)
+            outs.append(out)
+    assert np.all(np.isfinite(outs[1]))
+    np.testing.assert_array_equal(outs[1], outs[0])
+
+
 @pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated"])
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_dirac_operators_through_generated_c(name, prec):
