@@ -94,6 +94,14 @@ class GridCartesian:
         mpi = current().mpi
         return mpi if mpi is not None and len(mpi) == nd else None
 
+    def neighbour_rank(self, mu, disp=1):
+        """The rank holding the block ``disp`` blocks away from this one in dimension ``mu`` (periodic)."""
+        if not 0 <= mu < self.nd:
+            raise GridError(f"neighbour_rank: dimension {mu} out of range 0..{self.nd - 1}")
+        c = list(self.processor_coor)
+        c[mu] += int(disp)
+        return communicator.rank_of(c, self.mpi_layout)
+
     @property
     def decomposed(self):
         """Whether some dimension is split over ranks (neighbours may live on another rank)."""

@@ -126,6 +126,19 @@ def test_checkerboards_coordinates_and_red_black_shifts(layout, simd):
         np.testing.assert_array_equal(x, y)
 
 
+def test_processor_grid_and_neighbours():
+    for layout in layouts():
+        g = pg.GridCartesian(DIMS, mpi_layout=layout)
+        coors = same_everywhere(np.array(WORLD.allgather(list(g.processor_coor))))
+        assert len({tuple(c) for c in coors}) == WORLD.size  # every rank its own block
+        for mu in range(4):
+            for step in (1, -1):
+                want = list(g.processor_coor)
+                want[mu] = (want[mu] + step) % layout[mu]
+                assert list(coors[g.neighbour_rank(mu, step)]) == want
+        assert g.lstart == tuple(c * l for c, l in zip(g.processor_coor, g.ldims))
+
+
 def test_layout_errors():
     with pytest.raises(pg.GridError, match="asks for"):
         pg.GridCartesian(DIMS, mpi_layout=(1, 1, 1, WORLD.size * 2))
