@@ -42,18 +42,31 @@ def mpiexec():
     return exe
 
 
-def run_once(kind, local, n, extra):
+def run_once(kind, local, n, extra, independent=False):
+    """One benchmark: n ranks on n local volumes, or (``independent``) n one-rank runs of the local
+    volume started together by mpiexec, which share the machine as the ranks do but never communicate."""
     layout = LAYOUTS[n]
-    grid = [l * p for l, p in zip(local, layout)]
+    grid = local if independent else [l * p for l, p in zip(local, layout)]
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "run.json")
         cmd = [sys.executable, "-m", "pygrid", "benchmark", kind, "--grid", dotted(grid), "--threads", "1",
                "--precision", "double", "--quiet", "--json", out, *extra]
-        if n > 1:
+        env = dict(os.environ)
+        if independent:
+            env["PYGRID_MPI"] = "0"  # each process is a one-rank program
+            cmd = [mpiexec(), "-n", str(n), "sh", "-c", " ".join(cmd[:-len(extra) - 1] if extra else cmd[:-1])
+                   + f" {out}.$PMI_RANK " + " ".join(extra)]
+        elif n > 1:
             cmd = [mpiexec(), "-n", str(n), *cmd, "--mpi", dotted(layout)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:
             sys.exit(f"bench_mpi: {' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+        if independent:
+            rates = []
+            for rank in range(n):
+                with open(f"{out}.{rank}") as f:
+                    rates.append(json.load(f)["runs"][0]["kernels"]["Dhop"]["gflops"])
+            return {"gflops": min(rates)}
         with open(out) as f:
             doc = json.load(f)
     k = doc["runs"][0]["kernels"]["Dhop"]
@@ -68,22 +81,29 @@ def scaling(args):
     extra = ["--Ls", str(args.Ls)] if args.kind == "dwf" else []
     print(f"{args.kind} Dhop, double precision, 1 thread per rank, {cores} cores; best of {args.repeat} "
           "alternating runs")
-    print(f"{'per rank':>12} {'ranks':>5} {'GFlop/s/rank':>12} {'vs 1 rank':>9} {'halo MB/call':>12} "
-          f"{'comm ms':>8} {'exposed ms':>10} {'hidden':>6}")
+    print("'apart': the same number of one-rank runs of the local volume at once, no communication "
+          "(what sharing the machine alone costs); GFlop/s of the slowest")
+    print(f"{'per rank':>12} {'ranks':>5} {'GFlop/s/rank':>12} {'vs 1 rank':>9} {'apart':>8} {'vs apart':>8} "
+          f"{'halo MB/call':>12} {'comm ms':>8} {'exposed ms':>10} {'hidden':>6}")
     for local in args.local:
-        best = {}
+        best, apart = {}, {}
         for _ in range(args.repeat):
             for n in args.ranks:
                 r = run_once(args.kind, local, n, extra)
                 if n not in best or r["gflops"] > best[n]["gflops"]:
                     best[n] = r
+                if n > 1:
+                    a = run_once(args.kind, local, n, extra, independent=True)["gflops"]
+                    apart[n] = max(apart.get(n, 0.0), a)
         base = best.get(1)
         for n in args.ranks:
             r = best[n]
             ratio = f"{r['gflops'] / base['gflops']:9.2f}" if base else f"{'-':>9}"
             hidden = "-" if r["hidden"] is None else f"{100 * r['hidden']:.0f}%"
             share = "  (ranks share cores)" if n > cores else ""
-            print(f"{dotted(local):>12} {n:>5} {r['gflops']:12.3f} {ratio} {r['halo_mb']:12.3f} "
+            a = apart.get(n, base["gflops"] if base and n == 1 else None)
+            ap = f"{a:8.3f} {r['gflops'] / a:8.2f}" if a else f"{'-':>8} {'-':>8}"
+            print(f"{dotted(local):>12} {n:>5} {r['gflops']:12.3f} {ratio} {ap} {r['halo_mb']:12.3f} "
                   f"{r['comm_ms']:8.3f} {r['exposed_ms']:10.3f} {hidden:>6}{share}")
 
 
