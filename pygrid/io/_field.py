@@ -5,6 +5,10 @@ z, t; per site mu = 0..3, each 3x3 matrix row-major, each complex number as
 (real, imaginary).  One time slice is therefore the array
 ``[z, y, x, mu, a, b, re/im]``.
 
+On a grid split over ranks each rank moves its own block: the slices below
+are this rank's local time slices, ``(lz, ly, lx, ...)``, with local
+coordinates (global = local + ``grid.lstart``).
+
 pygrid's buffer is ``real[osites][ncomp][2][nsimd]`` with outer sites
 lexicographic in the reduced dimensions (x fastest) and local coordinate
 ``x_d = o_d + rdims[d] * l_d``.  A time slice t is the outer slice
@@ -36,9 +40,6 @@ def check_gauge_field(U, what):
 def check_grid(grid, what):
     if grid.checkerboarded or grid.nd != 4:
         raise FormatError(f"{what}: gauge configuration files live on a full 4D grid, got {grid}")
-    if tuple(grid.ldims) != tuple(grid.gdims):
-        raise FormatError(f"{what}: this version reads and writes configurations on one rank only "
-                          f"(grid {grid} is split over mpi_layout {grid.mpi_layout})")
 
 
 def new_gauge_field(grid, precision):
@@ -46,7 +47,7 @@ def new_gauge_field(grid, precision):
 
 
 def _slice_view(buf, grid, t):
-    """A (z, y, x, ncomp, 2) view of time slice t of a (osites, ncomp, 2, nsimd) buffer."""
+    """A (z, y, x, ncomp, 2) view of local time slice t of a (osites, ncomp, 2, nsimd) buffer."""
     r = grid.rdims
     s = grid.simd_layout
     b = buf.reshape((r[3], r[2], r[1], r[0], NCOMP, 2, s[3], s[2], s[1], s[0]))
@@ -54,13 +55,8 @@ def _slice_view(buf, grid, t):
     return sl.transpose(5, 0, 6, 1, 7, 2, 3, 4)  # (s_z, r_z, s_y, r_y, s_x, r_x, ncomp, 2)
 
 
-def slice_shape(grid):
-    X, Y, Z, _ = grid.gdims
-    return (Z, Y, X, NCOMP, 2)
-
-
 class SliceReader:
-    """Open on a field for reading: ``get(t)`` -> real array (z, y, x, 4, 3, 3, 2) of time slice t."""
+    """Open on a field for reading: ``get(t)`` -> real array (z, y, x, 4, 3, 3, 2) of local time slice t."""
 
     def __init__(self, U):
         self.U = U
@@ -74,13 +70,13 @@ class SliceReader:
         return self._view.__exit__(*exc)
 
     def get(self, t):
-        X, Y, Z, _ = self.U.grid.gdims
+        X, Y, Z, _ = self.U.grid.ldims
         v = _slice_view(self.buf, self.U.grid, t)
         return np.ascontiguousarray(v).reshape((Z, Y, X, 4, 3, 3, 2))
 
 
 class SliceWriter:
-    """Open on a (fresh) field for writing: ``put(t, a)`` with a real array (z, y, x, 4, 3, 3, 2)."""
+    """Open on a (fresh) field for writing: ``put(t, a)``, local time slice t from a real array (z, y, x, 4, 3, 3, 2)."""
 
     def __init__(self, U):
         self.U = U
@@ -120,8 +116,27 @@ def reconstruct_third_row(two):
 
 
 def gauge_statistics(U):
-    """(plaquette, link trace) of U, normalised to 1 on the unit field (pygrid.qcd.gauge)."""
-    # pygrid.qcd sits beside io in docs/design.md's layer table; imported here, where it is needed
-    from ..qcd.gauge import link_trace, plaquette
+    """(plaquette, link trace) of U, normalised to 1 on the unit field, as pygrid.qcd.gauge defines them.
 
-    return float(plaquette(U)), float(link_trace(U))
+    Collective.  The per-site values come from the same kernels as
+    pygrid.qcd.plaquette / link_trace, but they are summed exactly
+    (_parallel.exact_sum) instead of in floating point: the result is then the
+    same to the last bit for any decomposition over ranks or SIMD lanes, so the
+    digits a writer prints, and so the file, do not depend on how the job was laid out.
+    """
+    # pygrid.lattice beside io in docs/design.md's layer table; imported here, where it is needed
+    from ..lattice import adj, cshift, eval as evaluate, peek_lorentz, trace
+    from ._parallel import exact_sum
+
+    g = U.grid
+    links = [peek_lorentz(U, mu) for mu in range(4)]
+
+    def site_values(expr):
+        return evaluate(expr).to_local_numpy().real
+
+    # generators: one plane's site values in memory at a time
+    plaq = (site_values(trace(links[mu] * cshift(links[nu], mu, 1) * adj(cshift(links[mu], nu, 1)) * adj(links[nu])))
+            for mu in range(4) for nu in range(mu + 1, 4))
+    ltr = (site_values(trace(links[mu])) for mu in range(4))
+    volume = float(np.prod(g.gdims))
+    return exact_sum(g.comm, plaq) / (3.0 * 6 * volume), exact_sum(g.comm, ltr) / (3.0 * 4 * volume)

@@ -13,6 +13,9 @@ Written (the order of Grid's IldgWriter, without its Grid-private records):
     message 1: scidac-private-file-xml (MB), scidac-file-xml (ME, usqcdInfo)
     message 2: scidac-private-record-xml (MB), scidac-record-xml (usqcdInfo), ildg-format,
                ildg-data-lfn, ildg-binary-data, scidac-checksum (ME)
+
+On a grid split over ranks reading and writing are collective (every rank
+calls them); see _stream.py for who reads and writes what.
 """
 from __future__ import annotations
 
@@ -22,12 +25,13 @@ import time
 import warnings
 
 from ..cartesian import GridCartesian
+from ..communicator import world
 from ._field import check_gauge_field, check_grid, copy_field, gauge_statistics
-from ._stream import Payload, read_payload, write_payload
-from .atomic import AtomicWriter
+from ._parallel import on_every_rank, on_root
+from ._stream import Payload, PayloadSums, read_payload, write_file, write_payload
 from .checksums import NerscChecksum, ScidacChecksum
 from .errors import ChecksumError, FormatError
-from .header import STAT_FLOOR, Header, printed_tolerance
+from .header import Header
 from .lime import LimeWriter, is_lime, read_record_data, read_records
 
 __all__ = ["read_ildg", "write_ildg"]
@@ -98,7 +102,7 @@ def read_ildg(path, grid=None, into=None, precision=None, verify=True, progress=
     one is read with a warning) and, when a usqcdInfo record carries them, the
     plaquette and link trace.  ``header`` maps record types to their text (XML)
     and has ``records`` (the LIME records), ``dims``, ``floating_point``,
-    ``checks`` and ``checksums``.
+    ``checks`` and ``checksums``.  Collective under MPI, as read_nersc.
     """
     path = os.fspath(path)
     if into is not None:
@@ -107,6 +111,37 @@ def read_ildg(path, grid=None, into=None, precision=None, verify=True, progress=
             raise FormatError("read_ildg: pass either grid or into, not both with different grids")
         grid, precision = into.grid, into.precision
     precision = precision or "double"
+    h, binary, itemsize = on_root(world() if grid is None else grid.comm, lambda: _read_meta(path))
+    if grid is None:
+        grid = GridCartesian(list(h.dims), precision=precision)
+    check_grid(grid, "read_ildg")
+    if tuple(grid.gdims) != h.dims:
+        raise FormatError(f"{path}: the file holds a {'x'.join(map(str, h.dims))} lattice, the grid is "
+                          f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
+    payload = Payload(">f8" if itemsize == 8 else ">f4", 3)
+    want = payload.nbytes(h.dims)
+    if binary.length != want:
+        raise FormatError(f"{path}: {binary.type} holds {binary.length} bytes, {want} expected for a "
+                          f"{'x'.join(map(str, h.dims))} su3gauge field of {itemsize * 8}-bit reals")
+    sums = PayloadSums(payload, scidac=True)
+
+    def read_mine():
+        with open(path, "rb") as f:
+            return read_payload(f, binary.offset, grid, payload, precision, sums, path, progress)
+
+    U = on_every_rank(grid.comm, read_mine)
+    nersc, suma, sumb = sums.combined(grid.comm)
+    h.checksums = {"nersc": nersc, "scidac_suma": suma, "scidac_sumb": sumb}
+    if verify:
+        _verify(U, h, itemsize, path)
+    if into is not None:
+        copy_field(U, into)
+        U = into
+    return U, h
+
+
+def _read_meta(path):
+    """(header, binary record, bytes per real) of a LIME file: what rank 0 reads for every rank."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         if not is_lime(f.read(4)):
@@ -123,49 +158,34 @@ def read_ildg(path, grid=None, into=None, precision=None, verify=True, progress=
                 if r.type == "scidac-checksum" and binary is None:
                     continue  # a checksum belongs to the binary record it follows
                 h[r.type] = read_record_data(f, r, path=path).rstrip(b"\0").decode("utf-8", errors="replace")
-        if binary is None:
-            raise FormatError(f"{path}: no ildg-binary-data record")
-        itemsize = _layout(h, path)
-        if grid is None:
-            grid = GridCartesian(list(h.dims), precision=precision)
-        check_grid(grid, "read_ildg")
-        if tuple(grid.gdims) != h.dims:
-            raise FormatError(f"{path}: the file holds a {'x'.join(map(str, h.dims))} lattice, the grid is "
-                              f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
-        payload = Payload(">f8" if itemsize == 8 else ">f4", 3)
-        want = payload.nbytes(h.dims)
-        if binary.length != want:
-            raise FormatError(f"{path}: {binary.type} holds {binary.length} bytes, {want} expected for a "
-                              f"{'x'.join(map(str, h.dims))} su3gauge field of {itemsize * 8}-bit reals")
-        f.seek(binary.offset)
-        nsum, ssum = NerscChecksum(">u4"), ScidacChecksum()
-        U = read_payload(f, grid, payload, precision, (nsum, ssum), path, progress)
-    h.checksums = {"nersc": nsum.value, "scidac_suma": ssum.suma, "scidac_sumb": ssum.sumb}
-    if verify:
-        ck = h.get("scidac-checksum")
-        if ck is None:
-            warnings.warn(f"{path}: no scidac-checksum record; the data cannot be verified", stacklevel=2)
-        else:
-            try:
-                ea, eb = int(xml_value(ck, "suma"), 16), int(xml_value(ck, "sumb"), 16)
-            except (TypeError, ValueError):
-                raise FormatError(f"{path}: malformed scidac-checksum record {ck[:200]!r}") from None
-            h.checks["scidac_checksum"] = ((ea, eb), (ssum.suma, ssum.sumb))
-            if (ea, eb) != (ssum.suma, ssum.sumb):
-                raise ChecksumError("scidac_checksum", f"suma {ea:x} sumb {eb:x}",
-                                    f"suma {ssum.suma:x} sumb {ssum.sumb:x}", path,
-                                    "per-site CRC32 of the binary data")
-        info = next((h[k] for k in ("scidac-record-xml", "scidac-file-xml")
-                     if k in h and xml_value(h[k], "plaq") is not None), None)
-        if info is not None:
-            from .nersc import verify_statistics
+    if binary is None:
+        raise FormatError(f"{path}: no ildg-binary-data record")
+    return h, binary, _layout(h, path)
 
-            verify_statistics(U, h, [("link_trace", xml_value(info, "linktr") or ""),
-                                     ("plaquette", xml_value(info, "plaq") or "")], itemsize, path)
-    if into is not None:
-        copy_field(U, into)
-        U = into
-    return U, h
+
+def _verify(U, h, itemsize, path):
+    """The file's checks against the data read (h.checksums): every rank has the same values, so
+    every rank raises the same ChecksumError."""
+    suma, sumb = h.checksums["scidac_suma"], h.checksums["scidac_sumb"]
+    ck = h.get("scidac-checksum")
+    if ck is None:
+        warnings.warn(f"{path}: no scidac-checksum record; the data cannot be verified", stacklevel=3)
+    else:
+        try:
+            ea, eb = int(xml_value(ck, "suma"), 16), int(xml_value(ck, "sumb"), 16)
+        except (TypeError, ValueError):
+            raise FormatError(f"{path}: malformed scidac-checksum record {ck[:200]!r}") from None
+        h.checks["scidac_checksum"] = ((ea, eb), (suma, sumb))
+        if (ea, eb) != (suma, sumb):
+            raise ChecksumError("scidac_checksum", f"suma {ea:x} sumb {eb:x}",
+                                f"suma {suma:x} sumb {sumb:x}", path, "per-site CRC32 of the binary data")
+    info = next((h[k] for k in ("scidac-record-xml", "scidac-file-xml")
+                 if k in h and xml_value(h[k], "plaq") is not None), None)
+    if info is not None:
+        from .nersc import verify_statistics
+
+        verify_statistics(U, h, [("link_trace", xml_value(info, "linktr") or ""),
+                                 ("plaquette", xml_value(info, "plaq") or "")], itemsize, path)
 
 
 _XML_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -181,6 +201,10 @@ def write_ildg(path, U, precision="double", lfn="", info="written by pygrid", pr
 
     ``precision``: 'double' (64-bit) or 'single' (32-bit); ``lfn``: the ILDG
     logical file name for the ildg-data-lfn record.  Returns the Header written.
+
+    Under MPI the call is collective over U's ranks, as write_nersc: rank 0 alone
+    writes, the file is byte for byte the one a single rank writes, every rank
+    returns the same header and none returns before the file is in place.
     """
     path = os.fspath(path)
     check_gauge_field(U, "write_ildg")
@@ -191,10 +215,43 @@ def write_ildg(path, U, precision="double", lfn="", info="written by pygrid", pr
     X, Y, Z, T = U.grid.gdims
     plaq, ltr = gauge_statistics(U)
     digits = 15 if bits == 64 else 8
+    usqcd = _usqcd_info(plaq, ltr, digits, info)
+
+    def body(f, slabs):
+        # on rank 0 alone: the date in the record XML is rank 0's
+        recs = _records(U.grid.gdims, bits, usqcd, lfn)
+        nsum, ssum = NerscChecksum(">u4"), ScidacChecksum()
+        w = LimeWriter(f)
+        w.write_record("scidac-private-file-xml", recs["scidac-private-file-xml"], mb=True)
+        w.write_record("scidac-file-xml", recs["scidac-file-xml"], me=True)
+        w.write_record("scidac-private-record-xml", recs["scidac-private-record-xml"], mb=True)
+        w.write_record("scidac-record-xml", recs["scidac-record-xml"])
+        w.write_record("ildg-format", recs["ildg-format"])
+        w.write_record("ildg-data-lfn", recs["ildg-data-lfn"])
+        w.begin_record("ildg-binary-data", payload.nbytes(U.grid.gdims))
+        write_payload(f, slabs, U.grid.gdims, payload, (nsum, ssum), path, progress)
+        w.end_record()
+        recs["scidac-checksum"] = (f"{_XML_HEAD}<scidacChecksum><version>1.0</version>"
+                                   f"<suma>{ssum.suma:x}</suma><sumb>{ssum.sumb:x}</sumb></scidacChecksum>")
+        w.write_record("scidac-checksum", recs["scidac-checksum"], me=True)
+        return recs, (nsum.value, ssum.suma, ssum.sumb)
+
+    recs, (nersc, suma, sumb) = write_file(path, U, payload, body)
+    h = Header(recs)
+    h.format, h.path, h.dims = "ildg", path, (X, Y, Z, T)
+    h.data_type, h.floating_point = "su3gauge", f"IEEE{bits}BIG"
+    h.checksums = {"nersc": nersc, "scidac_suma": suma, "scidac_sumb": sumb}
+    h.checks = {"plaquette": (plaq, plaq), "link_trace": (ltr, ltr),
+                "scidac_checksum": ((suma, sumb), (suma, sumb))}
+    return h
+
+
+def _records(gdims, bits, usqcd, lfn):
+    """The XML records of a written file, by type (the checksum record follows the payload)."""
+    X, Y, Z, T = gdims
     letter = "D" if bits == 64 else "F"
     date = time.strftime("%a %b %d %H:%M:%S %Y %Z")
-    usqcd = _usqcd_info(plaq, ltr, digits, info)
-    recs = {
+    return {
         "scidac-private-file-xml": (f"{_XML_HEAD}<scidacFile><version>1.1</version><spacetime>4</spacetime>"
                                     f"<dims>{X} {Y} {Z} {T} </dims><volfmt>0</volfmt></scidacFile>"),
         "scidac-file-xml": usqcd,
@@ -211,25 +268,3 @@ def write_ildg(path, U, precision="double", lfn="", info="written by pygrid", pr
                         f"<lx>{X}</lx><ly>{Y}</ly><lz>{Z}</lz><lt>{T}</lt></ildgFormat>"),
         "ildg-data-lfn": lfn,
     }
-    nsum, ssum = NerscChecksum(">u4"), ScidacChecksum()
-    with AtomicWriter(path) as f:
-        w = LimeWriter(f)
-        w.write_record("scidac-private-file-xml", recs["scidac-private-file-xml"], mb=True)
-        w.write_record("scidac-file-xml", recs["scidac-file-xml"], me=True)
-        w.write_record("scidac-private-record-xml", recs["scidac-private-record-xml"], mb=True)
-        w.write_record("scidac-record-xml", recs["scidac-record-xml"])
-        w.write_record("ildg-format", recs["ildg-format"])
-        w.write_record("ildg-data-lfn", recs["ildg-data-lfn"])
-        w.begin_record("ildg-binary-data", payload.nbytes(U.grid.gdims))
-        write_payload(f, U, payload, (nsum, ssum), path, progress)
-        w.end_record()
-        recs["scidac-checksum"] = (f"{_XML_HEAD}<scidacChecksum><version>1.0</version>"
-                                   f"<suma>{ssum.suma:x}</suma><sumb>{ssum.sumb:x}</sumb></scidacChecksum>")
-        w.write_record("scidac-checksum", recs["scidac-checksum"], me=True)
-    h = Header(recs)
-    h.format, h.path, h.dims = "ildg", path, (X, Y, Z, T)
-    h.data_type, h.floating_point = "su3gauge", f"IEEE{bits}BIG"
-    h.checksums = {"nersc": nsum.value, "scidac_suma": ssum.suma, "scidac_sumb": ssum.sumb}
-    h.checks = {"plaquette": (plaq, plaq), "link_trace": (ltr, ltr),
-                "scidac_checksum": ((ssum.suma, ssum.sumb), (ssum.suma, ssum.sumb))}
-    return h

@@ -7,6 +7,9 @@ fastest, then y, z, t; per site the links mu = 0..3, each 3x3 matrix row-major
 reconstructed as conj(row0 x row1)), each complex number as (re, im) in the
 FLOATING_POINT format: IEEE64BIG, IEEE32BIG, IEEE64 / IEEE64LITTLE,
 IEEE32 / IEEE32LITTLE.
+
+On a grid split over ranks reading and writing are collective (every rank
+calls them); see _stream.py for who reads and writes what.
 """
 from __future__ import annotations
 
@@ -15,12 +18,11 @@ import os
 import platform
 import time
 
-import numpy as np
-
 from ..cartesian import GridCartesian
+from ..communicator import world
 from ._field import check_gauge_field, check_grid, copy_field, gauge_statistics
-from ._stream import Payload, read_payload, write_payload
-from .atomic import AtomicWriter
+from ._parallel import on_every_rank, on_root
+from ._stream import Payload, PayloadSums, read_payload, write_file, write_payload
 from .checksums import NerscChecksum, ScidacChecksum
 from .errors import ChecksumError, FormatError, TruncatedFileError
 from .header import STAT_FLOOR, Header, printed_tolerance
@@ -145,6 +147,12 @@ def read_nersc(path, grid=None, into=None, precision=None, verify=True, progress
     Errors: FormatError (not NERSC, unknown DATATYPE/FLOATING_POINT, dimensions
     that do not match the grid, payload of the wrong size), TruncatedFileError,
     ChecksumError.
+
+    Under MPI the call is collective over the grid's ranks (the job's, when the
+    grid comes from the header): rank 0 parses the header, every rank reads its
+    own block of the file and checks it against the header as part of the
+    global checksums, and every error is raised on every rank.  Every rank
+    returns the same header.
     """
     path = os.fspath(path)
     if into is not None:
@@ -153,54 +161,76 @@ def read_nersc(path, grid=None, into=None, precision=None, verify=True, progress
             raise FormatError("read_nersc: pass either grid or into, not both with different grids")
         grid, precision = into.grid, into.precision
     precision = precision or "double"
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        h = read_nersc_header(f, path)
-        have = size - h.data_start
-        payload = _interpret(h, path, have)
-        if grid is None:
-            grid = GridCartesian(list(h.dims), precision=precision)
-        check_grid(grid, "read_nersc")
-        if tuple(grid.gdims) != h.dims:
-            raise FormatError(f"{path}: the file holds a {'x'.join(map(str, h.dims))} lattice, the grid is "
-                              f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
-        want = payload.nbytes(h.dims)
-        if have < want:
-            raise TruncatedFileError(f"{path}: payload of {have} bytes, {want} expected for "
-                                     f"{'x'.join(map(str, h.dims))} {h.data_type} {h.floating_point} "
-                                     f"(truncated file)")
-        if have > want:
-            raise FormatError(f"{path}: payload of {have} bytes, {want} expected for "
-                              f"{'x'.join(map(str, h.dims))} {h.data_type} {h.floating_point} "
-                              f"({have - want} trailing bytes: wrong DATATYPE or FLOATING_POINT?)")
-        nsum = NerscChecksum(np.dtype("u4").newbyteorder(payload.dtype.byteorder))
-        # the per-site CRC32s cost more than everything else: only when the header has them to check
-        want_scidac = bool(_hex(h, "SCIDAC_CHECKSUMA", path) or _hex(h, "SCIDAC_CHECKSUMB", path))
-        ssum = ScidacChecksum()
-        U = read_payload(f, grid, payload, precision, (nsum, ssum) if want_scidac else (nsum,), path, progress)
-    h.checksums = {"nersc": nsum.value}
+    h, payload, have = on_root(world() if grid is None else grid.comm, lambda: _read_meta(path))
+    if grid is None:
+        grid = GridCartesian(list(h.dims), precision=precision)
+    check_grid(grid, "read_nersc")
+    if tuple(grid.gdims) != h.dims:
+        raise FormatError(f"{path}: the file holds a {'x'.join(map(str, h.dims))} lattice, the grid is "
+                          f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
+    _check_size(h, payload, have, path)
+    # the per-site CRC32s cost more than everything else: only when the header has them to check
+    want_scidac = bool(_hex(h, "SCIDAC_CHECKSUMA", path) or _hex(h, "SCIDAC_CHECKSUMB", path))
+    sums = PayloadSums(payload, want_scidac)
+
+    def read_mine():
+        with open(path, "rb") as f:
+            return read_payload(f, h.data_start, grid, payload, precision, sums, path, progress)
+
+    U = on_every_rank(grid.comm, read_mine)
+    nersc, suma, sumb = sums.combined(grid.comm)
+    h.checksums = {"nersc": nersc}
     if want_scidac:
-        h.checksums.update(scidac_suma=ssum.suma, scidac_sumb=ssum.sumb)
+        h.checksums.update(scidac_suma=suma, scidac_sumb=sumb)
     if verify:
-        expected = _hex(h, "CHECKSUM", path)
-        if expected is not None:
-            h.checks["checksum"] = (expected, nsum.value)
-            if expected != nsum.value:
-                raise ChecksumError("checksum", f"{expected:08x}", f"{nsum.value:08x}", path,
-                                    "32-bit sum of the payload's words")
-        for key, val in (("SCIDAC_CHECKSUMA", ssum.suma), ("SCIDAC_CHECKSUMB", ssum.sumb)):
-            e = _hex(h, key, path)
-            if e:  # Grid writes 0 when it did not compute them
-                h.checks[key.lower()] = (e, val)
-                if e != val:
-                    raise ChecksumError(key.lower(), f"{e:x}", f"{val:x}", path, "SciDAC CRC32 checksum")
-        _, lt_text = _float(h, "LINK_TRACE", path)
-        _, pl_text = _float(h, "PLAQUETTE", path)
-        verify_statistics(U, h, [("link_trace", lt_text), ("plaquette", pl_text)], payload.dtype.itemsize, path)
+        _verify(U, h, payload, path)
     if into is not None:
         copy_field(U, into)
         U = into
     return U, h
+
+
+def _read_meta(path):
+    """(header, payload, payload bytes in the file) of a NERSC file: what rank 0 reads for every rank."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        h = read_nersc_header(f, path)
+    have = size - h.data_start
+    return h, _interpret(h, path, have), have
+
+
+def _check_size(h, payload, have, path):
+    want = payload.nbytes(h.dims)
+    if have < want:
+        raise TruncatedFileError(f"{path}: payload of {have} bytes, {want} expected for "
+                                 f"{'x'.join(map(str, h.dims))} {h.data_type} {h.floating_point} "
+                                 f"(truncated file)")
+    if have > want:
+        raise FormatError(f"{path}: payload of {have} bytes, {want} expected for "
+                          f"{'x'.join(map(str, h.dims))} {h.data_type} {h.floating_point} "
+                          f"({have - want} trailing bytes: wrong DATATYPE or FLOATING_POINT?)")
+
+
+def _verify(U, h, payload, path):
+    """The header's checks against the data read (h.checksums): every rank has the same values, so
+    every rank raises the same ChecksumError."""
+    found = h.checksums["nersc"]
+    expected = _hex(h, "CHECKSUM", path)
+    if expected is not None:
+        h.checks["checksum"] = (expected, found)
+        if expected != found:
+            raise ChecksumError("checksum", f"{expected:08x}", f"{found:08x}", path,
+                                "32-bit sum of the payload's words")
+    for key, name in (("SCIDAC_CHECKSUMA", "scidac_suma"), ("SCIDAC_CHECKSUMB", "scidac_sumb")):
+        e = _hex(h, key, path)
+        if e:  # Grid writes 0 when it did not compute them
+            val = h.checksums[name]
+            h.checks[key.lower()] = (e, val)
+            if e != val:
+                raise ChecksumError(key.lower(), f"{e:x}", f"{val:x}", path, "SciDAC CRC32 checksum")
+    _, lt_text = _float(h, "LINK_TRACE", path)
+    _, pl_text = _float(h, "PLAQUETTE", path)
+    verify_statistics(U, h, [("link_trace", lt_text), ("plaquette", pl_text)], payload.dtype.itemsize, path)
 
 
 _ORDER = ["HDR_VERSION", "DATATYPE", "STORAGE_FORMAT", "DIMENSION_1", "DIMENSION_2", "DIMENSION_3",
@@ -235,6 +265,12 @@ def write_nersc(path, U, two_row=False, precision="double", endian="big", ensemb
     The header carries CHECKSUM, SCIDAC_CHECKSUMA/B, PLAQUETTE, LINK_TRACE,
     dimensions, boundaries, FLOATING_POINT and DATATYPE in Grid's layout.  The
     file appears under ``path`` only when complete (temporary file, fsync, rename).
+
+    Under MPI the call is collective over U's ranks: rank 0 alone writes, receiving
+    the field slab by slab from the other ranks, so the file is byte for byte the
+    one a single rank writes (the plaquette and link trace are summed exactly,
+    independently of the decomposition).  Every rank returns the same header, and
+    none returns before the file is in place.
     """
     path = os.fspath(path)
     check_gauge_field(U, "write_nersc")
@@ -250,6 +286,36 @@ def write_nersc(path, U, two_row=False, precision="double", endian="big", ensemb
         raise FormatError(f"write_nersc: boundary needs 4 entries, got {boundary!r}")
     plaq, ltr = gauge_statistics(U)
     digits = 15 if bits == 64 else 8
+
+    def body(f, slabs):
+        # on rank 0 alone: the date and host in the header are rank 0's
+        fields = _fields(U.grid.gdims, two_row, fp, plaq, ltr, digits, ensemble_id, ensemble_label,
+                         sequence_number, boundary)
+        nsum = NerscChecksum(">u4" if endian == "big" else "<u4")
+        ssum = ScidacChecksum()
+        head = _header_bytes(fields)
+        f.write(head)
+        write_payload(f, slabs, U.grid.gdims, payload, (nsum, ssum), path, progress)
+        fields["CHECKSUM"] = f"{nsum.value:08x}"
+        fields["SCIDAC_CHECKSUMA"] = f"{ssum.suma:08x}"
+        fields["SCIDAC_CHECKSUMB"] = f"{ssum.sumb:08x}"
+        final = _header_bytes(fields)
+        assert len(final) == len(head)
+        f.seek(0)
+        f.write(final)
+        return fields, len(final), (nsum.value, ssum.suma, ssum.sumb)
+
+    fields, data_start, (nersc, suma, sumb) = write_file(path, U, payload, body)
+    h = Header(fields)
+    h.format, h.path, h.dims = "nersc", path, tuple(U.grid.gdims)
+    h.data_type, h.floating_point, h.data_start = fields["DATATYPE"], fp, data_start
+    h.checksums = {"nersc": nersc, "scidac_suma": suma, "scidac_sumb": sumb}
+    h.checks = {"plaquette": (plaq, plaq), "link_trace": (ltr, ltr), "checksum": (nersc, nersc)}
+    return h
+
+
+def _fields(gdims, two_row, fp, plaq, ltr, digits, ensemble_id, ensemble_label, sequence_number, boundary):
+    """The header fields, checksums zero (filled in once the payload is written)."""
     date = time.strftime("%a %b %d %H:%M:%S %Y %Z")
     fields = {
         "HDR_VERSION": "1.0",
@@ -269,25 +335,7 @@ def write_nersc(path, U, two_row=False, precision="double", endian="big", ensemb
         "ARCHIVE_DATE": date,
         "FLOATING_POINT": fp,
     }
-    for i, d in enumerate(U.grid.gdims):
+    for i, d in enumerate(gdims):
         fields[f"DIMENSION_{i + 1}"] = str(d)
         fields[f"BOUNDARY_{i + 1}"] = str(boundary[i])
-    nsum = NerscChecksum(">u4" if endian == "big" else "<u4")
-    ssum = ScidacChecksum()
-    with AtomicWriter(path) as f:
-        head = _header_bytes(fields)
-        f.write(head)
-        write_payload(f, U, payload, (nsum, ssum), path, progress)
-        fields["CHECKSUM"] = f"{nsum.value:08x}"
-        fields["SCIDAC_CHECKSUMA"] = f"{ssum.suma:08x}"
-        fields["SCIDAC_CHECKSUMB"] = f"{ssum.sumb:08x}"
-        final = _header_bytes(fields)
-        assert len(final) == len(head)
-        f.seek(0)
-        f.write(final)
-    h = Header(fields)
-    h.format, h.path, h.dims = "nersc", path, tuple(U.grid.gdims)
-    h.data_type, h.floating_point, h.data_start = fields["DATATYPE"], fp, len(final)
-    h.checksums = {"nersc": nsum.value, "scidac_suma": ssum.suma, "scidac_sumb": ssum.sumb}
-    h.checks = {"plaquette": (plaq, plaq), "link_trace": (ltr, ltr), "checksum": (nsum.value, nsum.value)}
-    return h
+    return fields
