@@ -43,7 +43,7 @@ class _Requests:
         self.done = not reqs
 
     def test(self):
-        if not self.done and _mpi().Request.Testall(self.reqs):
+        if not self.done and _MPI.Request.Testall(self.reqs):
             self._finish(0.0)
         return self.done
 
@@ -51,7 +51,7 @@ class _Requests:
         if self.done:
             return
         t = time.perf_counter()
-        _mpi().Request.Waitall(self.reqs)
+        _MPI.Request.Waitall(self.reqs)
         self._finish(time.perf_counter() - t)
 
     def _finish(self, blocked):
@@ -114,13 +114,14 @@ class MpiComm(Communicator):
     # point to point ------------------------------------------------------
     def exchange(self, sends, recvs):
         t0 = time.perf_counter()
-        reqs = [self.comm.Irecv(buf, source=src, tag=tag) for buf, src, tag in recvs]
-        for buf, dest, tag in sends:
-            reqs.append(self.comm.Isend(buf, dest=dest, tag=tag))
-            self.stats.bytes_sent += buf.nbytes
-        self.stats.messages += len(sends)
-        self.stats.exchanges += 1
-        return _Requests(self.stats, reqs, t0)
+        c = self.comm
+        reqs = [c.Irecv(buf, src, tag) for buf, src, tag in recvs]
+        reqs += [c.Isend(buf, dest, tag) for buf, dest, tag in sends]
+        st = self.stats
+        st.bytes_sent += sum(buf.nbytes for buf, _, _ in sends)
+        st.messages += len(sends)
+        st.exchanges += 1
+        return _Requests(st, reqs, t0)
 
     # failure -------------------------------------------------------------
     def abort(self, message, code=1):

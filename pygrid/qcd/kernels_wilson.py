@@ -276,15 +276,17 @@ def _source(ns, dtype, five_d):
        "One spin of a half spinor (3 colours, re/im) at h[b:], as received in a halo.")
     fn("hstore(h, b, w)", [f"vstore(h, b + Q{k}, w[{k}])" for k in range(6)],
        "Store one spin of a half spinor at h[b:].")
-    body = ["g = vsplat(sign, W)", "LS = U(Ls)", "for i in range(lo, hi):", "    n = U(rows[i])",
+    body = ["LS = U(Ls)", "for i in range(lo, hi):", "    n = U(rows[i])", "    mu = mus[i]",
+            "    g = vsplat(signs[i], W)",
             "    for s in range(Ls):", "        S = U(s)", "        B = (n * LS + S) * FS",
             "        H = (U(i) * LS + S) * HS"]
     for mu in range(4):
         body += [f"        {'if' if mu == 0 else 'elif'} mu == {mu}:",
                  f"            hstore(out, H, proj{mu}h0(psi, B, g))",
                  f"            hstore(out, H + H1, proj{mu}h1(psi, B, g))"]
-    fn("pack_kernel(lo, hi, psi, rows, Ls, mu, sign, out)", body,
-       "Half spinors (1 + sign gamma_mu) psi of the sites rows[lo:hi], all Ls slices: a halo to send.", "@_jit")
+    fn("pack_kernel(lo, hi, psi, rows, mus, signs, Ls, out)", body,
+       "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the halos to send.",
+       "@_jit")
     body = []
     for x in [1 << k for k in range(NS.bit_length() - 1)]:
         body += [f"if px == {x}:", "    return (" + ", ".join(f"vxor(t[{k}], {x})" for k in range(6)) + ")"]
@@ -396,10 +398,11 @@ def _tile(Ls, nsimd, dtype):
     return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
 
 
-_no_halo = {}
-
-#: pieces the interior of a decomposed lattice is computed in, letting the halo messages progress between them
+#: at most this many pieces of the interior of a decomposed lattice, letting the halo messages progress
+#: between them (MPI moves data only inside its calls; each test costs microseconds), with at
+#: least MIN_PIECE_SITES outer sites per piece and at least two pieces
 INTERIOR_CHUNKS = 8
+MIN_PIECE_SITES = 384
 
 
 def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None):
@@ -415,26 +418,27 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
             raise ConformabilityError(f"dhop: {name} buffer must be a C-contiguous host array")
     nsimd, dtype = out.shape[3], out.dtype
-    n4 = stencil.neighbours.shape[1]
-    k = kernel_for(nsimd, dtype, Ls)
-    args = (out.reshape(-1), psi.reshape(-1), uf.reshape(-1), ub.reshape(-1),
-            stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
-            stencil.lane_xor, n4, int(Ls), coef, diag.reshape(-1), bool(use_diag), _tile(Ls, nsimd, dtype))
+    st = _launch_state(stencil, Ls, nsimd, dtype)
+    args = (out.reshape(-1), psi.reshape(-1), uf.reshape(-1), ub.reshape(-1)) + st.tables + (
+        coef, diag.reshape(-1), bool(use_diag), st.tile)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
-        none = _no_halo.get(dtype)
-        if none is None:
-            none = _no_halo.setdefault(dtype, np.zeros(1, dtype))
-        backend.accelerator_for(n4, k, *args, stencil.sites, none, none)
+        backend.accelerator_for(st.n4, st.kernel, *args, stencil.sites, st.none, st.none)
         return
     if link_halo is None:
         link_halo = exchange_rows(plan, ub)
     if link_halo.shape != (plan.nhalo,) + ub.shape[1:] or link_halo.dtype != dtype:
         raise ConformabilityError(f"dhop: link halo {link_halo.shape} {link_halo.dtype} does not match the "
                                   f"stencil's {plan.nhalo} halo rows of {ub.shape[1:]} {dtype}")
-    exchange, halo = _start_halo(backend, psi, plan, Ls, coef)
-    tail = (halo.reshape(-1), link_halo.reshape(-1))
-    for part in _interior_pieces(stencil):
+    t = time.perf_counter()
+    # one pack for every point with a face, each row projected with its point's sign
+    signs = st.signs[coef[2] > 0]
+    backend.accelerator_for(len(st.rows), st.pack, args[1], st.rows, st.mus, signs, int(Ls), st.packed_flat)
+    exchange = plan.start(st.packed, st.halo)
+    plan.comm.stats.pack_s += time.perf_counter() - t
+    tail = (st.halo_flat, link_halo.reshape(-1))
+    k = st.kernel
+    for part in st.pieces:
         backend.accelerator_for(len(part), k, *args, part, *tail)
         exchange.test()
     exchange.wait()
@@ -442,46 +446,52 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
         backend.accelerator_for(len(stencil.boundary), k, *args, stencil.boundary, *tail)
 
 
-#: message and halo buffers by (plan, Ls, dtype): fresh ones would page-fault on every call
-_halo_buffers = {}
+class _LaunchState:
+    """What every launch on one stencil, Ls, lane count and precision reuses: flattened tables,
+    the kernels, the interior pieces, and the message and halo buffers (fresh ones would
+    page-fault on every call)."""
 
-
-def _buffers(plan, Ls, nsimd, dtype):
-    key = (id(plan), int(Ls), np.dtype(dtype).char)
-    hit = _halo_buffers.get(key)
-    if hit is None or hit[0] is not plan:
-        if len(_halo_buffers) > 64:
-            _halo_buffers.clear()
+    def __init__(self, stencil, Ls, nsimd, dtype):
+        self.stencil = stencil
+        self.n4 = stencil.neighbours.shape[1]
+        self.kernel = kernel_for(nsimd, dtype, Ls)
+        self.tables = (stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
+                       stencil.lane_xor, self.n4, int(Ls))
+        self.tile = _tile(Ls, nsimd, dtype)
+        self.none = np.zeros(1, dtype)
+        plan = stencil.plan
+        if plan is None or not plan.nhalo:
+            return
+        self.pack = pack_kernel_for(nsimd, dtype, Ls)
+        faces = [(p, pt) for p, pt in enumerate(plan.points) if pt.nface]
+        self.rows = np.ascontiguousarray(np.concatenate([pt.rows for _, pt in faces]), np.int32)
+        self.mus = np.concatenate([np.full(pt.nface, p % 4, np.int32) for p, pt in faces])
+        fwd = np.concatenate([np.full(pt.nface, p < 4) for p, pt in faces])
+        # the projector signs of the hopping kernel, (forward, backward) = (-1, +1), or (+1, -1) for dag
+        self.signs = {False: np.where(fwd, -1.0, 1.0).astype(dtype), True: np.where(fwd, 1.0, -1.0).astype(dtype)}
         shape = (int(Ls), 6, 2, nsimd)
-        hit = _halo_buffers[key] = (plan, [np.empty((pt.nface,) + shape, dtype) for pt in plan.points],
-                                    np.empty((plan.nhalo,) + shape, dtype))
-    return hit[1], hit[2]
-
-
-_pieces = {}
-
-
-def _interior_pieces(stencil):
-    hit = _pieces.get(id(stencil))
-    if hit is None or hit[0] is not stencil:
+        packed = np.empty((len(self.rows),) + shape, dtype)
+        self.packed_flat = packed.reshape(-1)
+        self.packed, at = [packed[:0]] * len(plan.points), 0
+        for p, pt in faces:
+            self.packed[p] = packed[at:at + pt.nface]
+            at += pt.nface
+        self.halo = np.empty((plan.nhalo,) + shape, dtype)
+        self.halo_flat = self.halo.reshape(-1)
         inner = stencil.interior
-        step = max(1, -(-len(inner) // INTERIOR_CHUNKS))
-        hit = _pieces[id(stencil)] = (stencil, [inner[c:c + step] for c in range(0, len(inner), step)])
-    return hit[1]
+        pieces = max(2, min(INTERIOR_CHUNKS, len(inner) // MIN_PIECE_SITES))
+        step = max(1, -(-len(inner) // pieces))
+        self.pieces = [inner[c:c + step] for c in range(0, len(inner), step)]
 
 
-def _start_halo(backend, psi, plan, Ls, coef):
-    """Pack the projected face half spinors of every point and post their messages."""
-    t = time.perf_counter()
-    nsimd, dtype = psi.shape[3], psi.dtype
-    pack = pack_kernel_for(nsimd, dtype, Ls)
-    flat = psi.reshape(-1)
-    packed, halo = _buffers(plan, Ls, nsimd, dtype)
-    for p, pt in enumerate(plan.points):
-        buf = packed[p]
-        if pt.nface:
-            # the sign of the projector of point p, as the hopping kernel applies it
-            sign = coef[2] if p < 4 else coef[3]
-            backend.accelerator_for(pt.nface, pack, flat, pt.rows, int(Ls), p % 4, sign, buf.reshape(-1))
-    plan.comm.stats.pack_s += time.perf_counter() - t
-    return plan.start(packed, halo), halo
+_states = {}
+
+
+def _launch_state(stencil, Ls, nsimd, dtype):
+    key = (id(stencil), Ls, nsimd, dtype)
+    st = _states.get(key)
+    if st is None or st.stencil is not stencil:
+        if len(_states) > 64:
+            _states.clear()
+        st = _states[key] = _LaunchState(stencil, Ls, nsimd, dtype)
+    return st

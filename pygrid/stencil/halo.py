@@ -35,18 +35,15 @@ from ..cartesian.shift import shift_table
 class PointHalo:
     """The face of one displacement: rows, halo offset and the message groups."""
 
-    __slots__ = ("face", "rows", "offset", "groups", "direct")
+    __slots__ = ("face", "rows", "offset", "groups", "direct", "nface")
 
     def __init__(self, face, rows, offset, groups, direct):
         self.face = face        # int32 (nface,): destination outer sites that read the halo
         self.rows = rows        # int32 (nface,): the source outer sites each rank packs (nbr[face])
         self.offset = offset    # first halo row of this point
-        self.groups = groups    # [(kidx int64 (n,), lane mask bool (n, nsimd), send_to, recv_from)]
+        self.groups = groups    # [(rows of the group, remote lanes, send_to, recv_from)]
         self.direct = direct    # one group covering every lane of every row: receive straight into the halo
-
-    @property
-    def nface(self):
-        return len(self.face)
+        self.nface = len(face)
 
 
 class HaloPlan:
@@ -108,6 +105,7 @@ class HaloPlan:
             touched[face] = True
             offset += len(face)
         self.nhalo = offset
+        self.active = [p for p, pt in enumerate(self.points) if pt.nface]
         self._recv = {}  # receive buffers of lane-merged rows, by (row shape, dtype)
         self.interior = np.nonzero(~touched)[0].astype(np.int32)
         self.boundary = np.nonzero(touched)[0].astype(np.int32)
@@ -119,15 +117,16 @@ class HaloPlan:
         ``points[p].rows`` in the layout the kernel reads (first axis the row, lanes last);
         ``halo`` is the (nhalo, ...) array the kernel reads.  Returns an :class:`Exchange`."""
         sends, recvs, merges = [], [], []
-        for p in range(len(self.points)) if points is None else points:
+        for p in self.active if points is None else points:
             pt = self.points[p]
             if not pt.nface:
                 continue
             rows = halo[pt.offset:pt.offset + pt.nface]
             if pt.direct:
-                kidx, _, to, frm = pt.groups[0]
+                _, _, to, frm = pt.groups[0]
                 recvs.append((rows, frm, 64 * p))
-                sends.append((np.ascontiguousarray(packed[p]), to, 64 * p))
+                sends.append((packed[p] if packed[p].flags.c_contiguous else np.ascontiguousarray(packed[p]),
+                              to, 64 * p))
                 continue
             rows[...] = packed[p]  # the lanes that stay on this rank
             for gi, (kidx, mask, to, frm) in enumerate(pt.groups):
