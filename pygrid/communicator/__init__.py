@@ -22,9 +22,8 @@ from .layout import default_mpi_layout, processor_coor, rank_of
 __all__ = ["Communicator", "CommStats", "SingleRank", "world", "default_mpi_layout", "processor_coor",
            "rank_of", "launched_by_mpi", "layout_str", "ranks_on_this_node"]
 
-#: environment variables that MPI launchers set in every process they start
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
-                  "HYDRA_CONTROL_FD", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS")
+#: the job size that MPI launchers (MPICH/Hydra, Open MPI, MVAPICH, Slurm) put in every process they start
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 class SingleRank(Communicator):
@@ -69,11 +68,17 @@ class _NoRequests:
 
 
 def launched_by_mpi():
-    """Whether an MPI launcher started this process (``PYGRID_MPI=1`` / ``0`` forces the answer)."""
+    """Whether an MPI launcher started this process as one of several ranks
+    (``PYGRID_MPI=1`` / ``0`` forces the answer).  A one-process launch runs as
+    one rank without MPI, so a single-task ``srun`` needs no mpi4py."""
     force = os.environ.get("PYGRID_MPI")
     if force is not None:
         return force.strip() not in ("", "0", "false", "no")
-    return any(v in os.environ for v in _LAUNCHER_VARS)
+    for var in _SIZE_VARS:
+        n = os.environ.get(var, "").split("(")[0].strip()
+        if n.isdigit() and int(n) > 1:
+            return True
+    return False
 
 
 def ranks_on_this_node():
