@@ -14,6 +14,7 @@ import pygrid.io.atomic
 import pygrid.qcd  # noqa: F401
 from pygrid.io import ChecksumError, FormatError, TruncatedFileError
 from numpy_refs import plaquette_ref, link_trace_ref, scidac_ref
+from io_faults import FullDisk
 
 LAYOUTS = [((4, 4, 4, 4), None), ((2, 2, 2, 4), None), ((4, 4, 4, 8), (1, 1, 2, 2))]
 
@@ -282,26 +283,9 @@ def test_not_a_gauge_field(tmp_path, hot44):
 
 # ---- atomic writes ----------------------------------------------------------------------
 
-class _FailingStream:
-    """A file stream that fails with ENOSPC once ``limit`` bytes have been written."""
-
-    def __init__(self, inner, limit):
-        self.inner, self.limit, self.n = inner, limit, 0
-
-    def write(self, data):
-        n = len(memoryview(data).cast("B"))
-        if self.n + n > self.limit:
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
-        self.n += n
-        return self.inner.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
 def fail_after(monkeypatch, limit):
     real = pygrid.io.atomic._open_stream
-    monkeypatch.setattr(pygrid.io.atomic, "_open_stream", lambda fd: _FailingStream(real(fd), limit))
+    monkeypatch.setattr(pygrid.io.atomic, "_open_stream", lambda fd: FullDisk(real(fd), limit))
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "overwrite"])

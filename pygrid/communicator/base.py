@@ -14,8 +14,8 @@ class CommStats:
 
     ``comm_s`` is the time from posting an exchange's messages until they were
     seen complete; ``exposed_s`` the part of it a rank spent blocked waiting,
-    with nothing left to compute.  ``overlap`` is the fraction hidden behind
-    computation, 1 - exposed / comm.
+    with nothing left to compute: 1 - exposed / comm is the fraction hidden
+    behind computation.
     """
 
     exchanges: int = 0
@@ -24,10 +24,6 @@ class CommStats:
     comm_s: float = 0.0
     exposed_s: float = 0.0
     pack_s: float = 0.0
-
-    @property
-    def overlap(self):
-        return 0.0 if self.comm_s <= 0 else max(0.0, 1.0 - self.exposed_s / self.comm_s)
 
     def reset(self):
         self.exchanges = self.messages = self.bytes_sent = 0

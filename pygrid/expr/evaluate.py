@@ -64,7 +64,7 @@ def evaluate(expr, out, backend=None):
     return out
 
 
-def _with_halos(launch, inputs, tables, halos):
+def _with_halos(inputs, tables, halos):
     """Inputs of shifted slots extended by their halo rows (received from the neighbouring ranks),
     and tables pointing into them: the kernel reads ``osites + k`` as it reads any other row."""
     inputs, tables = list(inputs), list(tables)
@@ -102,7 +102,7 @@ def _run(backend, launch, out, tables, alias, halos=()):
             for f in launch.fields:
                 inputs.append(o if f is out else arrays[id(next(it))])
             if halos:
-                inputs, tables = _with_halos(launch, inputs, tables, halos)
+                inputs, tables = _with_halos(inputs, tables, halos)
             backend.run(launch.ir, o, inputs, tables, launch.coefs, out.grid.nsimd, alias)
     finally:
         for v in views:

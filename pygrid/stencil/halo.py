@@ -112,15 +112,13 @@ class HaloPlan:
         for a in (self.neighbours, self.interior, self.boundary):
             a.setflags(write=False)
 
-    def start(self, packed, halo, points=None):
-        """Post the messages of ``points`` (default all): ``packed[p]`` holds this rank's rows
+    def start(self, packed, halo):
+        """Post the messages of every point with a face: ``packed[p]`` holds this rank's rows
         ``points[p].rows`` in the layout the kernel reads (first axis the row, lanes last);
         ``halo`` is the (nhalo, ...) array the kernel reads.  Returns an :class:`Exchange`."""
         sends, recvs, merges = [], [], []
-        for p in self.active if points is None else points:
+        for p in self.active:
             pt = self.points[p]
-            if not pt.nface:
-                continue
             rows = halo[pt.offset:pt.offset + pt.nface]
             if pt.direct:
                 _, _, to, frm = pt.groups[0]

@@ -5,6 +5,8 @@ take the same number of iterations (their inner products differ in rounding).
 """
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,24 @@ def test_schur_cg_wilson_and_dwf(layout):
     np.testing.assert_allclose(xw, xw1, rtol=0, atol=1e-8 * np.abs(xw1).max())
     np.testing.assert_allclose(xd, xd1, rtol=0, atol=1e-8 * np.abs(xd1).max())
     assert r < 1e-18 and r1 < 1e-18
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler for the SIMT emulation")
+@pytest.mark.skipif(pg.get_backend().name not in ("openmp", "numpy"),
+                    reason="fields live in another backend's device memory in this pass")
+@pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated"])
+def test_generated_c_across_ranks(name):
+    """The CUDA and OpenCL sources, run under the SIMT emulation, on a split lattice: the Wilson
+    operator (generic kernel, halo exchanged first) and a shifted expression."""
+    res = []
+    previous = pg.get_backend().name
+    pg.set_backend(name)
+    try:
+        for g in grids(DIMS, layouts()[0]):
+            U, psi = setup(g)
+            e = pg.eval(pg.adj(pg.peek_lorentz(U, 3)) * pg.cshift(psi, 3, -1) + pg.cshift(psi, 0, 1))
+            res.append([pg.qcd.WilsonFermion(U, 0.1).M(psi).to_numpy(), e.to_numpy()])
+    finally:
+        pg.set_backend(previous)
+    for x, y in zip(*res):
+        np.testing.assert_array_equal(same_everywhere(x), y)

@@ -28,6 +28,7 @@ from pygrid.io import ChecksumError, FormatError, TruncatedFileError
 from pygrid.io._parallel import exact_sum
 from pygrid.io.lime import read_records
 from conftest import ONE, WORLD, layouts
+from io_faults import FullDisk
 
 DIMS = (4, 4, 4, 8)
 LAYOUTS = layouts()
@@ -235,23 +236,6 @@ def test_failed_write_fails_on_every_rank(shared_dir, hot, fmt):
     assert read_bytes(path) == read_bytes(ref)
 
 
-class _FullDisk:
-    """A file stream that fails with ENOSPC once ``limit`` bytes have been written."""
-
-    def __init__(self, inner, limit):
-        self.inner, self.limit, self.n = inner, limit, 0
-
-    def write(self, data):
-        n = len(memoryview(data).cast("B"))
-        if self.n + n > self.limit:
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
-        self.n += n
-        return self.inner.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
 @pytest.mark.parametrize("fmt", FORMATS[::2], ids=FORMAT_IDS[::2])
 def test_write_failing_midway_fails_on_every_rank(shared_dir, hot, fmt, monkeypatch):
     """The disk fills after a few of the one-slice slabs: rank 0 still takes the other ranks'
@@ -260,7 +244,7 @@ def test_write_failing_midway_fails_on_every_rank(shared_dir, hot, fmt, monkeypa
     g, U, _ = hot
     monkeypatch.setattr(pygrid.io._stream, "SLAB_BYTES", 1)
     real = pygrid.io.atomic._open_stream
-    monkeypatch.setattr(pygrid.io.atomic, "_open_stream", lambda fd: _FullDisk(real(fd), 3 * 4 ** 3 * 4 * 18 * 8))
+    monkeypatch.setattr(pygrid.io.atomic, "_open_stream", lambda fd: FullDisk(real(fd), 3 * 4 ** 3 * 4 * 18 * 8))
     target = os.path.join(shared_dir, f"full-{fmt[0]}-{'.'.join(map(str, g.mpi_layout))}")
     if WORLD.is_root:
         with open(target, "wb") as f:
