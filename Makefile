@@ -2,6 +2,7 @@
 #
 #   make run    create .venv if missing, install pygrid, run the Wilson Dslash benchmark
 #   make test   create .venv if missing, install pygrid[test,sycl,mpi], run the test suite
+#   make lint   ruff over the package, tests and benchmarks (configuration in pyproject.toml)
 #   make clean  remove caches and build leftovers (keeps .venv)
 #   make distclean  clean, and remove .venv too
 #
@@ -25,7 +26,7 @@ TEST_ENV   := PYGRID_CACHE_DIR=$(CACHE_DIR) NUMBA_CACHE_DIR=$(CACHE_DIR)/numba
 ARGS        ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test clean distclean
+.PHONY: run test lint clean distclean
 
 run: $(STAMP_RUN)
 	$(VENV)/bin/pygrid benchmark wilson $(ARGS)
@@ -59,6 +60,9 @@ test: $(STAMP_TEST)
 	$(MPI_RUN) -n 4 $(VPY) -m pytest -q -x -p no:cacheprovider tests/mpi
 	PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=2 $(MPI_RUN) -n 2 $(VPY) -m pytest -q -x -p no:cacheprovider \
 	    tests/mpi/test_fields_mpi.py tests/mpi/test_dirac_mpi.py
+
+lint: $(STAMP_TEST)
+	$(VENV)/bin/ruff check pygrid tests benchmarks
 
 $(VPY):
 	@echo "Creating $(VENV) with $(PYTHON)"
