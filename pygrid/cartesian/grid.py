@@ -7,12 +7,17 @@ index over simd_layout.  A local coordinate x_d = o_d + rdims[d] * l_d.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import communicator
 from ..errors import GridError
 from .simd import check_layout, default_nsimd, default_simd_layout
+
+if TYPE_CHECKING:
+    from ..communicator.base import Communicator
 
 
 def _dims(name, value, nd=None):
@@ -47,7 +52,9 @@ class GridCartesian:
 
     checkerboarded = False
 
-    def __init__(self, fdims, simd_layout=None, mpi_layout=None, precision="double", nsimd=None, comm=None):
+    def __init__(self, fdims: Sequence[int], simd_layout: Sequence[int] | None = None,
+                 mpi_layout: Sequence[int] | None = None, precision: str = "double", nsimd: int | None = None,
+                 comm: Communicator | None = None) -> None:
         fdims = _dims("grid dimensions", fdims)
         nd = len(fdims)
         self.comm = communicator.world() if comm is None else comm
@@ -94,7 +101,7 @@ class GridCartesian:
         mpi = current().mpi
         return mpi if mpi is not None and len(mpi) == nd else None
 
-    def neighbour_rank(self, mu, disp=1):
+    def neighbour_rank(self, mu: int, disp: int = 1) -> int:
         """The rank holding the block ``disp`` blocks away from this one in dimension ``mu`` (periodic)."""
         if not 0 <= mu < self.nd:
             raise GridError(f"neighbour_rank: dimension {mu} out of range 0..{self.nd - 1}")
@@ -103,7 +110,7 @@ class GridCartesian:
         return communicator.rank_of(c, self.mpi_layout)
 
     @property
-    def decomposed(self):
+    def decomposed(self) -> bool:
         """Whether some dimension is split over ranks (neighbours may live on another rank)."""
         return any(p > 1 for p in self.mpi_layout)
 
@@ -137,22 +144,22 @@ class GridCartesian:
         return f"{type(self).__name__}({dims}{mpi}, simd={simd}, Nsimd={self.nsimd}, osites={self.osites})"
 
     @property
-    def lshape(self):
+    def lshape(self) -> tuple[int, ...]:
         """Shape of this rank's part of a field, ``to_local_numpy()``, without the site indices."""
         return self.sdims
 
     @property
-    def gshape(self):
+    def gshape(self) -> tuple[int, ...]:
         """Shape of ``to_numpy()`` (the whole lattice) without the site indices."""
         return tuple(s * p for s, p in zip(self.sdims, self.mpi_layout))
 
-    def block_of(self, rank):
+    def block_of(self, rank: int) -> tuple[slice, ...]:
         """Index (a tuple of slices) of ``rank``'s part in a ``gshape`` array."""
         c = communicator.processor_coor(rank, self.mpi_layout)
         return tuple(slice(ci * s, (ci + 1) * s) for ci, s in zip(c, self.sdims))
 
     @property
-    def red_black(self):
+    def red_black(self) -> GridRedBlackCartesian:
         """The checkerboarded half grid of this grid (built once)."""
         if self._rb is None:
             self._rb = GridRedBlackCartesian(self)
@@ -222,7 +229,7 @@ class GridCartesian5D(GridCartesian):
     the checkerboard is the 4D one, (x + y + z + t) % 2.
     """
 
-    def __init__(self, grid4, Ls):
+    def __init__(self, grid4: GridCartesian, Ls: int) -> None:
         if not isinstance(grid4, GridCartesian) or grid4.checkerboarded or grid4.nd != 4:
             raise GridError("GridCartesian5D needs a full (not checkerboarded) 4D GridCartesian")
         if not isinstance(Ls, (int, np.integer)) or Ls < 1:
@@ -248,7 +255,7 @@ class GridRedBlackCartesian(GridCartesian):
 
     checkerboarded = True
 
-    def __init__(self, grid):
+    def __init__(self, grid: GridCartesian) -> None:
         if not isinstance(grid, GridCartesian) or grid.checkerboarded:
             raise GridError("GridRedBlackCartesian needs a full GridCartesian")
         self.full = grid

@@ -6,6 +6,8 @@ device copies.  All access goes through views opened by intent.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import memory
@@ -27,7 +29,8 @@ class Lattice(FieldBase, ExprOps):
     Fields start zeroed.
     """
 
-    def __init__(self, grid, site_type=st.Complex, precision="double", checkerboard=None, manager=None):
+    def __init__(self, grid: GridCartesian, site_type: st.SiteType = st.Complex, precision: str = "double",
+                 checkerboard: int | None = None, manager: memory.MemoryManager | None = None) -> None:
         if not isinstance(grid, GridCartesian):
             raise GridError(f"a Lattice needs a grid (pg.GridCartesian), got {type(grid).__name__}")
         if not isinstance(site_type, st.SiteType):
@@ -48,11 +51,11 @@ class Lattice(FieldBase, ExprOps):
 
     # ---- properties -----------------------------------------------------------
     @property
-    def checkerboard(self):
+    def checkerboard(self) -> int | None:
         return self._cb
 
     @checkerboard.setter
-    def checkerboard(self, cb):
+    def checkerboard(self, cb: int) -> None:
         if not self.grid.checkerboarded:
             raise GridError("checkerboard is only meaningful for fields on a red-black grid")
         if cb not in (0, 1):
@@ -60,42 +63,42 @@ class Lattice(FieldBase, ExprOps):
         self._cb = cb
 
     @property
-    def site_shape(self):
+    def site_shape(self) -> tuple[int, ...]:
         return self.site_type.shape
 
     @property
-    def is_real(self):
+    def is_real(self) -> bool:
         return self.site_type.is_real
 
     @property
-    def dtype(self):
+    def dtype(self) -> np.dtype:
         return np.dtype(_REAL[self.precision] if self.is_real else _CPLX[self.precision])
 
     @property
-    def real_dtype(self):
+    def real_dtype(self) -> np.dtype:
         return np.dtype(_REAL[self.precision])
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return self._buf.nbytes
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         cb = "" if self._cb is None else f", cb={'even' if self._cb == 0 else 'odd'}"
         return f"Lattice({self.site_type}, {self.precision}, {self.grid}{cb})"
 
     # ---- memory ---------------------------------------------------------------
-    def view(self, mode):
+    def view(self, mode: ViewMode) -> memory.View:
         """A view of the buffer for ``mode`` (a pg.ViewMode): ``with f.view(pg.CpuRead) as a:``.
 
         The array is shaped (osites, ncomp, 2, nsimd) in the layout of docs/design.md.
         """
         return memory.View(self._manager, self._key, mode)
 
-    def advise(self, advice):
+    def advise(self, advice: memory.Advise) -> None:
         self._manager.advise(self._key, advice)
 
     # ---- numpy interop --------------------------------------------------------
-    def to_numpy(self):
+    def to_numpy(self) -> np.ndarray:
         """The whole lattice as a numpy array (a copy), indexed [x, y, z, t, *site] ([s, x, y, z, t, *site] on 5D grids).
 
         On a red-black grid the first parity dimension is halved: stored site
@@ -113,7 +116,7 @@ class Lattice(FieldBase, ExprOps):
             out[g.block_of(r)] = parts[r]
         return out
 
-    def from_numpy(self, array):
+    def from_numpy(self, array: np.ndarray) -> Lattice:
         """Set the field from an array shaped like ``to_numpy()`` (the whole lattice); returns self.
 
         Under MPI every rank passes the whole array and keeps its own part.
@@ -128,7 +131,7 @@ class Lattice(FieldBase, ExprOps):
                              f"got {a.shape}")
         return self.from_local_numpy(a[g.block_of(g.comm.rank)])
 
-    def to_local_numpy(self):
+    def to_local_numpy(self) -> np.ndarray:
         """This rank's part of the field (a copy), indexed by local coordinates.
 
         Local coordinate x is global coordinate ``x + grid.lstart`` (with the
@@ -144,7 +147,7 @@ class Lattice(FieldBase, ExprOps):
             out.imag = sites[..., 1]
         return out.reshape(self.grid.lshape + self.site_shape)
 
-    def from_local_numpy(self, array):
+    def from_local_numpy(self, array: np.ndarray) -> Lattice:
         """Set this rank's part of the field from an array shaped like ``to_local_numpy()``; returns self."""
         a = np.asarray(array)
         want = self.grid.lshape + self.site_shape
@@ -164,40 +167,41 @@ class Lattice(FieldBase, ExprOps):
         return self
 
     # ---- assignment -----------------------------------------------------------
-    def assign(self, expr):
+    def assign(self, expr: Any) -> Lattice:
         """Evaluate ``expr`` into this field as one fused kernel; returns self."""
         from ..expr.evaluate import evaluate
 
         evaluate(expr, self)
         return self
 
-    def __imatmul__(self, expr):
+    def __imatmul__(self, expr: Any) -> Lattice:
         return self.assign(expr)
 
-    def copy(self):
+    def copy(self) -> Lattice:
         out = self.new_like()
         return out.assign(self)
 
-    def new_like(self, site_type=None, precision=None):
+    def new_like(self, site_type: st.SiteType | None = None, precision: str | None = None) -> Lattice:
         return Lattice(self.grid, site_type or self.site_type, precision or self.precision,
                        checkerboard=self._cb)
 
-    def fill(self, value):
+    def fill(self, value: Any) -> Lattice:
         """Set every site to a number (times the unit tensor) or a constant tensor."""
         return self.assign(value + 0 * self)
 
-    def __iadd__(self, other):
+    def __iadd__(self, other: Any) -> Lattice:
         return self.assign(self + other)
 
-    def __isub__(self, other):
+    def __isub__(self, other: Any) -> Lattice:
         return self.assign(self - other)
 
-    def __imul__(self, other):
+    def __imul__(self, other: Any) -> Lattice:
         return self.assign(self * other)
 
 
 def _named(site_factory, doc):
-    def make(grid, precision="double", checkerboard=None, **kw):
+    def make(grid: GridCartesian, precision: str = "double", checkerboard: int | None = None,
+             **kw: Any) -> Lattice:
         return Lattice(grid, site_factory(**kw), precision, checkerboard)
 
     make.__doc__ = doc

@@ -6,6 +6,7 @@ conversions evaluate their operand first.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from ..tensors.sitetype import LEVELS
 from .lattice import Lattice
 
 
-def eval(expr):  # noqa: A001 - the public name pg.eval mirrors Grid's eval
+def eval(expr: Any) -> Lattice:  # noqa: A001 - the public name pg.eval mirrors Grid's eval
     """Evaluate an expression as one fused kernel into a new field."""
     e = nodes.as_expr(expr)
     if isinstance(e, nodes.Leaf) and not any(e.disp):
@@ -38,41 +39,41 @@ def _field(x):
     return eval(x)
 
 
-def cshift(field, dim, disp):
+def cshift(field: Any, dim: int, disp: int) -> nodes.Expr:
     """field(x + disp * e_dim), periodic: a lazy neighbour read, fused into the expression."""
     return nodes.shift(field, dim, disp)
 
 
-def adj(x):
+def adj(x: Any) -> nodes.Expr:
     return nodes.unary("adj", x)
 
 
-def conjugate(x):
+def conjugate(x: Any) -> nodes.Expr:
     return nodes.unary("conjugate", x)
 
 
-def transpose(x):
+def transpose(x: Any) -> nodes.Expr:
     return nodes.unary("transpose", x)
 
 
-def trace(x):
+def trace(x: Any) -> nodes.Expr:
     """Trace over every matrix level."""
     return nodes.unary("trace", x)
 
 
-def trace_colour(x):
+def trace_colour(x: Any) -> nodes.Expr:
     return nodes.unary("trace", x, levels=("colour",))
 
 
-def trace_spin(x):
+def trace_spin(x: Any) -> nodes.Expr:
     return nodes.unary("trace", x, levels=("spin",))
 
 
-def transpose_colour(x):
+def transpose_colour(x: Any) -> nodes.Expr:
     return nodes.unary("transpose", x, levels=("colour",))
 
 
-def transpose_spin(x):
+def transpose_spin(x: Any) -> nodes.Expr:
     return nodes.unary("transpose", x, levels=("spin",))
 
 
@@ -80,7 +81,7 @@ def _index(i):
     return tuple(i) if isinstance(i, (tuple, list)) else (i,)
 
 
-def peek_index(x, level, *index):
+def peek_index(x: Any, level: str, *index: int) -> nodes.Expr:
     """The component ``index`` of one level (e.g. peek_index(U, 'lorentz', mu))."""
     if level not in LEVELS:
         raise SiteTypeError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}")
@@ -88,19 +89,19 @@ def peek_index(x, level, *index):
     return nodes.unary("peek", x, level=level, index=tuple(int(i) for i in idx))
 
 
-def peek_lorentz(x, mu):
+def peek_lorentz(x: Any, mu: int) -> nodes.Expr:
     return peek_index(x, "lorentz", mu)
 
 
-def peek_spin(x, *index):
+def peek_spin(x: Any, *index: int) -> nodes.Expr:
     return peek_index(x, "spin", *index)
 
 
-def peek_colour(x, *index):
+def peek_colour(x: Any, *index: int) -> nodes.Expr:
     return peek_index(x, "colour", *index)
 
 
-def poke_index(field, value, level, *index):
+def poke_index(field: Lattice, value: Any, level: str, *index: int) -> Lattice:
     """Set the component ``index`` of one level of ``field`` to ``value`` (in place)."""
     if not isinstance(field, Lattice):
         raise SiteTypeError("poke_index needs a Lattice to write into")
@@ -128,29 +129,29 @@ def _poke_rows(r):
     return r.poke_rows
 
 
-def poke_lorentz(field, value, mu):
+def poke_lorentz(field: Lattice, value: Any, mu: int) -> Lattice:
     return poke_index(field, value, "lorentz", mu)
 
 
-def poke_spin(field, value, *index):
+def poke_spin(field: Lattice, value: Any, *index: int) -> Lattice:
     return poke_index(field, value, "spin", *index)
 
 
-def poke_colour(field, value, *index):
+def poke_colour(field: Lattice, value: Any, *index: int) -> Lattice:
     return poke_index(field, value, "colour", *index)
 
 
-def outer_product(a, b):
+def outer_product(a: Any, b: Any) -> nodes.Expr:
     """a adj(b) per vector level."""
     return nodes.Contract("outer_product", nodes.as_expr(a), nodes.as_expr(b))
 
 
-def local_inner_product(a, b):
+def local_inner_product(a: Any, b: Any) -> nodes.Expr:
     """sum over components of conj(a) b, per site: a Complex field."""
     return nodes.Contract("local_inner_product", nodes.as_expr(a), nodes.as_expr(b))
 
 
-def where(mask, a, b):
+def where(mask: Any, a: Any, b: Any) -> nodes.Expr:
     """Per site: a where mask != 0, else b.  Both branches are evaluated (no divergence)."""
     a, b = nodes.as_expr(a), nodes.as_expr(b)
     m = nodes.as_expr(mask)
@@ -159,14 +160,14 @@ def where(mask, a, b):
 
 # ---- reductions ------------------------------------------------------------
 
-def norm2(x):
+def norm2(x: Any) -> float:
     """sum over sites of |x|^2, as a float (accumulated in double precision)."""
     f = _field(x)
     with f.view(ViewMode.AcceleratorRead) as a:
         return f.grid.comm.sum(get_backend().norm2(a))
 
 
-def inner_product(a, b):
+def inner_product(a: Any, b: Any) -> complex:
     """sum over sites of conj(a) . b, as a complex (accumulated in double precision)."""
     fa, fb = _field(a), _field(b)
     nodes._conform("inner_product", nodes.Leaf(fa), nodes.Leaf(fb))
@@ -176,7 +177,7 @@ def inner_product(a, b):
         return fa.grid.comm.sum(get_backend().inner_product(x, y))
 
 
-def sum(x):  # noqa: A001
+def sum(x: Any) -> np.ndarray:  # noqa: A001
     """Sum over all sites: a numpy array of the site shape."""
     f = _field(x)
     with f.view(ViewMode.AcceleratorRead) as a:
@@ -185,7 +186,7 @@ def sum(x):  # noqa: A001
     return s.real.copy() if f.is_real else s
 
 
-def slice_sum(x, dim):
+def slice_sum(x: Any, dim: int) -> np.ndarray:
     """Sums over the sites of each slice x_dim = const: array (L_dim, *site_shape)."""
     f = _field(x)
     if f.grid.checkerboarded:
@@ -216,7 +217,8 @@ def _slice_table(grid, dim):
 
 # ---- coordinates, precision, checkerboards ------------------------------------
 
-def coordinate(grid, mu, checkerboard=None, precision="double"):
+def coordinate(grid: GridCartesian, mu: int, checkerboard: int | None = None,
+               precision: str = "double") -> Lattice:
     """A Real field holding each site's global coordinate in dimension mu."""
     if not isinstance(grid, GridCartesian):
         raise GridError("coordinate needs a grid")
@@ -235,7 +237,7 @@ def coordinate(grid, mu, checkerboard=None, precision="double"):
     return out
 
 
-def convert(x, precision):
+def convert(x: Any, precision: str) -> Lattice:
     """A copy of x in another precision ('single' or 'double')."""
     f = _field(x)
     out = Lattice(f.grid, f.site_type, precision, checkerboard=f.checkerboard)
@@ -252,7 +254,7 @@ def _cb_map(full, cb):
     return o, l
 
 
-def pick_checkerboard(cb, full_field):
+def pick_checkerboard(cb: int, full_field: Lattice) -> Lattice:
     """The sites of parity cb of a full-grid field, as a field on the red-black grid."""
     f = _field(full_field)
     if f.grid.checkerboarded:
@@ -266,7 +268,7 @@ def pick_checkerboard(cb, full_field):
     return out
 
 
-def set_checkerboard(full_field, half):
+def set_checkerboard(full_field: Lattice, half: Lattice) -> Lattice:
     """Write a red-black field into the sites of its parity of a full-grid field."""
     if not isinstance(full_field, Lattice) or full_field.grid.checkerboarded:
         raise ConformabilityError("set_checkerboard writes into a full-grid Lattice")
