@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cartesian import GridCartesian
+from ..communicator import world
 from ..lattice import Lattice, LatticeGaugeField
 from ..memory import ViewMode
 from ..tensors import sitetype as st
+from ._parallel import on_root
 from .errors import FormatError
 
 _GAUGE_LEVELS = st.LorentzColourMatrix().levels
@@ -40,6 +43,30 @@ def check_gauge_field(U, what):
 def check_grid(grid, what):
     if grid.checkerboarded or grid.nd != 4:
         raise FormatError(f"{what}: gauge configuration files live on a full 4D grid, got {grid}")
+
+
+def reader_target(what, path, grid, into, precision, read_meta):
+    """The grid and precision a gauge reader fills, and the file's metadata read on the root rank.
+
+    ``read_meta()`` parses the file and returns a tuple whose first item has ``dims``; it runs
+    on rank 0 of the grid's communicator (the job's, when the grid comes from the header)
+    and its result, or its error, reaches every rank.  Returns ``(grid, precision, meta)``.
+    """
+    if into is not None:
+        check_gauge_field(into, f"{what}(into=...)")
+        if grid is not None and grid != into.grid:
+            raise FormatError(f"{what}: pass either grid or into, not both with different grids")
+        grid, precision = into.grid, into.precision
+    precision = precision or "double"
+    meta = on_root(world() if grid is None else grid.comm, read_meta)
+    dims = meta[0].dims
+    if grid is None:
+        grid = GridCartesian(list(dims), precision=precision)
+    check_grid(grid, what)
+    if tuple(grid.gdims) != dims:
+        raise FormatError(f"{path}: the file holds a {'x'.join(map(str, dims))} lattice, the grid is "
+                          f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
+    return grid, precision, meta
 
 
 def new_gauge_field(grid, precision):
@@ -125,7 +152,8 @@ def gauge_statistics(U):
     digits a writer prints, and so the file, do not depend on how the job was laid out.
     """
     # pygrid.lattice beside io in docs/design.md's layer table; imported here, where it is needed
-    from ..lattice import adj, cshift, eval as evaluate, peek_lorentz, trace
+    from ..lattice import adj, cshift, peek_lorentz, trace
+    from ..lattice import eval as evaluate
     from ._parallel import exact_sum
 
     g = U.grid

@@ -24,10 +24,8 @@ import re
 import time
 import warnings
 
-from ..cartesian import GridCartesian
-from ..communicator import world
-from ._field import check_gauge_field, check_grid, copy_field, gauge_statistics
-from ._parallel import on_every_rank, on_root
+from ._field import check_gauge_field, copy_field, gauge_statistics, reader_target
+from ._parallel import on_every_rank
 from ._stream import Payload, PayloadSums, read_payload, write_file, write_payload
 from .checksums import NerscChecksum, ScidacChecksum
 from .errors import ChecksumError, FormatError
@@ -105,19 +103,8 @@ def read_ildg(path, grid=None, into=None, precision=None, verify=True, progress=
     ``checks`` and ``checksums``.  Collective under MPI, as read_nersc.
     """
     path = os.fspath(path)
-    if into is not None:
-        check_gauge_field(into, "read_ildg(into=...)")
-        if grid is not None and grid != into.grid:
-            raise FormatError("read_ildg: pass either grid or into, not both with different grids")
-        grid, precision = into.grid, into.precision
-    precision = precision or "double"
-    h, binary, itemsize = on_root(world() if grid is None else grid.comm, lambda: _read_meta(path))
-    if grid is None:
-        grid = GridCartesian(list(h.dims), precision=precision)
-    check_grid(grid, "read_ildg")
-    if tuple(grid.gdims) != h.dims:
-        raise FormatError(f"{path}: the file holds a {'x'.join(map(str, h.dims))} lattice, the grid is "
-                          f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
+    grid, precision, (h, binary, itemsize) = reader_target("read_ildg", path, grid, into, precision,
+                                                lambda: _read_meta(path))
     payload = Payload(">f8" if itemsize == 8 else ">f4", 3)
     want = payload.nbytes(h.dims)
     if binary.length != want:

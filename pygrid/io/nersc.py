@@ -18,10 +18,8 @@ import os
 import platform
 import time
 
-from ..cartesian import GridCartesian
-from ..communicator import world
-from ._field import check_gauge_field, check_grid, copy_field, gauge_statistics
-from ._parallel import on_every_rank, on_root
+from ._field import check_gauge_field, copy_field, gauge_statistics, reader_target
+from ._parallel import on_every_rank
 from ._stream import Payload, PayloadSums, read_payload, write_file, write_payload
 from .checksums import NerscChecksum, ScidacChecksum
 from .errors import ChecksumError, FormatError, TruncatedFileError
@@ -155,19 +153,8 @@ def read_nersc(path, grid=None, into=None, precision=None, verify=True, progress
     returns the same header.
     """
     path = os.fspath(path)
-    if into is not None:
-        check_gauge_field(into, "read_nersc(into=...)")
-        if grid is not None and grid != into.grid:
-            raise FormatError("read_nersc: pass either grid or into, not both with different grids")
-        grid, precision = into.grid, into.precision
-    precision = precision or "double"
-    h, payload, have = on_root(world() if grid is None else grid.comm, lambda: _read_meta(path))
-    if grid is None:
-        grid = GridCartesian(list(h.dims), precision=precision)
-    check_grid(grid, "read_nersc")
-    if tuple(grid.gdims) != h.dims:
-        raise FormatError(f"{path}: the file holds a {'x'.join(map(str, h.dims))} lattice, the grid is "
-                          f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
+    grid, precision, (h, payload, have) = reader_target("read_nersc", path, grid, into, precision,
+                                                lambda: _read_meta(path))
     _check_size(h, payload, have, path)
     # the per-site CRC32s cost more than everything else: only when the header has them to check
     want_scidac = bool(_hex(h, "SCIDAC_CHECKSUMA", path) or _hex(h, "SCIDAC_CHECKSUMB", path))
