@@ -14,7 +14,12 @@ from .cg import ConjugateGradient
 from .log import ITERATIVE, LOGGER_NAME
 from .mixed_cg import MixedPrecisionConjugateGradient
 from .operators import (
-    HermitianOperator, LinearOperator, MdagMOperator, apply_M, as_hermitian, as_operator,
+    HermitianOperator,
+    LinearOperator,
+    MdagMOperator,
+    apply_M,
+    as_hermitian,
+    as_operator,
     converted_operator,
 )
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
 
 from ..errors import PyGridError
 
@@ -49,14 +48,14 @@ class SolverRecord:
     converged: bool
     iterations: int
     true_residual: float
-    history: List[float] = field(default_factory=list)
+    history: list[float] = field(default_factory=list)
     time: float = 0.0
-    flops: Optional[float] = None
+    flops: float | None = None
     tol: float = 0.0
     operator_applications: int = 0
-    outer_iterations: Optional[int] = None
-    inner_iterations: List[int] = field(default_factory=list)
-    reason: Optional[str] = None
+    outer_iterations: int | None = None
+    inner_iterations: list[int] = field(default_factory=list)
+    reason: str | None = None
 
     def __str__(self):
         state = "converged" if self.converged else "NOT converged"

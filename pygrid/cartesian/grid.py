@@ -217,7 +217,11 @@ class GridCartesian:
             shape += [self.simd_layout[d], self.rdims[d]]
         a = arr.reshape(tuple(shape) + (ncomp, planes))
         # axes: (s_0, r_0, s_1, r_1, ...), ncomp, planes -> r_{nd-1}..r_0, ncomp, planes, s_{nd-1}..s_0
-        order = [2 * d + 1 for d in reversed(range(nd))] + [2 * nd, 2 * nd + 1] + [2 * d for d in reversed(range(nd))]
+        order = (
+            [2 * d + 1 for d in reversed(range(nd))]
+            + [2 * nd, 2 * nd + 1]
+            + [2 * d for d in reversed(range(nd))]
+        )
         out[...] = a.transpose(order).reshape(out.shape)
         return out
 
@@ -287,7 +291,8 @@ class GridRedBlackCartesian(GridCartesian):
             if self.rdims[d] % 2:
                 raise GridError(
                     f"red-black grids need an even number of outer sites in dimension {d} "
-                    f"(local extent {self.ldims[d]} / simd {simd[d]} = {self.rdims[d]}); choose another simd_layout"
+                    f"(local extent {self.ldims[d]} / simd {simd[d]} = {self.rdims[d]}); "
+                    "choose another simd_layout"
                 )
         self._rb = self
 

@@ -13,7 +13,7 @@ import math
 from ..errors import GridError
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_simd_bits() -> int:
     """Widest SIMD register the host CPU offers, in bits (128 when unknown)."""
     flags = ""
@@ -74,7 +74,8 @@ def default_simd_layout(ldims, nsimd: int, skip=()) -> tuple[int, ...]:
 def check_layout(ldims, simd_layout) -> None:
     if len(simd_layout) != len(ldims):
         raise GridError(
-            f"simd_layout {tuple(simd_layout)} has {len(simd_layout)} entries; the grid has {len(ldims)} dimensions"
+            f"simd_layout {tuple(simd_layout)} has {len(simd_layout)} entries; "
+            f"the grid has {len(ldims)} dimensions"
         )
     for d, (l, s) in enumerate(zip(ldims, simd_layout)):
         if not isinstance(s, int) or s < 1:

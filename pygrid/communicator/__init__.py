@@ -16,7 +16,7 @@ import math
 import os
 
 from ..errors import GridError
-from .base import Communicator, CommStats, layout_str
+from .base import CommStats, Communicator, layout_str
 from .layout import default_mpi_layout, processor_coor, rank_of
 
 __all__ = ["Communicator", "CommStats", "SingleRank", "world", "default_mpi_layout", "processor_coor",

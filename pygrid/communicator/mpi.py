@@ -17,7 +17,6 @@ import numpy as np
 from ..errors import BackendError
 from .base import Communicator
 
-
 _MPI = None
 
 

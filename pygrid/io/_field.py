@@ -103,7 +103,8 @@ class SliceReader:
 
 
 class SliceWriter:
-    """Open on a (fresh) field for writing: ``put(t, a)``, local time slice t from a real array (z, y, x, 4, 3, 3, 2)."""
+    """Open on a (fresh) field for writing: ``put(t, a)`` writes local time slice t from a real array
+    (z, y, x, 4, 3, 3, 2)."""
 
     def __init__(self, U):
         self.U = U
@@ -152,8 +153,7 @@ def gauge_statistics(U):
     digits a writer prints, and so the file, do not depend on how the job was laid out.
     """
     # pygrid.lattice beside io in docs/design.md's layer table; imported here, where it is needed
-    from ..lattice import adj, cshift, peek_lorentz, trace
-    from ..lattice import eval as evaluate
+    from ..lattice import adj, cshift, eval as evaluate, peek_lorentz, trace
     from ._parallel import exact_sum
 
     g = U.grid
@@ -163,8 +163,13 @@ def gauge_statistics(U):
         return evaluate(expr).to_local_numpy().real
 
     # generators: one plane's site values in memory at a time
-    plaq = (site_values(trace(links[mu] * cshift(links[nu], mu, 1) * adj(cshift(links[mu], nu, 1)) * adj(links[nu])))
-            for mu in range(4) for nu in range(mu + 1, 4))
+    plaq = (
+        site_values(
+            trace(links[mu] * cshift(links[nu], mu, 1) * adj(cshift(links[mu], nu, 1)) * adj(links[nu]))
+        )
+        for mu in range(4)
+        for nu in range(mu + 1, 4)
+    )
     ltr = (site_values(trace(links[mu])) for mu in range(4))
     volume = float(np.prod(g.gdims))
     return exact_sum(g.comm, plaq) / (3.0 * 6 * volume), exact_sum(g.comm, ltr) / (3.0 * 4 * volume)

@@ -105,7 +105,9 @@ def _exact_local(values):
         return 0, 0
     m, e = np.frexp(v)
     mant = np.ldexp(m, 53).astype(np.int64)  # exact: |m| < 1, so |mant| < 2**53
-    e = e.astype(np.int16) - np.int16(53)  # v = mant * 2**e; int16 (exponents lie in -1127..971) sorts by radix
+    e = e.astype(np.int16) - np.int16(
+        53
+    )  # v = mant * 2**e; int16 (exponents lie in -1127..971) sorts by radix
     order = np.argsort(e, kind="stable")
     e, mant = e[order], mant[order]
     exps, starts = np.unique(e, return_index=True)

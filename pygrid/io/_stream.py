@@ -76,7 +76,9 @@ class PayloadSums:
 
     def add(self, data, sites):
         """``data``: bytes of consecutive stored sites, as in the file; ``sites``: their global indices."""
-        self.nersc = (self.nersc + int(np.frombuffer(data, dtype=self.words).sum(dtype=np.uint64))) & 0xFFFFFFFF
+        self.nersc = (
+            self.nersc + int(np.frombuffer(data, dtype=self.words).sum(dtype=np.uint64))
+        ) & 0xFFFFFFFF
         if not self.scidac:
             return
         mv, sb = memoryview(data).cast("B"), self.site_bytes
@@ -129,7 +131,8 @@ def _read_runs(grid, t, nt):
 
 
 def _site_indices(grid, t, nt):
-    """Global lexicographic index of every site of this rank's block in slices t..t+nt-1, in (t, z, y, x) order."""
+    """Global lexicographic index of every site of this rank's block in slices t..t+nt-1,
+    in (t, z, y, x) order."""
     X, Y, Z, _ = grid.gdims
     x0, y0, z0, _ = grid.lstart
     lx, ly, lz, _ = grid.ldims
@@ -161,7 +164,7 @@ def read_payload(f, start, grid, payload, precision, sums, path="", progress=Non
             for tl in range(0, lt, k):
                 nt = min(k, lt - tl)
                 slab = raw[:nt]
-                for idx, site, n in _read_runs(grid, t0 + tl, nt):
+                for idx, site, _n in _read_runs(grid, t0 + tl, nt):
                     _read_exact(f, slab[idx], start + site * sb, start + total, total, path)
                 block = slab if lx == X else np.ascontiguousarray(slab[:, :, :, x0:x0 + lx])
                 sums.add(memoryview(block.reshape(-1).view(np.uint8)),

@@ -16,7 +16,9 @@ from . import detect_format, read_gauge, write_ildg, write_nersc
 _ILDG_EXT = {".lime", ".ildg", ".scidac", ".ilime"}
 _NERSC_EXT = {".nersc"}
 
-USAGE = "pygrid convert IN OUT [--to nersc|ildg] [--precision single|double] [--two-row] [--no-verify] [--quiet]"
+USAGE = (
+    "pygrid convert IN OUT [--to nersc|ildg] [--precision single|double] [--two-row] [--no-verify] [--quiet]"
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -82,7 +82,9 @@ def _layout(h, path):
         except ValueError:
             dims = ()
         if len(dims) != 4:
-            raise FormatError(f"{path}: scidac-private-file-xml dims {xml_value(fil, 'dims')!r} are not 4 integers")
+            raise FormatError(
+                f"{path}: scidac-private-file-xml dims {xml_value(fil, 'dims')!r} are not 4 integers"
+            )
         h.data_type = dt
     if prec not in (32, 64):
         raise FormatError(f"{path}: precision {prec}; ILDG stores 32 or 64 bits")

@@ -78,12 +78,16 @@ def read_records(f, size, path=""):
             raise FormatError(f"{path}: bad LIME record header at byte {pos}: magic 0x{magic:08x}, "
                               f"expected 0x{LIME_MAGIC:08x} (not a LIME file, or corrupted)")
         if version != LIME_VERSION:
-            raise FormatError(f"{path}: LIME record at byte {pos} has version {version}; pygrid reads version 1")
+            raise FormatError(
+                f"{path}: LIME record at byte {pos} has version {version}; pygrid reads version 1"
+            )
         name = rtype.split(b"\0", 1)[0].decode("ascii", errors="replace")
         data = pos + HEADER_BYTES
         if data + length > size:
-            raise TruncatedFileError(f"{path}: LIME record {name!r} at byte {pos} holds {length} bytes but the "
-                                     f"file ends after {size - data} (truncated file)")
+            raise TruncatedFileError(
+                f"{path}: LIME record {name!r} at byte {pos} holds {length} bytes but the "
+                f"file ends after {size - data} (truncated file)"
+            )
         records.append(Record(name, data, length, bool(flags & MB_FLAG), bool(flags & ME_FLAG), version, pos))
         pos = data + length + padding(length)
     return records
@@ -122,6 +126,8 @@ class LimeWriter:
         rtype, length, start = self._open
         written = self.stream.tell() - start
         if written != length:
-            raise FormatError(f"LimeWriter: record {rtype!r} announced {length} bytes, {written} were written")
+            raise FormatError(
+                f"LimeWriter: record {rtype!r} announced {length} bytes, {written} were written"
+            )
         self.stream.write(b"\0" * padding(length))
         self._open = None

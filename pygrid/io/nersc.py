@@ -42,7 +42,9 @@ def read_nersc_header(f, path=""):
     """Parse the header at the start of binary stream f; returns a Header (f left at the payload)."""
     first = f.readline(4096)
     if first.strip() != b"BEGIN_HEADER":
-        raise FormatError(f"{path}: not a NERSC file (the first line is {first[:40]!r}, expected BEGIN_HEADER)")
+        raise FormatError(
+            f"{path}: not a NERSC file (the first line is {first[:40]!r}, expected BEGIN_HEADER)"
+        )
     h = Header()
     while True:
         line = f.readline(4096)
@@ -317,7 +319,9 @@ def _fields(gdims, two_row, fp, plaq, ltr, digits, ensemble_id, ensemble_label, 
         "ENSEMBLE_LABEL": str(ensemble_label),
         "SEQUENCE_NUMBER": str(int(sequence_number)),
         "CREATOR": _creator(),
-        "CREATOR_HARDWARE": "-".join([platform.node(), platform.machine(), platform.system(), platform.release()]),
+        "CREATOR_HARDWARE": "-".join(
+            [platform.node(), platform.machine(), platform.system(), platform.release()]
+        ),
         "CREATION_DATE": date,
         "ARCHIVE_DATE": date,
         "FLOATING_POINT": fp,

@@ -34,7 +34,9 @@ class Lattice(FieldBase, ExprOps):
         if not isinstance(grid, GridCartesian):
             raise GridError(f"a Lattice needs a grid (pg.GridCartesian), got {type(grid).__name__}")
         if not isinstance(site_type, st.SiteType):
-            raise SiteTypeError(f"site_type must be a pygrid site type such as pg.ColourMatrix(), got {site_type!r}")
+            raise SiteTypeError(
+                f"site_type must be a pygrid site type such as pg.ColourMatrix(), got {site_type!r}"
+            )
         if precision not in _REAL:
             raise ShapeError(f"precision must be 'double' or 'single', got {precision!r}")
         self.grid = grid
@@ -99,7 +101,8 @@ class Lattice(FieldBase, ExprOps):
 
     # ---- numpy interop --------------------------------------------------------
     def to_numpy(self) -> np.ndarray:
-        """The whole lattice as a numpy array (a copy), indexed [x, y, z, t, *site] ([s, x, y, z, t, *site] on 5D grids).
+        """The whole lattice as a numpy array (a copy), indexed [x, y, z, t, *site]
+        ([s, x, y, z, t, *site] on 5D grids).
 
         On a red-black grid the first parity dimension is halved: stored site
         (xh, y, z, t) is the full site x = 2 xh + (cb + y + z + t) % 2.  Under
@@ -216,7 +219,11 @@ LatticeSpinVector = _named(lambda: st.SpinVector(), "A field of spin vectors.")
 LatticeSpinMatrix = _named(lambda: st.SpinMatrix(), "A field of spin matrices.")
 LatticeFermion = _named(lambda nc=3: st.SpinColourVector(nc), "A field of spin-colour vectors (a fermion).")
 LatticeSpinColourVector = LatticeFermion
-LatticePropagator = _named(lambda nc=3: st.SpinColourMatrix(nc), "A field of spin-colour matrices (a propagator).")
+LatticePropagator = _named(
+    lambda nc=3: st.SpinColourMatrix(nc), "A field of spin-colour matrices (a propagator)."
+)
 LatticeSpinColourMatrix = LatticePropagator
-LatticeGaugeField = _named(lambda nc=3: st.LorentzColourMatrix(nc), "A gauge field: 4 colour matrices per site.")
+LatticeGaugeField = _named(
+    lambda nc=3: st.LorentzColourMatrix(nc), "A gauge field: 4 colour matrices per site."
+)
 LatticeLorentzColourMatrix = LatticeGaugeField

@@ -272,7 +272,8 @@ class MemoryManager:
 
     # -------------------------------------------------------------- open/close
     def write_count(self, key):
-        """How many write views of ``key`` have been opened: a change of it means the contents may have changed."""
+        """How many write views of ``key`` have been opened: when it changes, the contents may have
+        changed."""
         return self._get(key).writes
 
     def open(self, key, mode):

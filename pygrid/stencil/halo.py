@@ -27,9 +27,9 @@ import time
 
 import numpy as np
 
+from ..cartesian.shift import shift_table
 from ..communicator import rank_of
 from ..errors import GridError
-from ..cartesian.shift import shift_table
 
 
 class PointHalo:
@@ -96,7 +96,9 @@ class HaloPlan:
                     m = mask[kidx]
                     if len(kidx) and np.array_equal(kidx, np.arange(kidx[0], kidx[-1] + 1)):
                         kidx = slice(int(kidx[0]), int(kidx[-1]) + 1)  # a view, not a gather
-                    groups.append((kidx, _lane_selector(m), rank_of(tuple(me - g), P), rank_of(tuple(me + g), P)))
+                    groups.append(
+                        (kidx, _lane_selector(m), rank_of(tuple(me - g), P), rank_of(tuple(me + g), P))
+                    )
             direct = (len(groups) == 1 and _rows(groups[0][0]) == len(face)
                       and isinstance(groups[0][1], slice) and groups[0][1] == slice(0, grid.nsimd, 1))
             self.points.append(PointHalo(face, rows, offset, groups, direct))
@@ -187,7 +189,8 @@ def _lane_selector(mask):
 
 @functools.lru_cache(maxsize=256)
 def halo_plan(grid, cb, disps):
-    """The cached :class:`HaloPlan` of ``grid`` for source checkerboard ``cb`` and a tuple of displacements."""
+    """The cached :class:`HaloPlan` of ``grid`` for source checkerboard ``cb`` and a tuple of
+    displacements."""
     return HaloPlan(grid, cb, disps)
 
 

@@ -80,7 +80,9 @@ class Stencil:
             raise GridError(f"Stencil needs a grid, got {type(grid).__name__}")
         if grid.checkerboarded:
             if checkerboard not in (0, 1):
-                raise GridError("a stencil on a red-black grid needs checkerboard 0 or 1 (the source checkerboard)")
+                raise GridError(
+                    "a stencil on a red-black grid needs checkerboard 0 or 1 (the source checkerboard)"
+                )
         elif checkerboard is not None:
             raise GridError("checkerboard is only meaningful for a stencil on a red-black grid")
         disps = [tuple(int(v) for v in d) for d in displacements]
@@ -112,8 +114,9 @@ class Stencil:
             self.perm[p] = glob[perm]
         self.lanes = np.ascontiguousarray(np.array(stacked, dtype=np.int32))
         self.lane_xor = lane_xor(self.lanes)
-        self.halo_offsets = np.array([pt.offset for pt in self.plan.points] if self.plan else [0] * self.npoints,
-                                     dtype=np.int64)
+        self.halo_offsets = np.array(
+            [pt.offset for pt in self.plan.points] if self.plan else [0] * self.npoints, dtype=np.int64
+        )
         self.nhalo = self.plan.nhalo if self.plan else 0
         self.sites = np.arange(osites, dtype=np.int32)
         self.interior = self.sites if self.plan is None else self.plan.interior

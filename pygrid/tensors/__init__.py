@@ -1,6 +1,17 @@
 from . import algebra
 from .constant import ConstTensor, Gamma
 from .sitetype import (
-    LEVELS, Complex, ColourMatrix, ColourVector, Level, LorentzColourMatrix, LorentzComplex, Real,
-    SiteType, SpinColourMatrix, SpinColourVector, SpinMatrix, SpinVector,
+    LEVELS,
+    ColourMatrix,
+    ColourVector,
+    Complex,
+    Level,
+    LorentzColourMatrix,
+    LorentzComplex,
+    Real,
+    SiteType,
+    SpinColourMatrix,
+    SpinColourVector,
+    SpinMatrix,
+    SpinVector,
 )

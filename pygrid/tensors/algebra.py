@@ -25,7 +25,9 @@ def _level_product(name, la: Level, lb: Level):
     """(result level, [(out idx, a idx, b idx)]) for one level of a product."""
     ka, kb = la.kind, lb.kind
     if ka != SCALAR and kb != SCALAR and la.n != lb.n:
-        raise SiteTypeError(f"{name} level: cannot multiply {la.describe()} by {lb.describe()} (sizes differ)")
+        raise SiteTypeError(
+            f"{name} level: cannot multiply {la.describe()} by {lb.describe()} (sizes differ)"
+        )
     if ka == SCALAR and kb == SCALAR:
         return la, [((), (), ())]
     if ka == SCALAR:
@@ -57,7 +59,7 @@ def _combine(ta_shape, tb_shape, out_shape, per_level):
     return np.array(rows, dtype=np.int32).reshape(-1, 3)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def product(ta: SiteType, tb: SiteType):
     """Result type and contraction table of ta * tb."""
     levels, per_level = [], []
@@ -69,16 +71,18 @@ def product(ta: SiteType, tb: SiteType):
     return out, _combine(ta.shape, tb.shape, out.shape, per_level)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def inner(ta: SiteType, tb: SiteType):
     """Table of local_inner_product: sum_i conj(a[i]) b[i] into a Complex."""
     if ta.levels != tb.levels:
         raise SiteTypeError(f"local_inner_product needs two fields of the same site type, got {ta} and {tb}")
     n = ta.ncomp
-    return SiteType(is_real=ta.is_real and tb.is_real), np.array([(0, i, i) for i in range(n)], dtype=np.int32)
+    return SiteType(is_real=ta.is_real and tb.is_real), np.array(
+        [(0, i, i) for i in range(n)], dtype=np.int32
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def outer(ta: SiteType, tb: SiteType):
     """Result type and table of outer_product: a[i] conj(b[j]) per vector level."""
     levels, per_level = [], []
@@ -91,7 +95,8 @@ def outer(ta: SiteType, tb: SiteType):
             per_level.append([((i, j), (i,), (j,)) for i in range(la.n) for j in range(la.n)])
         else:
             raise SiteTypeError(
-                f"outer_product: {name} level {la.describe()} with {lb.describe()}; need two vectors of one size"
+                f"outer_product: {name} level {la.describe()} with {lb.describe()}; "
+                "need two vectors of one size"
             )
     out = SiteType(*levels, is_real=ta.is_real and tb.is_real)
     return out, _combine(ta.shape, tb.shape, out.shape, per_level)
@@ -136,7 +141,7 @@ def _identity_level(lv):
     return [(i, i) for i in np.ndindex(*lv.shape)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def transpose(t: SiteType, levels=LEVELS):
     per = []
     for name, lv in zip(LEVELS, t.levels):
@@ -147,12 +152,12 @@ def transpose(t: SiteType, levels=LEVELS):
     return _remap_levels(t, t.levels, per)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def identity_map(t: SiteType):
     return _remap_levels(t, t.levels, [_identity_level(lv) for lv in t.levels])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trace(t: SiteType, levels=LEVELS):
     out_levels, per = [], []
     for name, lv in zip(LEVELS, t.levels):
@@ -167,7 +172,7 @@ def trace(t: SiteType, levels=LEVELS):
     return _remap_levels(t, out_levels, per)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def peek(t: SiteType, level: str, idx: tuple):
     lv = t.level(level)
     if lv.kind == SCALAR:
@@ -203,7 +208,8 @@ def identity_values(t: SiteType):
     for name, lv in zip(LEVELS, t.levels):
         if lv.kind == VECTOR:
             raise SiteTypeError(
-                f"cannot add a number to {t}: its {name} level is a vector (a number means a multiple of the unit matrix)"
+                f"cannot add a number to {t}: its {name} level is a vector "
+                "(a number means a multiple of the unit matrix)"
             )
     vals = np.ones((1,), dtype=np.complex128)
     for lv in t.levels:
@@ -225,7 +231,7 @@ def _pattern(kind_a, kind_b):
     return {SCALAR: "S", VECTOR: "V", MATRIX: "M"}[kind_a] + {SCALAR: "S", VECTOR: "V", MATRIX: "M"}[kind_b]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def product_spec(ta: SiteType, tb: SiteType, trans_a=(), trans_b=(), kind="product"):
     """(result type, loop spec) of ta * tb (or local_inner_product / outer_product).
 
@@ -243,7 +249,9 @@ def product_spec(ta: SiteType, tb: SiteType, trans_a=(), trans_b=(), kind="produ
                 for name, la in zip(LEVELS, ta.levels)]
     else:
         out, _ = outer(ta, tb)
-        spec = [("o" + _pattern(la.kind, la.kind)[0], la.n, False, False) for name, la in zip(LEVELS, ta.levels)]
+        spec = [
+            ("o" + _pattern(la.kind, la.kind)[0], la.n, False, False) for name, la in zip(LEVELS, ta.levels)
+        ]
     return out, tuple(spec)
 
 
@@ -278,7 +286,11 @@ def spec_loops(spec):
         elif pat == "MM":
             out_vars += [(i, n), (j, n)]
             sum_vars.append((k, n))
-            loc = {"o": (_mat(i, j, n, False), n * n), "a": (_mat(i, k, n, ta), n * n), "b": (_mat(k, j, n, tb), n * n)}
+            loc = {
+                "o": (_mat(i, j, n, False), n * n),
+                "a": (_mat(i, k, n, ta), n * n),
+                "b": (_mat(k, j, n, tb), n * n),
+            }
         elif pat == "MV":
             out_vars.append((i, n))
             sum_vars.append((k, n))
@@ -308,7 +320,7 @@ def spec_loops(spec):
     return out_vars, sum_vars, flat(parts["o"]), flat(parts["a"]), flat(parts["b"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spec_table(spec):
     """The contraction table (rows out, a, b) that the loop nest of ``spec`` walks."""
     out_vars, sum_vars, oi, ai, bi = spec_loops(spec)

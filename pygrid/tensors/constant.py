@@ -23,7 +23,9 @@ class ConstTensor:
     def __init__(self, site_type: SiteType, values, name=None):
         v = np.asarray(values, dtype=np.complex128).reshape(-1)
         if v.size != site_type.ncomp:
-            raise SiteTypeError(f"{v.size} values for a constant of type {site_type} ({site_type.ncomp} components)")
+            raise SiteTypeError(
+                f"{v.size} values for a constant of type {site_type} ({site_type.ncomp} components)"
+            )
         self.site_type = site_type
         self.values = v
         self.values.setflags(write=False)
@@ -110,6 +112,8 @@ class Gamma:
     Y = ConstTensor(SpinMatrix(), _GY, "Gamma.Y")
     Z = ConstTensor(SpinMatrix(), _GZ, "Gamma.Z")
     T = ConstTensor(SpinMatrix(), _GT, "Gamma.T")
-    Five = ConstTensor(SpinMatrix(), np.array(_GX) @ np.array(_GY) @ np.array(_GZ) @ np.array(_GT), "Gamma.Five")
+    Five = ConstTensor(
+        SpinMatrix(), np.array(_GX) @ np.array(_GY) @ np.array(_GZ) @ np.array(_GT), "Gamma.Five"
+    )
     Identity = ConstTensor(SpinMatrix(), np.eye(4), "Gamma.Identity")
     mu = (X, Y, Z, T)

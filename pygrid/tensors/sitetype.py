@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..errors import SiteTypeError
-
 LEVELS = ("lorentz", "spin", "colour")
 SCALAR, VECTOR, MATRIX = "scalar", "vector", "matrix"
 
@@ -27,7 +25,9 @@ class Level:
         return {SCALAR: (), VECTOR: (self.n,), MATRIX: (self.n, self.n)}[self.kind]
 
     def describe(self):
-        return {SCALAR: "scalar", VECTOR: f"vector({self.n})", MATRIX: f"matrix({self.n}x{self.n})"}[self.kind]
+        return {SCALAR: "scalar", VECTOR: f"vector({self.n})", MATRIX: f"matrix({self.n}x{self.n})"}[
+            self.kind
+        ]
 
 
 S = Level()
