@@ -39,7 +39,7 @@ class Backend(Protocol):
 
     def run(self, ir: Any, out: Any, inputs: list, shifts: list, coefs: np.ndarray, nsimd: int,
             alias: bool = False) -> None:
-        """Evaluate one lowered expression (pygrid.expr.ir.KernelIR) into ``out``."""
+        """Evaluate one lowered expression (pygrid.accelerator.ir.KernelIR) into ``out``."""
 
     def launch(self, kernel: Any, args: dict, nsimd: int, dtype: Any) -> None:
         """Run a covariant kernel (pygrid.accelerator.covariant.Kernel) on ``args`` (parameter name -> value)."""

@@ -42,6 +42,8 @@ import hashlib
 import math
 import re as _re
 
+from . import ir as IR
+
 KERNEL_NAME = "pygrid_kernel"
 
 DIALECTS = {
@@ -94,32 +96,28 @@ def _needed(ir):
         if not cs:
             continue
         op = ir.ops[v]
-        kind = op[0]
-        if kind == "contract":
-            _, a, b, _loops, (ts, tia, tib), _ca, _cb, _nout = op
-            start, ia, ib = ir.tables[ts], ir.tables[tia], ir.tables[tib]
+        if isinstance(op, IR.Contract):
+            start, ia, ib = ir.contract_tables(op)
             for c in cs:
                 for k in range(start[c], start[c + 1]):
-                    need[a].add(int(ia[k]))
-                    need[b].add(int(ib[k]))
-        elif kind == "remap":
-            _, a, (ts, tia, tcf), _conj, _nout = op
-            start, ia, cf = ir.tables[ts], ir.tables[tia], ir.tables[tcf].reshape(-1, 2)
+                    need[op.a].add(int(ia[k]))
+                    need[op.b].add(int(ib[k]))
+        elif isinstance(op, IR.Remap):
+            start, ia, cf = ir.remap_tables(op)
             for c in cs:
                 for k in range(start[c], start[c + 1]):
                     if cf[k, 0] != 0 or cf[k, 1] != 0:
-                        need[a].add(int(ia[k]))
-        elif kind == "lincomb":
-            for t, _c, _sign in op[1]:
-                need[t] |= cs
-        elif kind == "where":
-            _, m, a, b, _n = op
-            need[m].add(0)
-            need[a] |= cs
-            need[b] |= cs
-        elif kind == "compare":
-            need[op[1]].add(0)
-            need[op[2]].add(0)
+                        need[op.a].add(int(ia[k]))
+        elif isinstance(op, IR.LinComb):
+            for t in op.terms:
+                need[t.value] |= cs
+        elif isinstance(op, IR.Where):
+            need[op.mask].add(0)
+            need[op.a] |= cs
+            need[op.b] |= cs
+        elif isinstance(op, IR.Compare):
+            need[op.a].add(0)
+            need[op.b].add(0)
     return need
 
 
@@ -187,14 +185,13 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
     S2 = 2 * NS
     shift_done = set()
     for v, op in enumerate(ir.ops):
-        kind = op[0]
-        n = ir.ncomp(v)
+        n = op.ncomp
         cs = sorted(need[v])
         val[v] = {}
         if not cs:
             continue
-        if kind == "load":
-            _, slot, sh = op
+        if isinstance(op, IR.Load):
+            slot, sh = op.slot, op.shift
             if sh < 0:
                 emit(f"const long b{v} = (long)o * {n * S2} + l;")
             else:
@@ -207,16 +204,16 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
                 r = f"in{slot}[b{v} + {c * S2}]" if c else f"in{slot}[b{v}]"
                 i = f"in{slot}[b{v} + {c * S2 + NS}]"
                 val[v][c] = (define(f"v{v}_{c}r", [(1, r)]), define(f"v{v}_{c}i", [(1, i)]))
-        elif kind == "const":
-            off = op[1]
+        elif isinstance(op, IR.Const):
+            off = op.offset
             for c in cs:
                 val[v][c] = (define(f"v{v}_{c}r", [(1, f"coefs[{2 * (off + c)}]")]),
                              define(f"v{v}_{c}i", [(1, f"coefs[{2 * (off + c) + 1}]")]))
-        elif kind == "contract":
-            _, a, b, _loops, (ts, tia, tib), ca, cb, _nout = op
-            start, ia, ib = ir.tables[ts], ir.tables[tia], ir.tables[tib]
-            sa = -1 if ca else 1
-            sb = -1 if cb else 1
+        elif isinstance(op, IR.Contract):
+            a, b = op.a, op.b
+            start, ia, ib = ir.contract_tables(op)
+            sa = -1 if op.conj_a else 1
+            sb = -1 if op.conj_b else 1
             for c in cs:
                 rt, it = [], []
                 for k in range(start[c], start[c + 1]):
@@ -232,10 +229,10 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
                     if ai is not None and br is not None:
                         it.append((sa, f"{ai} * {br}"))
                 val[v][c] = (define(f"v{v}_{c}r", rt), define(f"v{v}_{c}i", it))
-        elif kind == "remap":
-            _, a, (ts, tia, tcf), conj, _nout = op
-            start, ia, cf = ir.tables[ts], ir.tables[tia], ir.tables[tcf].reshape(-1, 2)
-            sa = -1 if conj else 1
+        elif isinstance(op, IR.Remap):
+            a = op.a
+            start, ia, cf = ir.remap_tables(op)
+            sa = -1 if op.conj else 1
             for c in cs:
                 rt, it = [], []
                 for k in range(start[c], start[c + 1]):
@@ -247,19 +244,19 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
                     add(it, scaled(cr * sa, ai))
                     add(it, scaled(ci, ar))
                 val[v][c] = (define(f"v{v}_{c}r", rt), define(f"v{v}_{c}i", it))
-        elif kind == "lincomb":
-            terms = op[1]
-            for j, (_t, c, sign) in enumerate(terms):
-                if c >= 0:
-                    neg = "-" if sign < 0 else ""
+        elif isinstance(op, IR.LinComb):
+            for j, t in enumerate(op.terms):
+                if t.coef is not None:
+                    neg = "-" if t.sign < 0 else ""
+                    c = t.coef
                     emit(f"const {real} k{v}_{j}r = {neg}coefs[{2 * c}], k{v}_{j}i = {neg}coefs[{2 * c + 1}];")
             for comp in cs:
                 rt, it = [], []
-                for j, (t, c, sign) in enumerate(terms):
-                    xr, xi = get(t, comp)
-                    if c < 0:
-                        add(rt, scaled(sign, xr))
-                        add(it, scaled(sign, xi))
+                for j, t in enumerate(op.terms):
+                    xr, xi = get(t.value, comp)
+                    if t.coef is None:
+                        add(rt, scaled(t.sign, xr))
+                        add(it, scaled(t.sign, xi))
                         continue
                     kr, ki = f"k{v}_{j}r", f"k{v}_{j}i"
                     if xr is not None:
@@ -269,9 +266,9 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
                         rt.append((-1, f"{ki} * {xi}"))
                         it.append((1, f"{kr} * {xi}"))
                 val[v][comp] = (define(f"v{v}_{comp}r", rt), define(f"v{v}_{comp}i", it))
-        elif kind == "where":
-            _, m, a, b, _n = op
-            mr = get(m, 0)[0]
+        elif isinstance(op, IR.Where):
+            a, b = op.a, op.b
+            mr = get(op.mask, 0)[0]
             emit(f"const int m{v} = {mr if mr is not None else zero} != 0;")
             for c in cs:
                 parts = []
@@ -282,13 +279,12 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
                         e = f"m{v} ? {x if x is not None else zero} : {y if y is not None else zero}"
                         parts.append(define(f"v{v}_{c}{'ri'[k]}", [(1, e)]))
                 val[v][c] = tuple(parts)
-        elif kind == "compare":
-            _, a, b, cmp = op
-            x, y = get(a, 0)[0], get(b, 0)[0]
-            e = f"({x if x is not None else zero} {_CMP[cmp]} {y if y is not None else zero}) ? ({real})1 : {zero}"
+        elif isinstance(op, IR.Compare):
+            x, y = get(op.a, 0)[0], get(op.b, 0)[0]
+            e = f"({x if x is not None else zero} {_CMP[op.op]} {y if y is not None else zero}) ? ({real})1 : {zero}"
             val[v][0] = (define(f"v{v}_0r", [(1, e)]), None)
         else:
-            raise ValueError(f"unknown IR op {kind}")
+            raise ValueError(f"unknown IR op {type(op).__name__}")
     res = ir.result
     emit(f"const long bo = (long)o * {ir.out_ncomp * S2} + l;")
     for c in range(ir.out_ncomp):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 
+from . import ir as IR
 from .numba_ops import OP_NAMES, ops_source
 
 _CMP = {"<": 0, "<=": 1, ">": 2, ">=": 3}
@@ -51,55 +52,52 @@ def kernel_source(ir, nsimd, alias, dtype="float64"):
         lines.append("    " * indent + text)
 
     res = ir.result
-    direct = not alias and ir.ops[res][0] != "load"
+    direct = not alias and not isinstance(ir.ops[res], IR.Load)
     loc = {}  # value -> (array, offset expression)
     for v, op in enumerate(ir.ops):
-        kind = op[0]
-        n = ir.ncomp(v)
-        if kind == "load" and op[2] < 0:
-            loc[v] = (f"in{op[1]}", f"b{op[1]}")
+        n = op.ncomp
+        if isinstance(op, IR.Load) and op.shift < 0:
+            loc[v] = (f"in{op.slot}", f"b{op.slot}")
             continue
         if direct and v == res:
             loc[v] = ("out", "bo")
         else:
             loc[v] = (f"v{v}", "0")
             emit(1, f"v{v} = np.empty({n * 2 * NS}, dtype=out.dtype)")
-        if kind == "const":
-            emit(1, f"fill(v{v}, 0, coefs, {op[1]}, {n})")
-        elif kind == "lincomb":
-            for j, (_, c, sign) in enumerate(op[1]):
-                neg = "-" if sign < 0 else ""
-                if c >= 0:
-                    emit(1, f"k{v}_{j}r = {neg}coefs[{2 * c}]")
-                    emit(1, f"k{v}_{j}i = {neg}coefs[{2 * c + 1}]")
+        if isinstance(op, IR.Const):
+            emit(1, f"fill(v{v}, 0, coefs, {op.offset}, {n})")
+        elif isinstance(op, IR.LinComb):
+            for j, t in enumerate(op.terms):
+                neg = "-" if t.sign < 0 else ""
+                if t.coef is not None:
+                    emit(1, f"k{v}_{j}r = {neg}coefs[{2 * t.coef}]")
+                    emit(1, f"k{v}_{j}i = {neg}coefs[{2 * t.coef + 1}]")
                 else:
-                    emit(1, f"k{v}_{j}r = Z({float(sign)})")
+                    emit(1, f"k{v}_{j}r = Z({float(t.sign)})")
                     emit(1, f"k{v}_{j}i = Z(0.0)")
     emit(1, "for o in range(lo, hi):")
     emit(2, f"bo = o * {ir.out_ncomp * 2 * NS}")
     for slot, n in enumerate(ir.slots):
-        if any(op[0] == "load" and op[1] == slot and op[2] < 0 for op in ir.ops):
+        if any(isinstance(op, IR.Load) and op.slot == slot and op.shift < 0 for op in ir.ops):
             emit(2, f"b{slot} = o * {n * 2 * NS}")
     for v, op in enumerate(ir.ops):
-        kind = op[0]
-        n = ir.ncomp(v)
+        n = op.ncomp
         d = ", ".join(loc[v])
-        if kind == "load":
-            _, slot, sh = op
+        if isinstance(op, IR.Load):
+            sh = op.shift
             if sh >= 0:
-                emit(2, f"load(v{v}, in{slot}, nb{sh}[o] * {n * 2 * NS}, pm{sh}[o], ln{sh}, {n})")
-        elif kind == "const":
+                emit(2, f"load(v{v}, in{op.slot}, nb{sh}[o] * {n * 2 * NS}, pm{sh}[o], ln{sh}, {n})")
+        elif isinstance(op, IR.Const):
             continue
-        elif kind == "contract":
-            _, a, b, _loops, (ts, tia, tib), ca, cb, nout = op
-            emit(2, f"contract({d}, {nout}, {', '.join(loc[a])}, {', '.join(loc[b])}, T{ts}, T{tia}, T{tib}, "
-                    f"{-1.0 if ca else 1.0}, {-1.0 if cb else 1.0})")
-        elif kind == "remap":
-            _, a, (ts, tia, tcf), conj, nout = op
-            emit(2, f"remap({d}, {nout}, {', '.join(loc[a])}, T{ts}, T{tia}, T{tcf}, {-1.0 if conj else 1.0})")
-        elif kind == "lincomb":
-            terms = op[1]
-            x = lambda j: ", ".join(loc[terms[j][0]])  # noqa: E731
+        elif isinstance(op, IR.Contract):
+            emit(2, f"contract({d}, {n}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, "
+                    f"T{op.start}, T{op.ia}, T{op.ib}, {-1.0 if op.conj_a else 1.0}, {-1.0 if op.conj_b else 1.0})")
+        elif isinstance(op, IR.Remap):
+            emit(2, f"remap({d}, {n}, {', '.join(loc[op.a])}, T{op.start}, T{op.ia}, T{op.coef}, "
+                    f"{-1.0 if op.conj else 1.0})")
+        elif isinstance(op, IR.LinComb):
+            terms = op.terms
+            x = lambda j: ", ".join(loc[terms[j].value])  # noqa: E731
             k = lambda j: f"k{v}_{j}r, k{v}_{j}i"  # noqa: E731
             if len(terms) == 1:
                 emit(2, f"scale({d}, {x(0)}, {k(0)}, {n})")
@@ -107,14 +105,12 @@ def kernel_source(ir, nsimd, alias, dtype="float64"):
                 emit(2, f"axpby({d}, {x(0)}, {k(0)}, {x(1)}, {k(1)}, {n})")
                 for j in range(2, len(terms)):
                     emit(2, f"axpy({d}, {x(j)}, {k(j)}, {n})")
-        elif kind == "where":
-            _, m, a, b, n = op
-            emit(2, f"select({d}, {', '.join(loc[m])}, {', '.join(loc[a])}, {', '.join(loc[b])}, {n})")
-        elif kind == "compare":
-            _, a, b, cmp = op
-            emit(2, f"compare({d}, {', '.join(loc[a])}, {', '.join(loc[b])}, {_CMP[cmp]})")
+        elif isinstance(op, IR.Where):
+            emit(2, f"select({d}, {', '.join(loc[op.mask])}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, {n})")
+        elif isinstance(op, IR.Compare):
+            emit(2, f"compare({d}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, {_CMP[op.op]})")
         else:
-            raise ValueError(f"unknown IR op {kind}")
+            raise ValueError(f"unknown IR op {type(op).__name__}")
     if not direct:
         emit(2, f"copy(out, bo, {', '.join(loc[res])}, {ir.out_ncomp})")
     return "\n".join(lines) + "\n"

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import ir as IR
+from .ir import csr_rows
+
 
 def _cplx(buf):
     return buf[:, :, 0, :] + 1j * buf[:, :, 1, :]
-
-
-def _csr_rows(start):
-    """Output component of each table row from CSR row starts."""
-    return np.repeat(np.arange(len(start) - 1), np.diff(start))
 
 
 def run_ir(ir, out, inputs, shifts, coefs):
@@ -24,58 +22,70 @@ def run_ir(ir, out, inputs, shifts, coefs):
     inputs: one array per slot; shifts: (nbr, perm, lanes) per shift index;
     coefs: complex coefficient vector.
     """
+    shape = (out.shape[0], None, out.shape[3])
     vals = []
     for op in ir.ops:
-        kind = op[0]
-        if kind == "load":
-            _, slot, sh = op
-            x = _cplx(inputs[slot])
-            if sh >= 0:
-                nbr, perm, lanes = shifts[sh]
-                x = np.take_along_axis(x[nbr], lanes[perm][:, None, :], axis=2)
-            vals.append(x)
-        elif kind == "const":
-            _, off, n = op
-            c = coefs[off:off + n]
-            vals.append(np.broadcast_to(c[None, :, None], (out.shape[0], n, out.shape[3])))
-        elif kind == "contract":
-            _, a, b, _loops, (ts, tia, tib), ca, cb, nout = op
-            rows = _csr_rows(ir.tables[ts])
-            tab = np.stack([rows, ir.tables[tia], ir.tables[tib]], axis=1)
-            A, B = vals[a], vals[b]
-            if ca:
-                A = np.conj(A)
-            if cb:
-                B = np.conj(B)
-            r = np.zeros((out.shape[0], nout, out.shape[3]), dtype=np.complex128)
-            np.add.at(r, (slice(None), tab[:, 0]), A[:, tab[:, 1]] * B[:, tab[:, 2]])
-            vals.append(r)
-        elif kind == "remap":
-            _, a, (ts, tia, tcf), conj, nout = op
-            rows = np.stack([_csr_rows(ir.tables[ts]), ir.tables[tia]], axis=1)
-            cf = ir.tables[tcf]
-            A = np.conj(vals[a]) if conj else vals[a]
-            c = cf[:, 0] + 1j * cf[:, 1]
-            r = np.zeros((out.shape[0], nout, out.shape[3]), dtype=np.complex128)
-            np.add.at(r, (slice(None), rows[:, 0]), c[None, :, None] * A[:, rows[:, 1]])
-            vals.append(r)
-        elif kind == "lincomb":
-            _, terms, n = op
-            r = 0
-            for v, c, sign in terms:
-                term = vals[v] if c < 0 else coefs[c] * vals[v]
-                r = r + sign * term
-            vals.append(r)
-        elif kind == "where":
-            _, m, a, b, n = op
-            vals.append(np.where(vals[m].real != 0, vals[a], vals[b]))
-        elif kind == "compare":
-            _, a, b, cmp = op
-            x, y = vals[a].real, vals[b].real
-            r = {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[cmp]
-            vals.append(r.astype(np.float64) + 0j)
-        else:
-            raise ValueError(f"unknown IR op {kind}")
+        vals.append(_EVAL[type(op)](op, ir, vals, inputs, shifts, coefs, shape))
     res = vals[ir.result]
     out[:, :, 0, :] = res.real
     out[:, :, 1, :] = res.imag
+
+
+def _zeros(shape, n):
+    return np.zeros((shape[0], n, shape[2]), dtype=np.complex128)
+
+
+def _load(op, ir, vals, inputs, shifts, coefs, shape):
+    x = _cplx(inputs[op.slot])
+    if op.shift >= 0:
+        nbr, perm, lanes = shifts[op.shift]
+        x = np.take_along_axis(x[nbr], lanes[perm][:, None, :], axis=2)
+    return x
+
+
+def _const(op, ir, vals, inputs, shifts, coefs, shape):
+    c = coefs[op.offset:op.offset + op.ncomp]
+    return np.broadcast_to(c[None, :, None], (shape[0], op.ncomp, shape[2]))
+
+
+def _contract(op, ir, vals, inputs, shifts, coefs, shape):
+    start, ia, ib = ir.contract_tables(op)
+    A = np.conj(vals[op.a]) if op.conj_a else vals[op.a]
+    B = np.conj(vals[op.b]) if op.conj_b else vals[op.b]
+    r = _zeros(shape, op.ncomp)
+    np.add.at(r, (slice(None), csr_rows(start)), A[:, ia] * B[:, ib])
+    return r
+
+
+def _remap(op, ir, vals, inputs, shifts, coefs, shape):
+    start, ia, cf = ir.remap_tables(op)
+    A = np.conj(vals[op.a]) if op.conj else vals[op.a]
+    c = cf[:, 0] + 1j * cf[:, 1]
+    r = _zeros(shape, op.ncomp)
+    np.add.at(r, (slice(None), csr_rows(start)), c[None, :, None] * A[:, ia])
+    return r
+
+
+def _lincomb(op, ir, vals, inputs, shifts, coefs, shape):
+    r = 0
+    for t in op.terms:
+        term = vals[t.value] if t.coef is None else coefs[t.coef] * vals[t.value]
+        r = r + t.sign * term
+    return r
+
+
+def _where(op, ir, vals, inputs, shifts, coefs, shape):
+    return np.where(vals[op.mask].real != 0, vals[op.a], vals[op.b])
+
+
+_COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+
+
+def _compare(op, ir, vals, inputs, shifts, coefs, shape):
+    return _COMPARE[op.op](vals[op.a].real, vals[op.b].real).astype(np.float64) + 0j
+
+
+_EVAL = {
+    IR.Load: _load, IR.Const: _const, IR.Contract: _contract, IR.Remap: _remap,
+    IR.LinComb: _lincomb, IR.Where: _where, IR.Compare: _compare,
+}

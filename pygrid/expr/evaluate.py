@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..accelerator import get_backend
-from ..cartesian.shift import shift_table
 from ..accelerator.rows import all_rows, host_rows
+from ..cartesian.shift import shift_table
 from ..errors import ConformabilityError, SiteTypeError
-from ..stencil.halo import exchange_rows, halo_plan
 from ..memory import ViewMode
+from ..stencil.halo import exchange_rows, halo_plan
 from .lower import lower
 from .nodes import Leaf, as_expr
 

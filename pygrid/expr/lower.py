@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..accelerator import ir as IR
 from ..errors import SiteTypeError
 from ..tensors import algebra
 from ..tensors.sitetype import LEVELS
-from .ir import KernelIR, Launch
 from .nodes import Compare, Const, Contract, Leaf, LinComb, Mul, Scalar, Unary, Where
 
 
@@ -28,7 +28,7 @@ def _read_as(e):
 
 class _Lowerer:
     def __init__(self):
-        self.ir = KernelIR()
+        self.ir = IR.KernelIR()
         self.memo = {}  # structural key -> value id (CSE)
         self.slot_of = {}  # id(field) -> slot
         self.fields = []
@@ -75,7 +75,7 @@ class _Lowerer:
                     self.shift_of[k] = len(self.shifts)
                     self.shifts.append(k)
                 sh = self.shift_of[k]
-            return self.emit(("load", s, sh))
+            return self.emit(IR.Load(s, sh, e.field.site_type.ncomp))
         if isinstance(e, Mul):
             a, b = e.children
             if isinstance(a, Const) or isinstance(b, Const):
@@ -100,22 +100,22 @@ class _Lowerer:
                     val = t.value * algebra.identity_values(e.site_type) if isinstance(t, Scalar) else t.const.values
                     if t.site_type.levels != e.site_type.levels and isinstance(t, Const):
                         raise SiteTypeError(f"cannot add the constant {t.const} to a {e.site_type} field")
-                    v = self.emit(("const", self.coef(val), e.site_type.ncomp))
+                    v = self.emit(IR.Const(self.coef(val), e.site_type.ncomp))
                 else:
                     v = self.lower(t)
-                c = -1 if scale is None else self.coef([scale])
-                terms.append((v, c, sign))
-            return self.emit(("lincomb", tuple(terms), e.site_type.ncomp))
+                c = None if scale is None else self.coef([scale])
+                terms.append(IR.Term(v, c, sign))
+            return self.emit(IR.LinComb(tuple(terms), e.site_type.ncomp))
         if isinstance(e, Where):
             m, a, b = (self.lower(c) for c in e.children)
-            return self.emit(("where", m, a, b, e.site_type.ncomp))
+            return self.emit(IR.Where(m, a, b, e.site_type.ncomp))
         if isinstance(e, Compare):
             a, b = (self.lower(c) for c in e.children)
-            return self.emit(("compare", a, b, e.op))
+            return self.emit(IR.Compare(a, b, e.op))
         if isinstance(e, Scalar):  # e.g. the 2 of coordinate(grid, 3) < 2
-            return self.emit(("const", self.coef([e.value]), 1))
+            return self.emit(IR.Const(self.coef([e.value]), 1))
         if isinstance(e, Const):
-            return self.emit(("const", self.coef(e.const.values), e.site_type.ncomp))
+            return self.emit(IR.Const(self.coef(e.const.values), e.site_type.ncomp))
         raise TypeError(f"cannot lower {type(e).__name__}")
 
     def csr(self, out_index, nout):
@@ -125,21 +125,20 @@ class _Lowerer:
         return order, self.table(start)
 
     def contract(self, va, vb, spec, ca, cb, nout):
-        loops = algebra.spec_loops(spec)
-        loops = (tuple(loops[0]), tuple(loops[1])) + tuple(loops[2:])
         tab = algebra.spec_table(spec)
         order, ts = self.csr(tab[:, 0], nout)
         tab = tab[order]
-        t = (ts, self.table(np.ascontiguousarray(tab[:, 1])), self.table(np.ascontiguousarray(tab[:, 2])))
-        return self.emit(("contract", va, vb, loops, t, ca, cb, nout))
+        ia = self.table(np.ascontiguousarray(tab[:, 1]))
+        ib = self.table(np.ascontiguousarray(tab[:, 2]))
+        return self.emit(IR.Contract(va, vb, ts, ia, ib, bool(ca), bool(cb), nout))
 
     def remap(self, v, r, conj):
         nout = r.out_type.ncomp
         order, ts = self.csr(r.rows[:, 0], nout)
         rows = r.rows[order]
         cf = np.ascontiguousarray(np.stack([r.coefs.real, r.coefs.imag], axis=1)[order], dtype=np.float64)
-        t = (ts, self.table(np.ascontiguousarray(rows[:, 1], dtype=np.int32)), self.table(cf))
-        return self.emit(("remap", v, t, conj, nout))
+        ia = self.table(np.ascontiguousarray(rows[:, 1], dtype=np.int32))
+        return self.emit(IR.Remap(v, ts, ia, self.table(cf), bool(conj), nout))
 
 
 def lower(expr, out_ncomp):
@@ -149,4 +148,4 @@ def lower(expr, out_ncomp):
     lw.ir.out_ncomp = out_ncomp
     coefs = np.asarray(lw.coefs, dtype=np.complex128)
     lw.ir.ncoef = 2 * len(coefs)
-    return Launch(lw.ir, lw.fields, lw.shifts, coefs)
+    return IR.Launch(lw.ir, lw.fields, lw.shifts, coefs)
