@@ -7,40 +7,84 @@
 """
 from __future__ import annotations
 
-import os
 import sys
+from typing import Any
 
 __version__ = "0.1.0"
 
-# libgomp threads (numba's omp layer) spin after each parallel loop by default
-# and steal the cores our kernel thread pool needs; passive waiting costs a
-# few microseconds per parallel region instead (measured here: a Möbius CG went
-# from 1.7 s to 0.76 s).  Must be set before numba loads its OpenMP runtime.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-
-from . import config as _config
-from . import memory as _memory
+from . import algorithms, config as _config, io, memory as _memory, qcd
 from .accelerator import accelerator_for, get_backend, set_backend
 from .cartesian import GridCartesian, GridCartesian5D, GridRedBlackCartesian
 from .errors import (
-    BackendError, ConfigError, ConformabilityError, DeviceMemoryError, GridError, PyGridError,
-    ShapeError, SiteTypeError,
+    BackendError,
+    ConfigError,
+    ConformabilityError,
+    DeviceMemoryError,
+    GridError,
+    PyGridError,
+    ShapeError,
+    SiteTypeError,
 )
 from .lattice import (
-    Lattice, LatticeColourMatrix, LatticeColourVector, LatticeComplex, LatticeFermion, LatticeGaugeField,
-    LatticeLorentzColourMatrix, LatticePropagator, LatticeReal, LatticeSpinColourMatrix,
-    LatticeSpinColourVector, LatticeSpinMatrix, LatticeSpinVector, adj, conjugate, convert, coordinate,
-    cshift, eval, inner_product, local_inner_product, norm2, outer_product, peek_colour, peek_index,
-    peek_lorentz, peek_spin, pick_checkerboard, poke_colour, poke_index, poke_lorentz, poke_spin,
-    set_checkerboard, slice_sum, sum, trace, trace_colour, trace_spin, transpose, transpose_colour,
-    transpose_spin, where,
+    Lattice,
+    LatticeColourMatrix,
+    LatticeColourVector,
+    LatticeComplex,
+    LatticeFermion,
+    LatticeGaugeField,
+    LatticeLorentzColourMatrix,
+    LatticePropagator,
+    LatticeReal,
+    LatticeSpinColourMatrix,
+    LatticeSpinColourVector,
+    LatticeSpinMatrix,
+    LatticeSpinVector,
+    adj,
+    conjugate,
+    convert,
+    coordinate,
+    cshift,
+    eval,
+    inner_product,
+    local_inner_product,
+    norm2,
+    outer_product,
+    peek_colour,
+    peek_index,
+    peek_lorentz,
+    peek_spin,
+    pick_checkerboard,
+    poke_colour,
+    poke_index,
+    poke_lorentz,
+    poke_spin,
+    set_checkerboard,
+    slice_sum,
+    sum,
+    trace,
+    trace_colour,
+    trace_spin,
+    transpose,
+    transpose_colour,
+    transpose_spin,
+    where,
 )
 from .memory import Advise, ViewMode, memory_stats
 from .random import ParallelRNG
-from . import algorithms, io, qcd  # noqa: E402  (they build on everything above)
 from .tensors import (
-    ColourMatrix, ColourVector, Complex, ConstTensor, Gamma, LorentzColourMatrix, LorentzComplex, Real,
-    SiteType, SpinColourMatrix, SpinColourVector, SpinMatrix, SpinVector,
+    ColourMatrix,
+    ColourVector,
+    Complex,
+    ConstTensor,
+    Gamma,
+    LorentzColourMatrix,
+    LorentzComplex,
+    Real,
+    SiteType,
+    SpinColourMatrix,
+    SpinColourVector,
+    SpinMatrix,
+    SpinVector,
 )
 
 CpuRead = ViewMode.CpuRead
@@ -50,12 +94,12 @@ AcceleratorWrite = ViewMode.AcceleratorWrite
 AcceleratorWriteDiscard = ViewMode.AcceleratorWriteDiscard
 
 
-def advise(field, advice):
+def advise(field: Lattice, advice: Advise) -> None:
     """Hint the device cache: ``pg.advise(U, pg.Advise.InfrequentUse)`` makes U a preferred victim."""
     field.advise(advice)
 
 
-def init(argv=None, **overrides):
+def init(argv: list[str] | None = None, **overrides: Any) -> list[str]:
     """Start pygrid from Grid-style flags; returns the arguments it did not consume.
 
     ``argv`` defaults to ``sys.argv[1:]``; keyword overrides (``device_mem=512``,
@@ -76,7 +120,7 @@ def init(argv=None, **overrides):
     backend = set_backend(cfg.accelerator)
     backend.set_threads(cfg.threads)
     # the memory manager's device follows the backend (USM for sycl, CuPy for cuda/hip)
-    device = "emulated" if cfg.emulate_device else getattr(backend, "device", "unified")
+    device = "emulated" if cfg.emulate_device else backend.device
     mb = cfg.device_mem if cfg.device_mem is not None else float(2 ** 40)
     _memory.configure(device=device, device_mem_mb=mb)
     if cfg.debug_mem:
@@ -85,6 +129,6 @@ def init(argv=None, **overrides):
     return rest
 
 
-def current_config():
+def current_config() -> _config.Config:
     """The active configuration (a pygrid.config.Config)."""
     return _config.current()

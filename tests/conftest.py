@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -29,22 +30,20 @@ GAMMA = {name: np.array(getattr(pg.Gamma, name).array()) for name in ("X", "Y", 
 # MB), so every transfer and eviction of the MemoryManager really happens
 # while the expression and cshift checks run.  `make test` runs them so.
 #
-# PYGRID_TEST_BACKEND=sycl runs the suites on the real SYCL backend (dpctl, the
-# CPU OpenCL device): every check that compares the "openmp" backend against the
-# numpy evaluator then compares the sycl backend's kernels and reductions (the
-# sycl backend is installed under the name "openmp" too, since the fixtures
-# switch to "openmp" before each test), and the fields live in USM device
-# memory (device 'sycl', the default PYGRID_TEST_DEVICE then) under the small
-# watermark, so transfers and evictions happen.
+# PYGRID_TEST_BACKEND names the compiled backend under test (default openmp;
+# sycl, cuda-emulated and opencl-emulated are the others that run here): every
+# check that compares "the compiled backend" with the numpy evaluator runs that
+# backend's kernels and reductions (fixtures switch to COMPILED before each
+# test).  Under sycl the fields live in USM device memory (device 'sycl', the
+# default PYGRID_TEST_DEVICE then) under the small watermark, so transfers and
+# evictions happen.
+
+COMPILED = os.environ.get("PYGRID_TEST_BACKEND") or "openmp"
+
 
 def pytest_configure(config):
-    import os
-
-    if os.environ.get("PYGRID_TEST_BACKEND", "") == "sycl":
-        from pygrid.accelerator import backends as _bk
-
-        sycl = pg.set_backend("sycl")  # BackendError saying what to install when dpctl is missing
-        _bk._backends["openmp"] = sycl
+    pg.set_backend(COMPILED)  # BackendError saying what to install when it cannot start
+    if COMPILED == "sycl":
         os.environ.setdefault("PYGRID_TEST_DEVICE", "sycl")
     device = os.environ.get("PYGRID_TEST_DEVICE", "unified")
     if device != "unified":
@@ -52,15 +51,13 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    import os
-
     if os.environ.get("PYGRID_TEST_DEVICE", "unified") == "unified" or exitstatus != 0:
         return
     stats = pg.memory_stats()
     print(f"\n{os.environ['PYGRID_TEST_DEVICE']} device: {stats['evictions']} evictions, {stats['h2d_count']} host->device and "
           f"{stats['d2h_count']} device->host transfers, peak {stats['peak_device_bytes']} bytes "
           f"under a watermark of {stats['watermark_bytes']} bytes")
-    if os.environ.get("PYGRID_TEST_BACKEND", "") == "sycl":
+    if COMPILED == "sycl":
         b = pg.get_backend("sycl")
         print(f"sycl backend on {b.queue.sycl_device.name}: built {b.compiles} OpenCL programs "
               f"in {b.compile_seconds:.1f} s")
@@ -74,13 +71,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 # ---- grids -------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def grid(dims=(4, 4, 4, 4), simd=None, precision="double"):
     """A cached grid (grids are compared by value, so caching only saves time)."""
     return pg.GridCartesian(list(dims), simd_layout=simd, precision=precision)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def grid5(Ls=4, dims=(4, 4, 4, 4), simd=None):
     return pg.GridCartesian5D(grid(dims, simd), Ls)
 
@@ -108,16 +105,16 @@ def backend(name):
 
 
 @pytest.fixture(autouse=True)
-def _openmp_backend():
-    """Every test starts (and ends) on the openmp backend."""
-    pg.set_backend("openmp")
+def _compiled_backend():
+    """Every test starts (and ends) on the compiled backend under test."""
+    pg.set_backend(COMPILED)
     yield
-    pg.set_backend("openmp")
+    pg.set_backend(COMPILED)
 
 
 def eval_both(expr):
-    """Evaluate ``expr`` on the openmp and on the numpy backend: (openmp array, numpy array)."""
-    with backend("openmp"):
+    """Evaluate ``expr`` on the compiled backend and on the numpy one: (compiled array, numpy array)."""
+    with backend(COMPILED):
         a = pg.eval(expr).to_numpy()
     with backend("numpy"):
         b = pg.eval(expr).to_numpy()
@@ -137,11 +134,12 @@ def assert_close(got, want, precision="double", scale=None, what=""):
 
 
 def check_both(expr, precision="double", want=None, scale=None):
-    """Assert openmp == numpy evaluator (== ``want`` if given); returns the openmp array."""
+    """Assert compiled backend == numpy evaluator (== ``want`` if given); returns the compiled array."""
     a, b = eval_both(expr)
-    assert_close(a, b, precision, scale, "openmp vs numpy backend")
+    assert_close(a, b, precision, scale, f"{COMPILED} vs numpy backend")
     if want is not None:
-        assert_close(a, want, precision, scale if scale is not None else scale_of(want), "openmp vs numpy formula")
+        assert_close(a, want, precision, scale if scale is not None else scale_of(want),
+                     f"{COMPILED} vs numpy formula")
     return a
 
 
@@ -166,7 +164,7 @@ def random_field(g, site_type, precision="double", checkerboard=None, kind="gaus
     return f
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pool_field(g, site_type, precision, i=0):
     """Cached random fields: tests that only read them can share them."""
     return random_field(g, site_type, precision, seed=[11, i, site_type.ncomp, int(site_type.is_real), len(precision)])

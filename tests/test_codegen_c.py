@@ -18,16 +18,15 @@ import types
 
 import numpy as np
 import pytest
-
-import pygrid as pg
-from pygrid.accelerator import backends as _bk
-from pygrid.accelerator import codegen_c, cuda_backend
-from pygrid.errors import BackendError
-
 from conftest import GAMMA, assert_close, backend, grid, grid5, pool_field, random_field
 
+import pygrid as pg
+from pygrid.accelerator import backends as _bk, codegen_c, cuda_backend, emulated_backend
+from pygrid.accelerator.device_tables import DeviceTables
+from pygrid.errors import BackendError
+
 pytestmark = pytest.mark.skipif(
-    not cuda_backend.shutil.which("g++") and not cuda_backend.os.environ.get("CXX"),
+    not emulated_backend.shutil.which("g++") and not emulated_backend.os.environ.get("CXX"),
     reason="no host C++ compiler (g++) to compile the generated kernels",
 )
 
@@ -204,7 +203,7 @@ def test_threads_per_block(threads):
     cfgmod = importlib.import_module("pygrid.config")  # pg.config is a function
     old = cfgmod.set_current(cfgmod.make_config(accelerator_threads=threads))
     try:
-        assert cuda_backend.threads_per_block() == threads
+        assert codegen_c.threads_per_block() == threads
         g = grid()
         U = F(g, pg.ColourMatrix())
         psi = F(g, pg.SpinColourVector())
@@ -233,10 +232,10 @@ def test_source_shape_and_cache():
     fsrc = codegen_c.kernel_source(launch.ir, 8, False, "float32", "opencl")
     assert "double" not in fsrc
     check(lambda: pg.cshift(psi, 1, 1) + psi)
-    n = cuda_backend.compile_count()
+    n = emulated_backend.compile_count()
     for mu in range(4):
         check(lambda: pg.cshift(psi, mu, -1) + psi)
-    assert cuda_backend.compile_count() == n  # same kernel for every shift: no new compile
+    assert emulated_backend.compile_count() == n  # same kernel for every shift: no new compile
 
 
 @pytest.mark.parametrize("dialect", ["cuda", "opencl"])
@@ -284,17 +283,17 @@ def test_shift_tables_uploaded_once_per_host_array():
         uploads.append(a)
         return ("dev", len(uploads))
 
-    cache = {}
-    first = codegen_c.device_shift_tables(cache, tabs[:2], upload)
+    tables = DeviceTables(upload, shift_limit=8)
+    first = tables.shifts(tabs[:2])
     assert len(first) == 6 and len(uploads) == 6 and all(a.dtype == np.int32 and a.ndim == 1 for a in uploads)
-    assert codegen_c.device_shift_tables(cache, tabs[:2], upload) == first and len(uploads) == 6
-    codegen_c.device_shift_tables(cache, tabs, upload, limit=8)
-    assert len(cache) == 8 and len(uploads) == 12
-    assert all(cache[id(x)][0] is x for x in tabs[3])  # entries keep their host arrays alive
+    assert tables.shifts(tabs[:2]) == first and len(uploads) == 6
+    tables.shifts(tabs)
+    assert len(tables._shifts) == 8 and len(uploads) == 12
+    assert all(tables._shifts.holds(x) for x in tabs[3])  # entries keep their host arrays alive
     mine = (np.zeros(4, np.int32), np.zeros(4, np.int32), np.arange(4, dtype=np.int32))
-    codegen_c.device_shift_tables(cache, [mine], upload)
-    codegen_c.device_shift_tables(cache, [mine], upload)
-    assert len(uploads) == 18 and len(cache) == 8
+    tables.shifts([mine])
+    tables.shifts([mine])
+    assert len(uploads) == 18 and len(tables._shifts) == 8
 
 
 def test_emulated_device_memory_with_evictions():
@@ -340,7 +339,7 @@ def fake_cupy(devices=1):
     class RawKernel:
         def __init__(self, src, name, options=()):
             assert name == codegen_c.KERNEL_NAME
-            self.lib = cuda_backend.compile_emulated(src + cuda_backend.launch_wrapper(src))
+            self.lib = emulated_backend.compile_emulated(src + emulated_backend.launch_wrapper(src))
 
         def __call__(self, grid_, block, args):
             import ctypes
@@ -370,9 +369,9 @@ def test_cupy_launch_code_through_emulation(monkeypatch):
     ev.evaluate(U * pg.cshift(psi, 3, -1) + 0.5 * psi, out, backend=be)
     assert_close(out.to_numpy(), want)
     (grid_, block, osites), = cp.launches
-    assert osites == g.osites and block == (cuda_backend.threads_per_block(),)
+    assert osites == g.osites and block == (codegen_c.threads_per_block(),)
     assert grid_[0] * block[0] >= g.osites * g.nsimd
-    from pygrid.accelerator.backends import NumpyBackend
+    from pygrid.accelerator import NumpyBackend
 
     with psi.view(pg.CpuRead) as a, out.view(pg.CpuRead) as b:
         ref = NumpyBackend()
@@ -419,26 +418,22 @@ def test_unknown_backend_lists_choices():
 # ---- the core suites, every kernel they generate, through the generated GPU source ----
 
 SUITES = ["tests/test_expr.py", "tests/test_cshift.py", "tests/test_reductions.py", "tests/test_expr_properties.py"]
-_ROUTE = (
-    "import sys, pytest\n"
-    "from pygrid.accelerator.cuda_backend import route_openmp_kernels\n"
-    "route_openmp_kernels(sys.argv[1])\n"
-    "sys.exit(pytest.main(['-q', '-x', '-p', 'no:cacheprovider'] + sys.argv[2:]))\n"
-)
 
 
 @pytest.mark.parametrize("dialect", ["cuda", pytest.param("opencl", marks=pytest.mark.slow)])
 def test_core_suites_on_generated_source(dialect):
-    """test_expr, test_cshift, test_reductions and test_expr_properties with every openmp kernel
-    replaced by the generated ``dialect`` source under the SIMT emulation (their checks compare
-    against the numpy evaluator), on the emulated device memory with evictions."""
+    """test_expr, test_cshift, test_reductions and test_expr_properties on the ``dialect``-emulated
+    backend (PYGRID_TEST_BACKEND): every expression, covariant and layout kernel they run is the
+    generated ``dialect`` source under the SIMT emulation, compared with the numpy evaluator,
+    on the emulated device memory with evictions."""
     import os
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # on the emulated device under a small watermark (conftest's PYGRID_TEST_DEVICE), so the
     # generated kernels also run while the MemoryManager moves and evicts their buffers
-    env = dict(os.environ, PYGRID_TEST_DEVICE="emulated", PYGRID_TEST_DEVICE_MEM="4")
-    r = subprocess.run([sys.executable, "-c", _ROUTE, dialect] + SUITES, cwd=root, env=env,
-                       capture_output=True, text=True, timeout=900)
+    env = dict(os.environ, PYGRID_TEST_BACKEND=f"{dialect}-emulated", PYGRID_TEST_DEVICE="emulated",
+               PYGRID_TEST_DEVICE_MEM="4")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + SUITES,
+                       cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "failed" not in r.stdout

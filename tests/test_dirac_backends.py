@@ -20,20 +20,18 @@ import sys
 
 import numpy as np
 import pytest
-
-import pygrid as pg
-import pygrid.qcd  # noqa: F401
-from pygrid.accelerator import covariant, cuda_backend
-from pygrid.accelerator.covariant import DescriptionError, Kernel, Param
-from pygrid.errors import BackendError
-from pygrid.qcd import dslash
-from pygrid.qcd import kernels_generic as kg
-
 from conftest import backend
 from numpy_refs import dhop_ref
 
+import pygrid as pg
+import pygrid.qcd  # noqa: F401
+from pygrid.accelerator import covariant, emulated_backend
+from pygrid.accelerator.covariant import DescriptionError, Kernel, Param
+from pygrid.errors import BackendError
+from pygrid.qcd import dslash, kernels_generic as kg
+
 needs_cxx = pytest.mark.skipif(
-    not cuda_backend.shutil.which("g++") and not cuda_backend.os.environ.get("CXX"),
+    not emulated_backend.shutil.which("g++") and not emulated_backend.os.environ.get("CXX"),
     reason="no host C++ compiler (g++) for the SIMT emulation")
 
 TOL = {"double": 1e-12, "single": 2e-6}
@@ -201,6 +199,7 @@ def test_dirac_operators_through_generated_c(name, prec):
 @needs_cxx
 def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
     from test_codegen_c import fake_cupy
+
     from pygrid.accelerator import backends as _bk
 
     cp = fake_cupy()
@@ -227,11 +226,11 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
 
                 to, ti = re.search(r"pg_gather\((\w+)\* __restrict__ out, const (\w+)\*", src).groups()
                 dt = {"double": "float64", "float": "float32"}
-                lib = cuda_backend.compile_emulated(src + lk.emulation_wrappers(dt[to], dt[ti]), argtypes=False)
+                lib = emulated_backend.compile_emulated(src + lk.emulation_wrappers(dt[to], dt[ti]), argtypes=False)
                 self.fn = getattr(lib, "pygrid_launch_" + name)
                 self.fn.argtypes = covariant.C_LAUNCH_ARGTYPES
             else:
-                lib = cuda_backend.compile_emulated(src + covariant.c_launch_wrapper(kernels[name], src),
+                lib = emulated_backend.compile_emulated(src + covariant.c_launch_wrapper(kernels[name], src),
                                                     covariant.C_LAUNCH_ARGTYPES)
                 self.fn = lib.pygrid_launch
 

@@ -8,12 +8,10 @@ modest and the runs derandomized (reproducible in CI).
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from conftest import COMPILED, GAMMA, TOL, grid, pool_field
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import pygrid as pg
-
-from conftest import GAMMA, TOL, grid, pool_field
 
 # no shrinking: every shrink step compiles new kernels (minutes); the failing tree is printed as drawn
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
@@ -287,12 +285,12 @@ def check_tree(node, gi, precision):
     try:
         ref = pg.eval(expr).to_numpy()
     finally:
-        pg.set_backend("openmp")
+        pg.set_backend(COMPILED)
     got = pg.eval(expr).to_numpy()
     scale = abs_scale(node, env, arrays)
     tol = TOL[precision] * scale
     assert got.shape == want.shape == ref.shape
-    assert np.max(np.abs(got - ref)) <= tol, ("openmp vs numpy backend", node)
+    assert np.max(np.abs(got - ref)) <= tol, (f"{COMPILED} vs numpy backend", node)
     assert np.max(np.abs(ref - want)) <= tol, ("numpy backend vs numpy formula", node)
     return got
 

@@ -1,10 +1,9 @@
 """Reductions against numpy: norm2, inner_product, sum, slice_sum."""
 import numpy as np
 import pytest
+from conftest import COMPILED, backend, grid, grid5, pool_field, random_field
 
 import pygrid as pg
-
-from conftest import backend, grid, grid5, pool_field, random_field
 
 TYPES = [pg.Complex, pg.Real, pg.ColourMatrix(), pg.SpinColourVector(), pg.LorentzColourMatrix(), pg.ColourVector(2)]
 
@@ -16,7 +15,7 @@ def test_reductions_match_numpy(t, precision):
     a, b = pool_field(g, t, precision, 0), pool_field(g, t, precision, 1)
     x, y = a.to_numpy().astype(np.complex128), b.to_numpy().astype(np.complex128)
     rtol = 1e-12 if precision == "double" else 1e-6
-    for name in ("openmp", "numpy"):
+    for name in (COMPILED, "numpy"):
         with backend(name):
             assert np.isclose(pg.norm2(a), np.vdot(x, x).real, rtol=rtol)
             ip = pg.inner_product(a, b)

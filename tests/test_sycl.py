@@ -14,13 +14,11 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import COMPILED, assert_close, backend, grid, pool_field
 
 import pygrid as pg
-from pygrid.accelerator import backends as _bk
-from pygrid.accelerator import sycl_backend
+from pygrid.accelerator import backends as _bk, sycl_backend
 from pygrid.errors import BackendError
-
-from conftest import assert_close, backend, grid, pool_field
 
 HAVE_DPCTL = importlib.util.find_spec("dpctl") is not None
 NO_DPCTL = ("dpctl and intel-opencl-rt are not installed (pip install pygrid[sycl]: about 0.5 GB download, "
@@ -152,13 +150,16 @@ def test_sycl_on_usm_device_memory_with_evictions(monkeypatch):
 @needs_dpctl
 @pytest.mark.parametrize("tpb", [1, 7, 128])
 def test_sycl_work_group_sizes(tpb, monkeypatch):
-    from pygrid.accelerator import cuda_backend
+    from pygrid import config
 
-    monkeypatch.setattr(cuda_backend, "threads_per_block", lambda: tpb)  # --accelerator-threads
     g = grid((4, 4, 4, 8))
     psi = pool_field(g, pg.ColourVector(), "double")
-    with backend("sycl"):
-        got = pg.eval(pg.cshift(psi, 3, 5) - 3.0 * psi).to_numpy()
+    old = config.set_current(config.make_config(config.current(), accelerator_threads=tpb))
+    try:
+        with backend("sycl"):
+            got = pg.eval(pg.cshift(psi, 3, 5) - 3.0 * psi).to_numpy()
+    finally:
+        config.set_current(old)
     a = psi.to_numpy()
     assert_close(got, np.roll(a, -5, axis=3) - 3.0 * a)
 
@@ -166,8 +167,7 @@ def test_sycl_work_group_sizes(tpb, monkeypatch):
 # ---- the memory cache on real USM device memory: a random walk against a numpy model ----------
 
 if HAVE_DPCTL:
-    from hypothesis import settings
-    from hypothesis import strategies as st
+    from hypothesis import settings, strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
     class UsmCacheMachine(RuleBasedStateMachine):
@@ -192,7 +192,7 @@ if HAVE_DPCTL:
         def teardown(self):
             self.fields.clear()
             self.mem._default = self.saved
-            _bk.set_backend("openmp")
+            _bk.set_backend(COMPILED)
 
         @initialize()
         def some_fields(self):

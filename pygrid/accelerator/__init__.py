@@ -1,3 +1,6 @@
-from .backends import NumpyBackend, OpenMPBackend, accelerator_for, get_backend, set_backend
+from .backends import accelerator_for, get_backend, set_backend
+from .contract import Backend
+from .numpy_backend import NumpyBackend
+from .openmp_backend import OpenMPBackend
 
-__all__ = ["NumpyBackend", "OpenMPBackend", "accelerator_for", "get_backend", "set_backend"]
+__all__ = ["Backend", "NumpyBackend", "OpenMPBackend", "accelerator_for", "get_backend", "set_backend"]

@@ -312,21 +312,18 @@ def thread_coords(dialect, total, nsimd, o="o"):
             f"    const long {o} = idx / {NS};", f"    const long l = idx - {o} * {NS};"]
 
 
+def threads_per_block():
+    """Threads per block (work-items per work-group) of a device launch: ``--accelerator-threads``."""
+    from ..config import current
+
+    return int(current().accelerator_threads)
+
+
 def launch_dims(osites, nsimd, threads_per_block):
     """(blocks, threads per block) covering osites * nsimd threads."""
     total = int(osites) * int(nsimd)
     tpb = max(1, int(threads_per_block))
     return max(1, -(-total // tpb)), tpb
-
-
-def coef_reals(coefs, rdt):
-    """The complex coefficients as interleaved (re, im) reals of ``rdt``, at least two of them."""
-    import numpy as np
-
-    cf = np.zeros(max(2, 2 * len(coefs)), dtype=rdt)
-    cf[0:2 * len(coefs):2] = np.real(coefs)
-    cf[1:2 * len(coefs):2] = np.imag(coefs)
-    return cf
 
 
 def shift_arrays(shifts):
@@ -338,33 +335,6 @@ def shift_arrays(shifts):
 
 def kernel_args(ir, out, inputs, shifts, coefs, rdt):
     """The kernel's arrays in argument order (numpy, contiguous, right dtypes), without ``osites``."""
+    from .host import coef_reals
+
     return [out] + list(inputs) + shift_arrays(shifts) + [coef_reals(coefs, rdt)]
-
-
-def device_shift_tables(cache, shifts, upload, limit=256):
-    """Device copies of the shift tables' arrays, in argument order, cached in ``cache`` by host identity.
-
-    ``evaluate`` passes the arrays of the lru-cached ``shift_table``: the same
-    read-only objects at every launch of a shift, so their identity is a key
-    that costs nothing, unlike hashing their bytes.  An entry holds its host
-    array, so the id cannot be taken by another array while the entry lives.
-    A writable array could change between launches: it is uploaded each time.
-    ``upload`` turns a flat int32 numpy array into the device's array; the
-    cache keeps at most ``limit`` arrays, dropping the oldest first.
-    """
-    import numpy as np
-
-    devs = []
-    for s in shifts:
-        for x in s:
-            e = cache.get(id(x))
-            if e is None:
-                d = upload(np.ascontiguousarray(x, dtype=np.int32).reshape(-1))
-                if getattr(x, "flags", None) is None or x.flags.writeable:
-                    devs.append(d)
-                    continue
-                while len(cache) >= limit:
-                    del cache[next(iter(cache))]
-                e = cache[id(x)] = (x, d)
-            devs.append(e[1])
-    return devs

@@ -96,15 +96,14 @@ def kernel_source(ir, nsimd, alias, dtype="float64"):
             emit(2, f"remap({d}, {n}, {', '.join(loc[op.a])}, T{op.start}, T{op.ia}, T{op.coef}, "
                     f"{-1.0 if op.conj else 1.0})")
         elif isinstance(op, IR.LinComb):
-            terms = op.terms
-            x = lambda j: ", ".join(loc[terms[j].value])  # noqa: E731
-            k = lambda j: f"k{v}_{j}r, k{v}_{j}i"  # noqa: E731
-            if len(terms) == 1:
-                emit(2, f"scale({d}, {x(0)}, {k(0)}, {n})")
+            x = [", ".join(loc[t.value]) for t in op.terms]
+            k = [f"k{v}_{j}r, k{v}_{j}i" for j in range(len(op.terms))]
+            if len(x) == 1:
+                emit(2, f"scale({d}, {x[0]}, {k[0]}, {n})")
             else:
-                emit(2, f"axpby({d}, {x(0)}, {k(0)}, {x(1)}, {k(1)}, {n})")
-                for j in range(2, len(terms)):
-                    emit(2, f"axpy({d}, {x(j)}, {k(j)}, {n})")
+                emit(2, f"axpby({d}, {x[0]}, {k[0]}, {x[1]}, {k[1]}, {n})")
+                for j in range(2, len(x)):
+                    emit(2, f"axpy({d}, {x[j]}, {k[j]}, {n})")
         elif isinstance(op, IR.Where):
             emit(2, f"select({d}, {', '.join(loc[op.mask])}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, {n})")
         elif isinstance(op, IR.Compare):

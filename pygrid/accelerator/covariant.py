@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -705,44 +705,6 @@ def c_launch_wrapper(kernel: Kernel, source: str) -> str:
             ia += 1
     return (f'\nextern "C" void pygrid_launch(void** a, long* ints, int blocks, int threads)\n'
             f"{{\n    SIMT_LAUNCH(blocks, threads, {kernel.name}({', '.join(args)}));\n}}\n")
-
-
-@dataclass
-class ContentCache:
-    """Device copies of small real tables, keyed by their content (coefficients change from call to call)."""
-
-    upload: Callable
-    limit: int = 1024
-    _entries: dict = field(default_factory=dict)
-
-    def get(self, a, dtype):
-        a = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
-        key = (a.dtype.str, a.tobytes())
-        d = self._entries.get(key)
-        if d is None:
-            if len(self._entries) >= self.limit:
-                self._entries.clear()
-            d = self._entries[key] = self.upload(a)
-        return d
-
-
-@dataclass
-class TableCache:
-    """Device copies of host tables, keyed by the host array's identity (the array is kept alive)."""
-
-    upload: Callable
-    limit: int = 512
-    _entries: dict = field(default_factory=dict)
-
-    def get(self, host):
-        e = self._entries.get(id(host))
-        if e is not None and e[0] is host:
-            return e[1]
-        if len(self._entries) >= self.limit:
-            self._entries.clear()
-        dev = self.upload(host)
-        self._entries[id(host)] = (host, dev)
-        return dev
 
 
 # ---------------------------------------------------------------------------------

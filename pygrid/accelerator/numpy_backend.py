@@ -1,15 +1,64 @@
-"""The numpy evaluator: runs kernel IR over all outer sites at once with numpy.
+"""The numpy backend (``--accelerator numpy``): kernel IR evaluated over all outer sites at once.
 
 Slow and plain on purpose: it is the oracle the compiled backends are tested
-against, and the fallback when code generation cannot handle something.
-Values are complex arrays shaped (osites, ncomp, nsimd).
+against.  Values are complex arrays shaped (osites, ncomp, nsimd).  Covariant
+kernels run through their numba version, serially; reductions and relayouts
+are the host ones of ``host.py``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
-from . import ir as IR
+from . import host, ir as IR
 from .ir import csr_rows
+
+
+class NumpyBackend:
+    """The plain numpy evaluator: the test oracle."""
+
+    name = "numpy"
+    device = "unified"
+
+    def describe(self) -> str:
+        return "numpy (host, one thread)"
+
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
+        run_ir(ir, out, inputs, shifts, coefs)
+
+    def launch(self, kernel, args, nsimd, dtype) -> None:
+        from . import covariant
+
+        covariant.host_launch(self, kernel, args, nsimd, dtype)
+
+    def relayout(self, kind, out, inp, om=None, lm=None) -> None:
+        host.relayout(kind, out, inp, om, lm)
+
+    def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
+        host.serial_for(osites, kernel, *args)
+
+    def norm2(self, a) -> float:
+        return host.norm2(a)
+
+    def inner_product(self, a, b) -> complex:
+        return host.inner_product(a, b)
+
+    def site_sum(self, a) -> np.ndarray:
+        return host.site_sum(a)
+
+    def slice_sum(self, a, table) -> np.ndarray:
+        return host.slice_sum(a, table)
+
+    def set_threads(self, n: int | None) -> None:
+        pass
+
+    def threads(self) -> int:
+        return 1
+
+    def bench_copy(self, n, dtype) -> None:
+        return None
 
 
 def _cplx(buf):

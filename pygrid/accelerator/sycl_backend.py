@@ -6,22 +6,19 @@
   ``accelerator_threads`` work-items per work-group.
 * Memory: device buffers are USM device allocations (``dpctl.memory``) seen
   as arrays by :class:`UsmArray`, allocated for the MemoryManager by
-  :class:`UsmDevice` (device name 'sycl').  ``dpctl.tensor`` and dpnp are not
-  used (dpctl 0.22 no longer has ``dpctl.tensor``).
+  :class:`UsmDevice` (device name 'sycl').  Neither ``dpctl.tensor`` nor dpnp
+  is needed.
 * Reductions run on the device: small OpenCL C kernels (``_REDUCE_SRC``) leave
   per-work-item partial sums, accumulated in double, that the host adds.
 * The CPU OpenCL device (``intel-opencl-rt``): the ICD file that the wheel
   installs points at a path that does not exist
   (``/opt/anaconda1anaconda2anaconda3/lib/libintelocl.so``), so
-  :func:`setup_opencl_icd` writes our own ICD directory (one ``.icd`` file
+  :func:`setup_opencl_icd` writes an ICD directory of its own (one ``.icd`` file
   holding the absolute path of the installed ``libintelocl.so``) and exports
   ``OCL_ICD_VENDORS`` and ``LD_LIBRARY_PATH`` *before* dpctl is imported;
   nobody has to do it by hand.
 
-Status (see docs/backends.md): runs here on the Intel CPU OpenCL runtime
-(dpctl 0.22.1, intel-opencl-rt 2026.2.0); `make test` runs the expression,
-cshift and reduction suites on it with fields in USM device memory under a
-2 MB watermark.  Not run on a GPU.
+Where it has run, and with which package versions: docs/backends.md.
 """
 from __future__ import annotations
 
@@ -33,9 +30,10 @@ import sys
 import numpy as np
 
 from ..errors import BackendError
-from . import codegen_c
 from ..memory.devices import Device
-from .backends import NumpyBackend
+from . import codegen_c, host
+from .codegen_c import threads_per_block
+from .device_tables import DeviceTables
 
 INSTALL = "pip install pygrid[sycl] (dpctl and intel-opencl-rt)"
 
@@ -335,7 +333,7 @@ __kernel void pg_site_sum(__global const {real}* restrict a, const int osites, c
 """
 
 
-class SyclBackend(NumpyBackend):
+class SyclBackend:
     """Generated OpenCL C on a SYCL device through dpctl (``--accelerator sycl``).
 
     Field buffers are :class:`UsmArray` when the MemoryManager runs on the 'sycl'
@@ -356,12 +354,8 @@ class SyclBackend(NumpyBackend):
         queue = self.queue
         register_device("sycl", lambda: UsmDevice(queue))
         self._kernels = {}
-        self._tables = {}
         self._reduce = {}
-        self._itables = None  # integer tables of covariant and layout kernels (see _int_table)
-        from .covariant import ContentCache
-
-        self._rtables = ContentCache(lambda a: self.to_device(a))
+        self.tables = DeviceTables(self.to_device)
         self.compiles = 0
         self.compile_seconds = 0.0
 
@@ -399,19 +393,22 @@ class SyclBackend(NumpyBackend):
         d.set(a)
         return d
 
-    def _consts(self, shifts):
-        """The shift tables on the device, in argument order (cached by host array identity)."""
-        return codegen_c.device_shift_tables(self._tables, shifts, self.to_device)
+    def describe(self) -> str:
+        return f"sycl ({self.queue.sycl_device.name})"
+
+    def set_threads(self, n):
+        pass  # the SYCL runtime owns the device's threads
+
+    def threads(self):
+        return 1
 
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
-        from .cuda_backend import threads_per_block
-
         rdt = np.dtype(out.dtype)
         if rdt not in (np.float64, np.float32):
             raise BackendError(f"generated kernels take float64 or float32 buffers, not {rdt}")
         k = self.kernel(ir, nsimd, alias, rdt.name)
-        consts = self._consts(shifts)
-        cf = codegen_c.coef_reals(coefs, rdt)
+        consts = self.tables.shifts(shifts)
+        cf = host.coef_reals(coefs, rdt)
         dout = self.to_device(out)  # a host buffer (unified memory manager) goes through a device copy
         devs = {id(out): dout}  # an input that is the output (in place) or repeated is copied once
         ins = []
@@ -422,7 +419,7 @@ class SyclBackend(NumpyBackend):
         osites = int(out.shape[0])
         blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
         args = [dout.usm_data] + [a.usm_data for a in ins] + [a.usm_data for a in consts]
-        args += [self._rtable(cf, rdt).usm_data, ctypes.c_int(osites)]
+        args += [self.tables.reals(cf, rdt).usm_data, ctypes.c_int(osites)]
         self.queue.submit(k, args, [blocks * tpb], [tpb]).wait()
         if dout is not out:
             out[...] = dout.get()
@@ -474,11 +471,11 @@ class SyclBackend(NumpyBackend):
 
     def slice_sum(self, a, table):
         if not isinstance(a, UsmArray):
-            return super().slice_sum(a, table)
+            return host.slice_sum(a, table)
         osites, ncomp, _, ns = a.shape
         nslices, m = np.shape(table)
         part = self._launch_reduce("pg_slice_sum", a.dtype,
-                                   [a.usm_data, self._int_table(table).usm_data, ctypes.c_int(m),
+                                   [a.usm_data, self.tables.ints(table).usm_data, ctypes.c_int(m),
                                     ctypes.c_int(ncomp), ctypes.c_int(ns), ctypes.c_int(nslices)],
                                    nslices * ncomp, 2)
         s = part.reshape(nslices, ncomp, 2)
@@ -506,44 +503,27 @@ class SyclBackend(NumpyBackend):
             k = self._kernels[key] = self._build(covariant.generate(kernel, "opencl", nsimd, dtype), kernel.name)
         return k
 
-    def _int_table(self, table):
-        """An integer table on the device as int32, flat (copied once per host array)."""
-        from . import covariant
-
-        if self._itables is None:
-            self._itables = covariant.TableCache(
-                lambda t: self.to_device(np.ascontiguousarray(t, dtype=np.int32).reshape(-1)))
-        return self._itables.get(table)
-
-    def _rtable(self, a, dtype):
-        """A small real table on the device, cached by content."""
-        return self._rtables.get(a, dtype)
-
     def launch(self, kernel, args, nsimd, dtype):
         """Run a covariant kernel (pygrid.accelerator.covariant): its OpenCL C on the queue."""
         from . import covariant
 
         k = self._cov_kernel(kernel, nsimd, dtype)
         # a host buffer (the unified memory manager) goes through a device copy
-        call, back = covariant.device_call(kernel, args, self.to_device, self._int_table,
-                                           lambda a: self._rtable(a, dtype), ctypes.c_longlong)
+        call, back = covariant.device_call(kernel, args, self.to_device, self.tables.ints,
+                                           lambda a: self.tables.reals(a, dtype), ctypes.c_longlong)
         call = [a.usm_data if isinstance(a, UsmArray) else a for a in call]
-        from .cuda_backend import threads_per_block
-
         n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
         blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
         self.queue.submit(k, call, [blocks * tpb], [tpb]).wait()
-        for host, d in back:
-            host[...] = d.get()
+        for hbuf, d in back:
+            hbuf[...] = d.get()
 
     def relayout(self, kind, out, inp, om=None, lm=None):
         """The device layout kernels (pygrid.accelerator.layout_kernels) on the queue."""
         from . import layout_kernels as lk
-        from .backends import host_relayout
-        from .cuda_backend import threads_per_block
 
         if not isinstance(out, UsmArray) and not isinstance(inp, UsmArray):
-            return host_relayout(kind, out, inp, om, lm)
+            return host.relayout(kind, out, inp, om, lm)
         key = ("layout", out.dtype.name, inp.dtype.name)
         prog = self._kernels.get(key)
         if prog is None:
@@ -553,7 +533,7 @@ class SyclBackend(NumpyBackend):
         dout, dinp = self.to_device(out), self.to_device(inp)
         args = [dout.usm_data, dinp.usm_data]
         if kind != "cast":
-            args += [self._int_table(om).usm_data, self._int_table(lm).usm_data]
+            args += [self.tables.ints(om).usm_data, self.tables.ints(lm).usm_data]
         blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
         self.queue.submit(prog[name], args + [ctypes.c_longlong(i) for i in ints], [blocks * tpb], [tpb]).wait()
         if dout is not out:

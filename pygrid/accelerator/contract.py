@@ -1,0 +1,110 @@
+"""The backend contract: every primitive a backend provides, in one place.
+
+pygrid's layers above ``accelerator/`` reach the hardware only through these
+members of the current backend (``pygrid.get_backend()``).  Each backend class
+implements all of them itself, sharing code through the helper modules
+(``host.py``: numpy reductions and relayouts on host arrays, the serial site
+loop, coefficient packing; ``device_tables.py``: device copies of tables), not
+through inheritance from another backend.
+
+Buffers are the raw view arrays of fields, shaped ``(osites, ncomp, 2, nsimd)``
+(docs/design.md, Data layout): numpy arrays on the CPU backends and under the
+emulations, device arrays (``UsmArray`` on sycl, CuPy arrays on cuda and hip)
+on the device backends, which also accept host arrays (copied in and out) when
+the MemoryManager runs on the unified device.
+
+The implementations, and where they are registered by name:
+
+=================  ==============================  ========================
+name               class                           module
+=================  ==============================  ========================
+numpy              ``NumpyBackend``                ``numpy_backend.py``
+openmp             ``OpenMPBackend``               ``openmp_backend.py``
+cuda, hip          ``CudaBackend``                 ``cuda_backend.py``
+sycl               ``SyclBackend``                 ``sycl_backend.py``
+cuda-emulated,     ``EmulatedSIMTBackend``         ``emulated_backend.py``
+opencl-emulated
+=================  ==============================  ========================
+
+``backends.get_backend`` maps names to instances.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+#: what a buffer is on some backend: a numpy array, a ``UsmArray`` or a CuPy array
+Buffer = Any
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend provides (numpy, openmp, cuda, hip, sycl and the emulations)."""
+
+    #: the name the backend is selected by (``--accelerator``)
+    name: str
+    #: the MemoryManager device holding this backend's fields: 'unified', 'sycl', 'cuda' or 'hip'
+    device: str
+
+    def describe(self) -> str:
+        """One line naming the backend and the device it runs on, for banners and reports."""
+
+    # ---- kernels ----------------------------------------------------------------
+    def run(self, ir: Any, out: Buffer, inputs: list[Buffer], shifts: list[tuple[np.ndarray, ...]],
+            coefs: np.ndarray, nsimd: int, alias: bool = False) -> None:
+        """Evaluate one lowered expression (:class:`pygrid.accelerator.ir.KernelIR`) into ``out``.
+
+        ``inputs`` holds one buffer per slot, ``shifts`` the (neighbour, permute, lanes)
+        tables per shift, ``coefs`` the complex coefficient vector; ``alias`` says that
+        ``out`` is also an input.
+        """
+
+    def launch(self, kernel: Any, args: dict[str, Any], nsimd: int, dtype: Any) -> None:
+        """Run a covariant kernel (:class:`pygrid.accelerator.covariant.Kernel`) on ``args``
+        (parameter name -> buffer, table or integer)."""
+
+    def relayout(self, kind: str, out: Buffer, inp: Buffer, om: np.ndarray | None = None,
+                 lm: np.ndarray | None = None) -> None:
+        """Move field data between layouts: 'gather' / 'scatter' through the outer-site and lane
+        maps ``om``, ``lm`` (checkerboards), 'cast' (precision), 'setcomp' (components ``om`` of
+        ``out`` from components ``lm`` of ``inp``)."""
+
+    def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
+        """Run a host kernel ``kernel(lo, hi, *args)`` over outer sites [0, osites).
+
+        The CPU backends run it (split over threads on openmp); backends whose
+        buffers are not host arrays raise :class:`pygrid.errors.BackendError`.
+        """
+
+    # ---- reductions, accumulated in double (single on a device without double) -----
+    def norm2(self, a: Buffer) -> float:
+        """Sum of the squares of every real of ``a``."""
+
+    def inner_product(self, a: Buffer, b: Buffer) -> complex:
+        """sum conj(a) b over sites and components."""
+
+    def site_sum(self, a: Buffer) -> np.ndarray:
+        """Sum over sites and lanes: complex array (ncomp,)."""
+
+    def slice_sum(self, a: Buffer, table: np.ndarray) -> np.ndarray:
+        """Sums over slices: ``table`` (nslices, m) lists the flat (outer site, lane) indices
+        of each slice; complex array (nslices, ncomp)."""
+
+    # ---- threads and benchmarks ----------------------------------------------------
+    def set_threads(self, n: int | None) -> None:
+        """Set the CPU threads the backend uses (None keeps the current count)."""
+
+    def threads(self) -> int:
+        """The CPU threads the backend uses."""
+
+    def bench_copy(self, n: int, dtype: Any) -> Callable[[], None] | None:
+        """A function that runs one device-to-device copy of ``n`` reals of ``dtype`` and waits:
+        the benchmarks' bandwidth ceiling on a device with memory of its own; None on the
+        backends whose fields live in host memory (the benchmarks then copy on the host)."""
+
+
+#: the members a backend must define, checked by the tests for every backend class
+MEMBERS = ("name", "device", "describe", "run", "launch", "relayout", "accelerator_for", "norm2",
+           "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy")

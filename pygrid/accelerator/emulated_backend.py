@@ -1,0 +1,210 @@
+"""Generated GPU source run on the CPU: the 'cuda-emulated' and 'opencl-emulated' backends.
+
+The CUDA-dialect source of :mod:`.codegen_c` (and the covariant and layout
+kernels) is compiled by the host C++ compiler with ``simt_emulation.h`` (our
+definitions of ``__global__``, ``threadIdx``, ``blockIdx``, ``blockDim`` and a
+launch loop), loaded with ctypes and run on the CPU over numpy arrays, thread
+by thread.  It is how the generated CUDA C is tested here.  ``opencl-emulated``
+does the same for the OpenCL C dialect that the SYCL backend gives dpctl.
+
+Compiled emulation libraries are cached on disk by a hash of source, header
+and compiler flags (``$PYGRID_CACHE_DIR/simt/<hash>.so``), so each distinct
+kernel is compiled once per machine.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import numpy as np
+
+from ..errors import BackendError
+from . import codegen_c, host
+from .codegen_c import threads_per_block
+
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simt_emulation.h")
+CXXFLAGS = ["-O2", "-shared", "-fPIC", "-w", "-x", "c++"]
+
+
+_libs = {}
+_lock = threading.Lock()
+_compiles = [0]
+
+
+def launch_wrapper(source):
+    """The launch wrapper appended to a kernel for emulation, read off the kernel's own parameter list.
+
+    ``pygrid_launch(void** a, int osites, int blocks, int threads)`` runs
+    ``SIMT_LAUNCH(blocks, threads, pygrid_kernel(a[0], a[1], ..., osites))``:
+    ``a`` holds the array pointers in the kernel's argument order, ``osites`` last.
+    """
+    head = source.index(codegen_c.KERNEL_NAME + "(") + len(codegen_c.KERNEL_NAME) + 1
+    params = source[head:source.index(")", head)].split(",")
+    args = []
+    for i, p in enumerate(params):
+        words = [w for w in p.replace("*", " * ").split()
+                 if w not in ("__global", "__restrict__", "restrict")]
+        if "*" in words:
+            args.append(f"({' '.join(words[:-1])})a[{i}]")
+        else:
+            args.append(words[-1])  # the trailing osites
+    call = f"{codegen_c.KERNEL_NAME}({', '.join(args)})"
+    return (
+        '\nextern "C" void pygrid_launch(void** a, int osites, int blocks, int threads)\n'
+        f"{{\n    SIMT_LAUNCH(blocks, threads, {call});\n}}\n"
+    )
+
+
+def compiler():
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if not cxx:
+        raise BackendError("the emulated GPU backends need a C++ compiler: apt-get install g++ (or set CXX)")
+    return cxx
+
+
+def compile_emulated(source, argtypes=None):
+    """Compile ``source`` (kernel + wrapper) with the SIMT emulation header; the loaded ctypes library."""
+    from .compile_cache import cache_dir
+
+    header = open(HEADER).read()
+    cxx = compiler()
+    key = codegen_c.source_hash(source, header + " ".join([cxx] + CXXFLAGS))
+    with _lock:
+        lib = _libs.get(key)
+        if lib is not None:
+            return lib
+        d = os.path.join(cache_dir(), "simt")
+        os.makedirs(d, exist_ok=True)
+        so = os.path.join(d, key + ".so")
+        if not os.path.exists(so):
+            src = os.path.join(d, key + ".cu")
+            with open(src, "w") as f:
+                f.write(source)
+            fd, tmp = tempfile.mkstemp(dir=d, suffix=".so.tmp")
+            os.close(fd)
+            cmd = [cxx] + CXXFLAGS + ["-include", HEADER, src, "-o", tmp]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                os.unlink(tmp)
+                raise BackendError(f"compiling generated kernel {src} failed:\n{' '.join(cmd)}\n{r.stderr[-4000:]}")
+            os.replace(tmp, so)  # atomic: a concurrent process never loads half a library
+            _compiles[0] += 1
+        lib = ctypes.CDLL(so)
+        if argtypes is False:  # a library of several entry points: the caller sets their types
+            _libs[key] = lib
+            return lib
+        lib.pygrid_launch.argtypes = argtypes or [ctypes.POINTER(ctypes.c_void_p)] + [ctypes.c_int] * 3
+        lib.pygrid_launch.restype = None
+        _libs[key] = lib
+        return lib
+
+
+def compile_count():
+    """How many emulation libraries this process compiled (not loaded from the disk cache)."""
+    return _compiles[0]
+
+
+class EmulatedSIMTBackend:
+    """Generated GPU source run on the CPU under simt_emulation.h (``cuda-emulated``, ``opencl-emulated``).
+
+    Buffers are host numpy arrays (the unified device, or the emulated device of
+    ``--emulate-device``); reductions are the numpy ones.
+    """
+
+    device = "unified"
+
+    def __init__(self, dialect="cuda"):
+        self.dialect = dialect
+        self.name = f"{dialect}-emulated"
+        compiler()
+
+    def describe(self) -> str:
+        return f"{self.name} (generated {self.dialect} C under the SIMT emulation, on the host CPU)"
+
+    def accelerator_for(self, osites, kernel, *args):
+        host.serial_for(osites, kernel, *args)
+
+    def norm2(self, a):
+        return host.norm2(a)
+
+    def inner_product(self, a, b):
+        return host.inner_product(a, b)
+
+    def site_sum(self, a):
+        return host.site_sum(a)
+
+    def slice_sum(self, a, table):
+        return host.slice_sum(a, table)
+
+    def set_threads(self, n):
+        pass  # the emulation runs the threads of a launch one after another
+
+    def threads(self):
+        return 1
+
+    def bench_copy(self, n, dtype):
+        return None
+
+    def launch(self, kernel, args, nsimd, dtype):
+        emulated_launch(self.dialect, kernel, args, nsimd, dtype)
+
+    def relayout(self, kind, out, inp, om=None, lm=None):
+        """The device layout kernels (pygrid.accelerator.layout_kernels), their source under the emulation."""
+        from . import layout_kernels as lk
+
+        src = lk.source(self.dialect, out.dtype.name, inp.dtype.name)
+        lib = compile_emulated(src + lk.emulation_wrappers(out.dtype.name, inp.dtype.name), argtypes=False)
+        name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
+        arrs = [out, inp] + ([] if kind == "cast" else [np.ascontiguousarray(m, dtype=np.int32) for m in (om, lm)])
+        for a in arrs[:2]:
+            if not a.flags.c_contiguous:
+                raise BackendError(f"relayout {kind}: buffers must be C-contiguous")
+        fn = getattr(lib, "pygrid_launch_" + name)
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int, ctypes.c_int]
+        blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
+        fn((ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs]), (ctypes.c_long * len(ints))(*ints),
+           blocks, tpb)
+
+    def source(self, ir, nsimd, alias, dtype):
+        src = codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect)
+        return src + launch_wrapper(src)
+
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
+        rdt = out.dtype
+        if rdt not in (np.float64, np.float32):
+            raise BackendError(f"generated kernels take float64 or float32 buffers, not {rdt}")
+        lib = compile_emulated(self.source(ir, nsimd, alias, rdt.name))
+        arrs = codegen_c.kernel_args(ir, out, inputs, shifts, coefs, rdt)
+        for a in arrs:
+            if not a.flags.c_contiguous:
+                raise BackendError("generated kernels need C-contiguous buffers")
+        ptrs = (ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs])
+        osites = out.shape[0]
+        blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
+        lib.pygrid_launch(ptrs, osites, blocks, tpb)
+
+
+def emulated_launch(dialect, kernel, args, nsimd, dtype):
+    """Run a covariant kernel's generated ``dialect`` C under the SIMT emulation, on host arrays."""
+    from . import covariant
+
+    src = covariant.generate(kernel, dialect, nsimd, dtype)
+    lib = compile_emulated(src + covariant.c_launch_wrapper(kernel, src), covariant.C_LAUNCH_ARGTYPES)
+    tables = covariant.c_tables(kernel, args, dtype)
+    ptrs, ints = [], []
+    for p in kernel.params:
+        if p.kind == "int":
+            ints.append(int(args[p.name]))
+            continue
+        a = tables.get(p.name, args[p.name])
+        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+            raise BackendError(f"{kernel.name}: {p.name} must be a C-contiguous host array on an emulated backend")
+        ptrs.append(a.ctypes.data)
+    n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
+    blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
+    lib.pygrid_launch((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * max(1, len(ints)))(*ints),
+                      blocks, tpb)

@@ -1,0 +1,69 @@
+"""Backend primitives on host (numpy) arrays, shared by every backend that meets host buffers.
+
+The numpy backend is made of these; the emulated backends use them for their
+reductions and host kernels; the device backends fall back to them when they
+are handed host arrays.  Buffers are shaped (osites, ncomp, 2, nsimd); sums
+are accumulated in double.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError
+
+
+def serial_for(osites: int, kernel: Callable, *args: Any) -> None:
+    """``kernel(lo, hi, *args)`` over all outer sites, on the calling thread."""
+    kernel(0, osites, *args)
+
+
+def relayout(kind: str, out: np.ndarray, inp: np.ndarray, om: np.ndarray | None = None,
+             lm: np.ndarray | None = None) -> None:
+    """The backend ``relayout`` (see contract.py) on host arrays, with numpy."""
+    if kind == "cast":
+        out[...] = inp
+    elif kind == "gather":
+        out[...] = inp.transpose(0, 3, 1, 2)[om, lm].transpose(0, 2, 3, 1)
+    elif kind == "scatter":
+        out.transpose(0, 3, 1, 2)[om, lm] = inp.transpose(0, 3, 1, 2)
+    elif kind == "setcomp":
+        out[:, om] = inp[:, lm]
+    else:
+        raise BackendError(f"unknown relayout {kind!r}")
+
+
+def norm2(a: np.ndarray) -> float:
+    a = a.astype(np.float64, copy=False).reshape(-1)
+    return float(np.dot(a, a))
+
+
+def inner_product(a: np.ndarray, b: np.ndarray) -> complex:
+    a = a.astype(np.float64, copy=False)
+    b = b.astype(np.float64, copy=False)
+    re = np.sum(a[:, :, 0] * b[:, :, 0]) + np.sum(a[:, :, 1] * b[:, :, 1])
+    im = np.sum(a[:, :, 0] * b[:, :, 1]) - np.sum(a[:, :, 1] * b[:, :, 0])
+    return complex(re, im)
+
+
+def site_sum(a: np.ndarray) -> np.ndarray:
+    s = a.astype(np.float64, copy=False).sum(axis=(0, 3))
+    return s[:, 0] + 1j * s[:, 1]
+
+
+def slice_sum(a: np.ndarray, table: np.ndarray) -> np.ndarray:
+    osites, ncomp, _, ns = a.shape
+    v = a.astype(np.float64, copy=False).transpose(0, 3, 1, 2).reshape(osites * ns, ncomp, 2)
+    s = v[table].sum(axis=1)
+    return s[..., 0] + 1j * s[..., 1]
+
+
+def coef_reals(coefs: np.ndarray, dtype: Any) -> np.ndarray:
+    """The complex coefficients as interleaved (re, im) reals of ``dtype``, at least two of them
+    (the kernels take a non-empty array)."""
+    cf = np.zeros(max(2, 2 * len(coefs)), dtype=dtype)
+    cf[0:2 * len(coefs):2] = np.real(coefs)
+    cf[1:2 * len(coefs):2] = np.imag(coefs)
+    return cf

@@ -1,0 +1,166 @@
+"""The openmp backend: CPU cores and SIMD through numba, the default.
+
+Kernels are numba functions over a block of outer sites, released from the
+GIL; ``accelerator_for`` splits the outer sites into one block per thread and
+runs the blocks on a persistent thread pool.
+
+Process settings
+----------------
+pygrid changes two process-wide settings, both when the first backend starts
+(:func:`apply_process_settings`, called by ``backends.get_backend``), never at
+import, and neither when the user has set it:
+
+* ``OMP_WAIT_POLICY=passive``: the OpenMP threads behind numba's parallel
+  loops (the hand-written Dirac kernels) otherwise spin after each parallel
+  region and take the cores the kernel thread pool needs.  Passive waiting
+  costs a few microseconds per region.  It must be set before numba starts its
+  OpenMP runtime, which happens at the first ``numba.set_num_threads``.
+* ``numba.config.SLP_VECTORIZE = 1`` (unless ``NUMBA_SLP_VECTORIZE`` is set):
+  numba leaves LLVM's SLP vectoriser off, and the fixed-length lane loops of
+  the generated kernels need it to become vector instructions.  It applies to
+  kernels compiled after it is set.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError
+from . import host
+
+
+def apply_process_settings() -> None:
+    """Apply the process settings above (idempotent)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    if "NUMBA_SLP_VECTORIZE" not in os.environ:
+        import numba
+
+        numba.config.SLP_VECTORIZE = 1
+
+
+def default_threads() -> int:
+    """``PYGRID_THREADS``, else ``OMP_NUM_THREADS``, else the cores available to this process
+    divided among the ranks of an MPI job on this node."""
+    for var in ("PYGRID_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "").split(",")[0].strip()
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    from ..communicator import ranks_on_this_node
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // ranks_on_this_node())
+
+
+class OpenMPBackend:
+    """CPU cores and SIMD through numba (``--accelerator openmp``)."""
+
+    name = "openmp"
+    device = "unified"
+    # below this many outer sites a kernel runs on the calling thread: waking
+    # the pool costs more than it saves
+    min_parallel_osites = 256
+
+    def __init__(self) -> None:
+        try:
+            import numba  # noqa: F401
+        except ImportError as e:  # pragma: no cover - numba is a hard dependency
+            raise BackendError("the openmp backend needs numba: pip install numba") from e
+        apply_process_settings()
+        self._kernels: dict = {}
+        self._pool = None
+        self._nthreads: int | None = None
+        self.set_threads(default_threads())
+
+    def describe(self) -> str:
+        return f"openmp (numba on the host CPU, {self._nthreads} threads)"
+
+    # ---- threads ---------------------------------------------------------------
+    def set_threads(self, n: int | None) -> None:
+        if n is not None:
+            if int(n) < 1:
+                raise BackendError(f"thread count must be positive, got {n}")
+            if self._nthreads is not None and int(n) != self._nthreads and self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            self._nthreads = int(n)
+        import numba
+
+        # hand-written prange kernels (the Dirac operators) follow the same count
+        numba.set_num_threads(min(self._nthreads, numba.config.NUMBA_NUM_THREADS))
+
+    def threads(self) -> int:
+        return self._nthreads
+
+    def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
+        """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites), split over the threads."""
+        n = self._nthreads
+        if n == 1 or osites < self.min_parallel_osites:
+            kernel(0, osites, *args)
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="pygrid")
+        bounds = [(i * osites) // n for i in range(n + 1)]
+        futures = [self._pool.submit(kernel, bounds[i], bounds[i + 1], *args) for i in range(1, n)]
+        kernel(bounds[0], bounds[1], *args)
+        for f in futures:
+            f.result()
+
+    # ---- kernels -----------------------------------------------------------------
+    def kernel(self, ir, nsimd: int, alias: bool, dtype: str = "float64") -> Callable:
+        """The compiled numba kernel of a lowered expression."""
+        key = (ir.key(), nsimd, alias, dtype)
+        k = self._kernels.get(key)
+        if k is None:
+            from .codegen_numba import kernel_source, ops_module_name
+            from .compile_cache import load_module
+            from .numba_ops import ops_source
+
+            load_module(ops_source(nsimd, dtype), module_name=ops_module_name(nsimd, dtype))
+            k = load_module(kernel_source(ir, nsimd, alias, dtype), "pygrid_omp").kernel
+            self._kernels[key] = k
+        return k
+
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
+        rdt = out.dtype
+        k = self.kernel(ir, nsimd, alias, rdt.name)
+        tables = [(t if t.dtype.kind == "i" else t.astype(rdt)).reshape(-1) for t in ir.tables]
+        flat_shifts = [x.reshape(-1) for s in shifts for x in s]
+        flat = [a.reshape(-1) for a in inputs]
+        self.accelerator_for(out.shape[0], k, out.reshape(-1), *flat, *flat_shifts, *tables,
+                             host.coef_reals(coefs, rdt))
+
+    def launch(self, kernel, args, nsimd, dtype) -> None:
+        from . import covariant
+
+        covariant.host_launch(self, kernel, args, nsimd, dtype)
+
+    def relayout(self, kind, out, inp, om=None, lm=None) -> None:
+        host.relayout(kind, out, inp, om, lm)
+
+    # ---- reductions (numba: numpy's BLAS threads would fight the kernel thread pool) ----
+    def norm2(self, a) -> float:
+        from . import reductions_numba
+
+        return reductions_numba.norm2(self, a)
+
+    def inner_product(self, a, b) -> complex:
+        from . import reductions_numba
+
+        return reductions_numba.inner_product(self, a, b)
+
+    def site_sum(self, a) -> np.ndarray:
+        return host.site_sum(a)
+
+    def slice_sum(self, a, table) -> np.ndarray:
+        return host.slice_sum(a, table)
+
+    def bench_copy(self, n, dtype) -> None:
+        return None

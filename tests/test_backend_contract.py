@@ -1,0 +1,82 @@
+"""The backend contract (pygrid/accelerator/contract.py): every backend implements every
+primitive itself, and process settings are applied when a backend starts, not at import."""
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import pygrid as pg
+from pygrid.accelerator.contract import MEMBERS, Backend
+
+CLASSES = {
+    "numpy": ("pygrid.accelerator.numpy_backend", "NumpyBackend"),
+    "openmp": ("pygrid.accelerator.openmp_backend", "OpenMPBackend"),
+    "cuda-emulated": ("pygrid.accelerator.emulated_backend", "EmulatedSIMTBackend"),
+    "cuda": ("pygrid.accelerator.cuda_backend", "CudaBackend"),
+    "sycl": ("pygrid.accelerator.sycl_backend", "SyclBackend"),
+}
+
+
+def _class(name):
+    module, cls = CLASSES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_every_member_defined_by_the_class_itself(name):
+    try:
+        cls = _class(name)
+    except ImportError as e:  # pragma: no cover - every module imports without its device library
+        pytest.fail(f"{name}: {e}")
+    assert cls.__mro__ == (cls, object), f"{cls.__name__} inherits from {cls.__mro__[1:-1]}"
+    for m in MEMBERS:
+        if m in ("name", "device") and m not in vars(cls):
+            continue  # set per instance, checked below on the instances that start here
+        assert m in vars(cls), f"{cls.__name__} does not define {m}"
+
+
+@pytest.mark.parametrize("name", ["numpy", "openmp", "cuda-emulated", "opencl-emulated", "sycl"])
+def test_instances_meet_the_protocol(name):
+    if "emulated" in name and not (shutil.which("g++") or os.environ.get("CXX")):
+        pytest.skip("no C++ compiler for the emulation")
+    if name == "sycl":
+        pytest.importorskip("dpctl")
+    b = pg.get_backend(name)
+    assert isinstance(b, Backend)
+    assert b.name == name and b.device in ("unified", "sycl", "cuda", "hip")
+    assert isinstance(b.describe(), str) and name.split("-")[0] in b.describe()
+    assert b.threads() >= 1
+
+
+def test_no_class_is_patched():
+    """The library and the test fixtures select backends by name: no backend method is rebound."""
+    from pygrid.accelerator import emulated_backend, numpy_backend, openmp_backend
+
+    for mod in (numpy_backend, openmp_backend, emulated_backend):
+        for cls in (c for c in vars(mod).values() if isinstance(c, type) and c.__module__ == mod.__name__):
+            for attr, fn in vars(cls).items():
+                if callable(fn) and hasattr(fn, "__qualname__"):
+                    assert fn.__qualname__.startswith(cls.__name__ + "."), (cls, attr, fn.__qualname__)
+
+
+SETTINGS = """
+import os, numba
+import pygrid as pg
+print(os.environ.get("OMP_WAIT_POLICY"), numba.config.SLP_VECTORIZE)
+pg.get_backend("openmp")
+print(os.environ.get("OMP_WAIT_POLICY"), numba.config.SLP_VECTORIZE)
+"""
+
+
+def test_process_settings_applied_at_backend_start_not_at_import():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "NUMBA_SLP_VECTORIZE")}
+    out = subprocess.run([sys.executable, "-c", SETTINGS], env=env, capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    assert out[0] == "None 0" and out[1] == "passive 1", out
+    env["OMP_WAIT_POLICY"] = "active"  # the user's choice wins
+    out = subprocess.run([sys.executable, "-c", SETTINGS], env=env, capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    assert out[1] == "active 1", out
