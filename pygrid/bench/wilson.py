@@ -1,68 +1,44 @@
 """``pygrid benchmark wilson``: the Wilson hopping term ``Dhop``, against a plain numpy reference.
 
 Uses ``pg.qcd.WilsonFermion(U, mass).Dhop(psi, out=chi)``.  Counts per site:
-1320 flops (Grid's count, 8 Nc (7 + 16 Nc)); bytes with no reuse: 8 neighbour
+``FLOPS_PER_SITE`` = 1320 flops (Grid's count, 8 Nc (7 + 16 Nc)); bytes with no reuse: 8 neighbour
 spinors (24 reals each), 8 links (18 reals each) and the result (24 reals) =
 360 reals = 2880 B in double, 1440 B in single.  The roofline therefore
 assumes no cache reuse; a kernel that keeps neighbours in cache can pass 100%.
 
 Before timing, the operator is checked once on a 4^4 lattice against
-:func:`dhop_reference`, written here with np.roll and einsum from the
+:func:`pygrid.qcd.reference.dhop`, written with np.roll and einsum from the
 definition in docs/conventions.md, independently of the kernel.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .common import (NO_NUMPY_UNDER_MPI, BenchmarkUnavailable, Kernel, lanes_note, make_grid, measure_copy,
-                     mpi_summary, new_run, real_bytes, time_operator)
+from ..qcd.kernels_wilson import FLOPS_PER_SITE
+from ..qcd.reference import dhop as dhop_reference
+from .common import (
+    NO_NUMPY_UNDER_MPI,
+    Kernel,
+    lanes_note,
+    make_grid,
+    measure_copy,
+    mpi_summary,
+    new_run,
+    real_bytes,
+    time_operator,
+)
 
-FLOPS_PER_SITE = 1320
 REALS_PER_SITE = 8 * 24 + 8 * 18 + 24   # 360
 BYTE_MODEL = "8 neighbour spinors + 8 links + 1 result spinor per site, no reuse"
 VERIFY_DIMS = (4, 4, 4, 4)
 MASS = 0.1
 
-# Grid's chiral basis (docs/conventions.md), written out here so the reference does not use pygrid's tables.
-_I = 1j
-GAMMA = np.array([
-    [[0, 0, 0, _I], [0, 0, _I, 0], [0, -_I, 0, 0], [-_I, 0, 0, 0]],   # X
-    [[0, 0, 0, -1], [0, 0, 1, 0], [0, 1, 0, 0], [-1, 0, 0, 0]],       # Y
-    [[0, 0, _I, 0], [0, 0, 0, -_I], [-_I, 0, 0, 0], [0, _I, 0, 0]],   # Z
-    [[0, 0, 1, 0], [0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0]],         # T
-], dtype=complex)
-ONE = np.eye(4, dtype=complex)
-
-
-def dhop_reference(U, psi, lattice_axes=(0, 1, 2, 3)):
-    """Grid's Wilson hopping term in plain numpy.
-
-    ``U``: [x, y, z, t, mu, a, b] complex links; ``psi``: [..., x, y, z, t, spin, colour]
-    with the four lattice axes at ``lattice_axes`` of psi (a leading s axis for 5D).
-    Dhop psi(x) = -1/2 sum_mu [(1 - g_mu) U_mu(x) psi(x+mu) + (1 + g_mu) U_mu(x-mu)^dag psi(x-mu)].
-    """
-    out = np.zeros_like(psi)
-    for mu in range(4):
-        ax = lattice_axes[mu]
-        Umu = U[..., mu, :, :]
-        fwd = np.einsum("...ab,...sb->...sa", Umu, np.roll(psi, -1, axis=ax))
-        out += np.einsum("st,...tc->...sc", ONE - GAMMA[mu], fwd)
-        Ub = np.roll(Umu, 1, axis=mu)
-        bwd = np.einsum("...ba,...sb->...sa", Ub.conj(), np.roll(psi, 1, axis=ax))
-        out += np.einsum("st,...tc->...sc", ONE + GAMMA[mu], bwd)
-    return -0.5 * out
-
 
 def operator_class():
-    """pg.qcd.WilsonFermion, or BenchmarkUnavailable saying why not."""
-    try:
-        import pygrid.qcd as qcd
-    except ImportError as e:
-        raise BenchmarkUnavailable(f"the Wilson operator is not available: pygrid.qcd missing ({e})") from None
-    cls = getattr(qcd, "WilsonFermion", None)
-    if cls is None:
-        raise BenchmarkUnavailable("the Wilson operator is not available: pygrid.qcd has no WilsonFermion")
-    return cls
+    """The operator this benchmark times."""
+    from ..qcd import WilsonFermion
+
+    return WilsonFermion
 
 
 def check_available():
@@ -74,11 +50,7 @@ def _setup(grid, precision, seed):
     import pygrid.qcd as qcd
 
     rng = pg.ParallelRNG(grid, list(seed))
-    if hasattr(qcd, "random_gauge"):
-        U = qcd.random_gauge(grid, rng, precision)
-    else:
-        U = pg.LatticeGaugeField(grid, precision)
-        rng.random_su3(U)
+    U = qcd.random_gauge(grid, rng, precision)
     psi, chi = pg.LatticeFermion(grid, precision), pg.LatticeFermion(grid, precision)
     rng.gaussian(psi)
     rng.gaussian(chi)   # written before it is timed

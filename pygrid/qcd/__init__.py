@@ -7,12 +7,18 @@
     DW = pg.qcd.DomainWallFermion(U, Ls=8, mass=0.01, M5=1.8)   # 5D fields on DW.grid5
     x, rec = pg.qcd.schur_solve(DW, b5, pg.algorithms.ConjugateGradient(1e-10))
 """
+from .domain_wall import DomainWallFermion, MobiusFermion
 from .gauge import (
-    gauge_transform, gauge_transform_fermion, link_trace, plaquette, project_su3, project_su3_array,
-    random_gauge, unit_gauge,
+    gauge_transform,
+    gauge_transform_fermion,
+    link_trace,
+    plaquette,
+    project_su3,
+    project_su3_array,
+    random_gauge,
+    unit_gauge,
 )
 from .kernels_wilson import FLOPS_PER_SITE, projection_tables
-from .domain_wall import DomainWallFermion, MobiusFermion
 from .schur import SchurRedBlackDiagMooeeSolve, schur_solve
 from .wilson import SchurDiagMooeeOperator, WilsonFermion
 

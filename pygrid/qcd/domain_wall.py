@@ -58,13 +58,11 @@ overlap one: ``physical_field(M^{-1} import_physical_source(q)) = (1 - m)^{-1}
 ((1+x)^Ls + (1-x)^Ls)`` (checked on the free constant mode in
 tests/test_domain_wall.py).
 
-Every s matrix here is cyclic bidiagonal per chirality (:func:`bidiag_structure`):
+Every s matrix is cyclic bidiagonal per chirality (:mod:`pygrid.qcd.fifth_dim`):
 ``Mooee``, ``M5D`` and ``b + c S`` are applied by an O(Ls) multiply
 (:func:`pygrid.qcd.dslash.bidiag_multiply`) and ``MooeeInv`` by two O(Ls)
-sweeps per site (:func:`pygrid.qcd.dslash.bidiag_apply`, tables from
-:func:`bidiag_solver`); both are generated for every backend from
-:mod:`pygrid.qcd.kernels_generic`.  The dense numpy :func:`s_apply` is the
-reference in tests, and the fallback for a matrix without that structure.
+sweeps per site (:func:`pygrid.qcd.dslash.bidiag_apply`); both are generated
+for every backend from :mod:`pygrid.qcd.kernels_generic`.
 Only real b, c are supported (Grid's zMobius with complex per-slice
 coefficients is not).
 """
@@ -76,15 +74,21 @@ from ..cartesian import GridCartesian5D
 from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..lattice import Lattice
 from ..memory import ViewMode
-from ..tensors import sitetype as st
 from ..tensors.constant import Gamma
 from . import kernels_wilson as kw
 from .dslash import bidiag_apply, bidiag_multiply, dhop
+from .fermion import FERMION, FermionOperator
+from .fifth_dim import (
+    bidiag_solver,
+    bidiag_structure,
+    dagger,
+    fifth_dim_hop_matrices,
+    s_apply,
+)
 from .wilson import WilsonFermion
 
-__all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "bidiag_apply", "bidiag_multiply", "bidiag_solver", "bidiag_structure", "fifth_dim_hop_matrices"]
-
-_FERMION = st.SpinColourVector()
+__all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "bidiag_apply", "bidiag_multiply",
+           "bidiag_solver", "bidiag_structure", "fifth_dim_hop_matrices"]
 
 
 def _check_chiral_basis():
@@ -95,119 +99,9 @@ def _check_chiral_basis():
 
 _check_chiral_basis()
 
-# ---- the fifth dimension ----------------------------------------------------------------------
-
-def s_apply(out, x, ax, y=None, by=None, Ls=None):
-    """out = ax . x (+ by . y): per-chirality dense Ls x Ls matrices in s, in numpy (the test reference).
-
-    ``ax``/``by`` are real arrays (2, Ls, Ls), index 0 acting on the P_+ spins (0, 1)
-    and 1 on the P_- spins (2, 3); buffers are host view arrays (Ls * n4, 12, 2, nsimd)
-    of 5D fermions; ``out`` may alias ``x`` or ``y``.  The operators apply their s
-    matrices with the O(Ls) kernels of :mod:`pygrid.qcd.dslash`.
-    """
-    if Ls is None:
-        Ls = ax.shape[1]
-    for name, a in (("x", x), ("y", y)):
-        if a is not None and (a.shape != out.shape or a.dtype != out.dtype):
-            raise ConformabilityError(f"s_apply: {name} buffer {a.shape} {a.dtype} does not match out "
-                                      f"{out.shape} {out.dtype}")
-    if out.ndim != 4 or out.shape[1] != 12 or out.shape[0] % Ls:
-        raise ConformabilityError(f"s_apply: out buffer {out.shape} is not a 5D fermion with Ls={Ls}")
-
-    def apply(m, v):
-        v5 = v.reshape((-1, Ls, 2, 6) + v.shape[2:]).astype(np.float64)
-        r = np.einsum("cst,otc...->osc...", np.asarray(m, np.float64), v5)
-        return r.reshape(out.shape)
-
-    res = apply(ax, x)
-    if y is not None:
-        res = res + apply(by, y)
-    out[...] = res
-    return out
-
-
-def bidiag_structure(A, tol=1e-12):
-    """(order, d, e, f) when every A[c] (2, Ls, Ls) is cyclic bidiagonal, else None.
-
-    In sweep order j (slices ``order[c]``, ascending for a lower and descending
-    for an upper matrix), row j of A[c] is d x_j + e x_{j-1} and row 0 is
-    d x_0 + f x_last: every s matrix of the Möbius operator (Mooee, M5D, b + c S
-    and their adjoints) has this form.
-    """
-    A = np.asarray(A, dtype=np.float64)
-    Ls = A.shape[1]
-    order = np.zeros((2, Ls), np.int32)
-    d, e, f = np.zeros(2), np.zeros(2), np.zeros(2)
-    for c in range(2):
-        a = A[c]
-        if Ls == 1:  # a 1 x 1 matrix: d alone
-            d[c] = a[0, 0]
-            continue
-        lower = Ls == 2 or a[1, 0] != 0
-        idx = np.arange(Ls) if lower else np.arange(Ls)[::-1]
-        d[c] = a[0, 0]
-        e[c], f[c] = (a[1, 0], a[0, Ls - 1]) if lower else (a[0, 1], a[Ls - 1, 0])
-        rebuilt = np.zeros((Ls, Ls))
-        for j in range(Ls):
-            rebuilt[idx[j], idx[j]] += d[c]
-            rebuilt[idx[j], idx[j - 1]] += e[c] if j else f[c]
-        if not np.allclose(rebuilt, a, rtol=0, atol=tol * max(np.abs(a).max(), 1e-300)):
-            return None
-        order[c] = idx
-    return order, d, e, f
-
-
-def bidiag_solver(A, tol=1e-12):
-    """O(Ls) solver tables for per-chirality cyclic bidiagonal matrices A (2, Ls, Ls), or None.
-
-    With the structure of :func:`bidiag_structure`, x_j = p_j + q_j x_last where
-    p_j = b_j / d - (e / d) p_{j-1}, q_0 = -f / d, q_j = -(e / d) q_{j-1}, and
-    x_last = p_last / (1 - q_last).  Returns (order, 1/d, e/d, q, r = 1/(1 - q_last)),
-    or None when A has another structure or the sweep would be ill-conditioned.
-    """
-    st = bidiag_structure(A, tol)
-    if st is None:
-        return None
-    order, d, e, f = st
-    Ls = order.shape[1]
-    if np.any(d == 0):
-        return None
-    invd, ed, r = 1.0 / d, e / d, np.zeros(2)
-    q = np.zeros((2, Ls))
-    for c in range(2):
-        q[c, 0] = -f[c] / d[c]
-        for j in range(1, Ls):
-            q[c, j] = -ed[c] * q[c, j - 1]
-        if abs(1.0 - q[c, Ls - 1]) < 1e-8:
-            return None
-        r[c] = 1.0 / (1.0 - q[c, Ls - 1])
-    return order, invd, ed, q, r
-
-
-def fifth_dim_hop_matrices(Ls, mass):
-    """The matrices (2, Ls, Ls) of S (index 0: P_+ chirality, 1: P_-); S^dag is their transpose."""
-    S = np.zeros((2, Ls, Ls))
-    for s in range(Ls):
-        # P_+ psi_{s-1}
-        if s == 0:
-            S[0, 0, Ls - 1] += -mass
-        else:
-            S[0, s, s - 1] += 1.0
-        # P_- psi_{s+1}
-        if s == Ls - 1:
-            S[1, Ls - 1, 0] += -mass
-        else:
-            S[1, s, s + 1] += 1.0
-    return S
-
-
-def _dagger(m):
-    return np.ascontiguousarray(np.transpose(m, (0, 2, 1)))
-
-
 # ---- the operator -----------------------------------------------------------------------------
 
-class MobiusFermion:
+class MobiusFermion(FermionOperator):
     """The Möbius domain-wall operator in Grid's Cayley form (see the module docstring).
 
     ``MobiusFermion(U, Ls, mass, M5, b, c)``; ``U`` a ``LatticeGaugeField`` on a
@@ -218,8 +112,9 @@ class MobiusFermion:
     """
 
     flops_per_site = kw.FLOPS_PER_SITE
+    fermion_label = "5D LatticeFermion"
 
-    def __init__(self, U, Ls, mass, M5, b, c):
+    def __init__(self, U: Lattice, Ls: int, mass: float, M5: float, b: float, c: float) -> None:
         if not isinstance(Ls, (int, np.integer)) or Ls < 1:
             raise GridError(f"Ls must be a positive integer, got {Ls!r}")
         for name, v in (("mass", mass), ("M5", M5), ("b", b), ("c", c)):
@@ -255,7 +150,7 @@ class MobiusFermion:
         }
         mats["MooeeInv"] = np.linalg.inv(mats["Mooee"])
         for k in list(mats):
-            mats[k + "Dag"] = _dagger(mats[k])
+            mats[k + "Dag"] = dagger(mats[k])
         self._mats = {k: np.ascontiguousarray(v, dtype=self._dtype) for k, v in mats.items()}
         # MooeeInv as an O(Ls) sweep per site instead of the dense Ls x Ls inverse
         def cast(tables):
@@ -274,63 +169,15 @@ class MobiusFermion:
                 f"{self.precision}, {self.grid4})")
 
     # ---- construction helpers ------------------------------------------------------
-    def _clone(self, U):
+    def _with_gauge(self, U):
         return MobiusFermion(U, self.Ls, self.mass, self.M5, self.b, self.c)
 
-    def converted(self, precision, grid=None):
-        """This operator with U converted to ``precision`` ('single'/'double'), optionally on another 4D grid.
+    def _grid_note(self):
+        return f" (the operator's 5D grid, Ls={self.Ls})"
 
-        ``op.converted('single')`` keeps the SIMD layout of U's grid (fields
-        converted with ``pg.convert`` fit it); pass a single-precision 4D
-        ``grid`` for the native lane count.
-        """
-        return self._clone(self._w.converted(precision, grid).U)
-
-    def new_fermion(self, checkerboard=None):
-        """A zero 5D fermion on ``grid5``, or on ``grid5_rb`` with ``checkerboard``."""
-        if checkerboard is None:
-            return Lattice(self.grid5, _FERMION, self.precision)
-        return Lattice(self.grid5_rb, _FERMION, self.precision, checkerboard=checkerboard)
-
-    def new_fermion4d(self):
+    def new_fermion4d(self) -> Lattice:
         """A zero 4D fermion on U's grid (for physical fields)."""
-        return Lattice(self.grid4, _FERMION, self.precision)
-
-    # ---- checks ----------------------------------------------------------------------
-    def _check(self, psi, rb, name):
-        if not isinstance(psi, Lattice) or psi.site_type.levels != _FERMION.levels:
-            raise SiteTypeError(f"{name} needs a 5D LatticeFermion, got {psi!r}")
-        if rb is None:
-            ok = psi.grid == self.grid5 or psi.grid == self.grid5_rb
-            want = f"{self.grid5} or its red-black grid"
-        else:
-            g = self.grid5_rb if rb else self.grid5
-            ok = psi.grid == g
-            want = str(g)
-        if not ok:
-            raise ConformabilityError(f"{name}: {psi} is not on {want} (the operator's 5D grid, Ls={self.Ls}); "
-                                      f"make fields with op.new_fermion()")
-        if psi.precision != self.precision:
-            raise ConformabilityError(
-                f"{name}: a {psi.precision}-precision field for a {self.precision}-precision operator; "
-                f"use pg.convert(psi, {self.precision!r}) or op.converted({psi.precision!r})")
-
-    def _out(self, psi, out, cb, name, avoid=()):
-        """The result field: ``out`` (checked, checkerboard set) or a new one like psi.
-
-        Returns (res, tgt): tgt is where a kernel that must not alias ``avoid`` writes.
-        """
-        if out is None:
-            res = Lattice(psi.grid, _FERMION, self.precision, checkerboard=cb)
-        else:
-            self._check(out, psi.grid.checkerboarded, name + " (out)")
-            if cb is not None:
-                out.checkerboard = cb
-            res = out
-        tgt = res
-        if any(res is a for a in avoid):
-            tgt = Lattice(psi.grid, _FERMION, self.precision, checkerboard=cb)
-        return res, tgt
+        return Lattice(self.grid4, FERMION, self.precision)
 
     # ---- building blocks on raw buffers ------------------------------------------
     def _smat(self, psi, key, out=None, name="s"):
@@ -385,31 +232,23 @@ class MobiusFermion:
                  link_halo=w.link_halo(w.stencil_cb[cb_in], w.U_cb[cb_in], ub))
         return tgt
 
-    @staticmethod
-    def _finish(res, tgt):
-        if tgt is not res:
-            res.assign(tgt)
-        return res
-
     # ---- full-grid operators --------------------------------------------------------
-    def Dhop(self, psi, out=None, dag=False):
-        """The 4D hopping term (Grid's -1/2 included) on every s slice, one kernel call; ``dag``: its adjoint."""
+    def Dhop(self, psi: Lattice, out: Lattice | None = None, dag: bool = False) -> Lattice:
+        """The 4D hopping term (Grid's -1/2 included) on every s slice, one kernel call; ``dag``: its
+        adjoint."""
         self._check(psi, False, "Dhop")
         res, tgt = self._out(psi, out, None, "Dhop", avoid=(psi,))
         self._hop(psi, tgt, dag)
         return self._finish(res, tgt)
 
-    def DhopDag(self, psi, out=None):
-        return self.Dhop(psi, out=out, dag=True)
-
-    def M5D(self, psi, out=None):
+    def M5D(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """The fifth-dimension part ``1 - S`` (Grid's M5D): Shamir's M is ``(4 - M5) + Dhop + M5D``."""
         return self._smat(psi, "M5D", out, "M5D")
 
-    def M5Ddag(self, psi, out=None):
+    def M5Ddag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._smat(psi, "M5DDag", out, "M5Ddag")
 
-    def M(self, psi, out=None):
+    def M(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``Dw (b + c S) psi + (1 - S) psi``: Shamir's M for b=1, c=0."""
         self._check(psi, False, "M")
         res, tgt = self._out(psi, out, None, "M", avoid=(psi,))
@@ -426,7 +265,7 @@ class MobiusFermion:
                 s_apply(o, o, self._mats["one"], p, self._mats["M5D"], Ls=self.Ls)
         return self._finish(res, tgt)
 
-    def Mdag(self, psi, out=None):
+    def Mdag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``(b + c S^dag) Dw^dag psi + (1 - S^dag) psi``: the adjoint of M."""
         self._check(psi, False, "Mdag")
         res, tgt = self._out(psi, out, None, "Mdag", avoid=(psi,))
@@ -441,14 +280,8 @@ class MobiusFermion:
                 s_apply(o, o, self._mats["bcSDag"], p, self._mats["M5DDag"], Ls=self.Ls)
         return self._finish(res, tgt)
 
-    def MdagM(self, psi, out=None):
-        return self.Mdag(self.M(psi), out=out)
-
-    def Mdiag(self, psi, out=None):
-        return self.Mooee(psi, out)
-
     # ---- even-odd pieces --------------------------------------------------------------
-    def Meooe(self, psi, out=None):
+    def Meooe(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``Dhop_eo (b + c S)``: from psi's checkerboard to the other one."""
         self._check(psi, True, "Meooe")
         res, tgt = self._out(psi, out, 1 - psi.checkerboard, "Meooe", avoid=(psi,))
@@ -456,7 +289,7 @@ class MobiusFermion:
         self._hop_cb(t, tgt, False)
         return self._finish(res, tgt)
 
-    def MeooeDag(self, psi, out=None):
+    def MeooeDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``(b + c S^dag) Dhop_eo^dag``: the adjoint of Meooe."""
         self._check(psi, True, "MeooeDag")
         res, tgt = self._out(psi, out, 1 - psi.checkerboard, "MeooeDag", avoid=(psi,))
@@ -465,46 +298,29 @@ class MobiusFermion:
             self._smat(tgt, "bcSDag", tgt, "MeooeDag")
         return self._finish(res, tgt)
 
-    def DhopEO(self, psi_odd, out=None, dag=False):
-        """The 4D hopping term from odd to even sites on every slice (no b, c)."""
-        if psi_odd.checkerboard != 1:
-            raise ConformabilityError("DhopEO takes an odd (checkerboard 1) field")
-        return self._dhop_cb(psi_odd, out, dag, "DhopEO")
-
-    def DhopOE(self, psi_even, out=None, dag=False):
-        if psi_even.checkerboard != 0:
-            raise ConformabilityError("DhopOE takes an even (checkerboard 0) field")
-        return self._dhop_cb(psi_even, out, dag, "DhopOE")
-
-    def _dhop_cb(self, psi, out, dag, name):
-        self._check(psi, True, name)
-        res, tgt = self._out(psi, out, 1 - psi.checkerboard, name, avoid=(psi,))
-        self._hop_cb(psi, tgt, dag)
-        return self._finish(res, tgt)
-
-    def Mooee(self, psi, out=None):
+    def Mooee(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``bee - cee S`` (block diagonal in the 4D site): full or red-black fields."""
         return self._smat(psi, "Mooee", out, "Mooee")
 
-    def MooeeDag(self, psi, out=None):
+    def MooeeDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._smat(psi, "MooeeDag", out, "MooeeDag")
 
-    def MooeeInv(self, psi, out=None):
+    def MooeeInv(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """The exact inverse of Mooee (per chirality an Ls x Ls matrix inverted once, applied per site)."""
         return self._smat(psi, "MooeeInv", out, "MooeeInv")
 
-    def MooeeInvDag(self, psi, out=None):
+    def MooeeInvDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._smat(psi, "MooeeInvDag", out, "MooeeInvDag")
 
     # ---- physical 4D fields -------------------------------------------------------------
     def _check4(self, q, name):
-        if not isinstance(q, Lattice) or q.site_type.levels != _FERMION.levels or q.grid != self.grid4:
+        if not isinstance(q, Lattice) or q.site_type.levels != FERMION.levels or q.grid != self.grid4:
             raise ConformabilityError(f"{name} needs a 4D LatticeFermion on {self.grid4}, got {q!r}")
         if q.precision != self.precision:
             raise ConformabilityError(f"{name}: a {q.precision}-precision field for a "
                                       f"{self.precision}-precision operator")
 
-    def physical_field(self, psi5, out=None):
+    def physical_field(self, psi5: Lattice, out: Lattice | None = None) -> Lattice:
         """The physical 4D quark field ``P_- psi_0 + P_+ psi_{Ls-1}`` (Grid's ExportPhysicalFermionSolution)."""
         self._check(psi5, False, "physical_field")
         res = self.new_fermion4d() if out is None else out
@@ -516,7 +332,7 @@ class MobiusFermion:
             o[:, 6:] = p5[:, 0, 6:]          # P_- psi_0
         return res
 
-    def import_physical_source(self, src4, out=None):
+    def import_physical_source(self, src4: Lattice, out: Lattice | None = None) -> Lattice:
         """The 5D source of a 4D one: ``D_minus eta`` with ``eta_0 = P_+ q``, ``eta_{Ls-1} = P_- q``.
 
         Grid's ImportPhysicalFermionSource; ``D_minus = 1 - c Dw`` is the identity for Shamir.
@@ -536,7 +352,7 @@ class MobiusFermion:
             self._hop(eta, res, False, 1.0 - self.c * (4.0 - self.M5), eta, scale=0.5 * self.c)
         return res
 
-    def Dminus(self, psi, out=None):
+    def Dminus(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``1 - c Dw`` on a full 5D field (Grid's Dminus)."""
         self._check(psi, False, "Dminus")
         res, tgt = self._out(psi, out, None, "Dminus", avoid=(psi,))
@@ -551,10 +367,10 @@ class DomainWallFermion(MobiusFermion):
         with +m P_- psi_0 at s = Ls-1 and +m P_+ psi_{Ls-1} at s = 0 for the wrap-around terms.
     """
 
-    def __init__(self, U, Ls, mass, M5):
+    def __init__(self, U: Lattice, Ls: int, mass: float, M5: float) -> None:
         super().__init__(U, Ls, mass, M5, 1.0, 0.0)
 
-    def _clone(self, U):
+    def _with_gauge(self, U):
         return DomainWallFermion(U, self.Ls, self.mass, self.M5)
 
     def __repr__(self):

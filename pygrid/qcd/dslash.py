@@ -24,8 +24,7 @@ from ..accelerator.backends import get_backend
 from ..accelerator.rows import host_rows
 from ..errors import BackendError, ConformabilityError
 from ..stencil.halo import exchange_rows
-from . import kernels_generic as kg
-from . import kernels_wilson as kw
+from . import kernels_generic as kg, kernels_wilson as kw
 
 #: backends that run the hand-unrolled numba kernel
 UNROLL_BACKENDS = ("openmp", "numpy")

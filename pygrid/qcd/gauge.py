@@ -12,7 +12,15 @@ import numpy as np
 from ..accelerator import get_backend
 from ..errors import SiteTypeError
 from ..lattice import (
-    Lattice, LatticeGaugeField, adj, cshift, eval as _eval, peek_lorentz, poke_lorentz, sum as _sum, trace,
+    Lattice,
+    LatticeGaugeField,
+    adj,
+    cshift,
+    eval as _eval,
+    peek_lorentz,
+    poke_lorentz,
+    sum as _sum,
+    trace,
 )
 from ..memory import ViewMode
 from ..tensors import sitetype as st

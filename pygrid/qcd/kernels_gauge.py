@@ -58,7 +58,7 @@ def _project_body(E, o, _s, nmat):
                 E.store("out", o, 2 * (9 * m + 3 * i + j) + 1, b)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def project_su3_kernel(nmat):
     """The SU(3) projection of the sites of ``links`` holding ``nmat`` colour matrices each (out may be links)."""
     nc = 9 * int(nmat)

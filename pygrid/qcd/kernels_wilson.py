@@ -108,7 +108,7 @@ def _phase(c):
     raise SiteTypeError(f"gamma matrix entry {c} is not +-1 or +-i")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def projection_tables():
     """Spin projection and reconstruction tables, indexed [dag, point, half-spin].
 

@@ -9,22 +9,22 @@ Every hopping term is one kernel launch through :func:`pygrid.qcd.dslash.dhop`
 from __future__ import annotations
 
 from ..accelerator import get_backend
+from ..accelerator.rows import host_rows
 from ..cartesian import GridCartesian
 from ..errors import ConformabilityError, GridError, SiteTypeError
-from ..lattice import Lattice, convert, pick_checkerboard, set_checkerboard
+from ..lattice import Lattice, pick_checkerboard, set_checkerboard
 from ..memory import ViewMode
 from ..stencil import Stencil, wilson_displacements
 from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
 from . import kernels_wilson as kw
-from ..accelerator.rows import host_rows
 from .dslash import dhop
+from .fermion import FermionOperator
 
-_FERMION = st.SpinColourVector()
 _GAUGE = st.LorentzColourMatrix()
 
 
-class WilsonFermion:
+class WilsonFermion(FermionOperator):
     """The Wilson Dirac operator ``M = (4 + mass) + Dhop`` on the gauge field ``U``.
 
     ``U`` is a ``LatticeGaugeField`` on a full 4D grid; the operator works in U's
@@ -36,7 +36,7 @@ class WilsonFermion:
 
     flops_per_site = kw.FLOPS_PER_SITE
 
-    def __init__(self, U, mass):
+    def __init__(self, U: Lattice, mass: float) -> None:
         if not isinstance(U, Lattice) or U.site_type.levels != _GAUGE.levels:
             raise SiteTypeError(f"WilsonFermion needs a LatticeGaugeField, got {U!r}")
         g = U.grid
@@ -57,39 +57,8 @@ class WilsonFermion:
     def __repr__(self):
         return f"WilsonFermion(mass={self.mass}, {self.precision}, {self.grid})"
 
-    # ---- helpers ---------------------------------------------------------------
-    def converted(self, precision, grid=None):
-        """This operator with U converted to ``precision`` ('single'/'double'), optionally on another grid layout.
-
-        ``op.converted('single')`` keeps the SIMD layout of U's grid; pass
-        ``grid=pg.GridCartesian(dims, precision='single')`` for the native
-        single-precision lane count (fields then live on that grid).
-        """
-        if grid is None or grid == self.grid:
-            U = self.U if precision == self.precision else convert(self.U, precision)
-        else:
-            U = Lattice(grid, self.U.site_type, precision).from_numpy(self.U.to_numpy())
+    def _with_gauge(self, U):
         return type(self)(U, self.mass)
-
-    def _check(self, psi, rb, name):
-        if not isinstance(psi, Lattice) or psi.site_type.levels != _FERMION.levels:
-            raise SiteTypeError(f"{name} needs a LatticeFermion, got {psi!r}")
-        want = self.rb_grid if rb else self.grid
-        if psi.grid != want:
-            where = "the red-black grid" if rb else "the full grid"
-            raise ConformabilityError(f"{name}: {psi} is not on {where} of the operator, {want}")
-        if psi.precision != self.precision:
-            raise ConformabilityError(
-                f"{name}: a {psi.precision}-precision field for a {self.precision}-precision operator; "
-                f"use pg.convert(psi, {self.precision!r}) or op.converted({psi.precision!r})")
-
-    def _out(self, psi, out, cb, name):
-        if out is None:
-            return Lattice(psi.grid, _FERMION, psi.precision, checkerboard=cb)
-        self._check(out, psi.grid.checkerboarded, name + " (out)")
-        if cb is not None:
-            out.checkerboard = cb
-        return out
 
     def link_halo(self, stencil, links, buf):
         """The links of ``links`` (its open view ``buf``) at the backward neighbours on other ranks.
@@ -107,103 +76,68 @@ class WilsonFermion:
                 stencil.plan, buf, lambda a, rows: host_rows(backend, a, rows)))
         return hit[1]
 
+    # ---- kernels -----------------------------------------------------------------
     def _hop(self, psi, out, dag, alpha, name):
         """Full-grid hopping term (alpha != 0: plus alpha * psi)."""
         self._check(psi, False, name)
-        res = self._out(psi, out, None, name)
-        tgt = Lattice(self.grid, _FERMION, self.precision) if res is psi else res
+        res, tgt = self._out(psi, out, None, name, avoid=(psi,))
         with psi.view(ViewMode.AcceleratorRead) as p, self.U.view(ViewMode.AcceleratorRead) as u, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
             dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag,
                  link_halo=self.link_halo(self.stencil, self.U, u))
-        if tgt is not res:
-            res.assign(tgt)
-        return res
+        return self._finish(res, tgt)
 
-    def _hop_cb(self, psi, out, dag, name):
-        """Red-black hopping term from psi's checkerboard to the other one."""
-        self._check(psi, True, name)
+    def _hop_cb(self, psi, tgt, dag):
+        """tgt = the hopping term from psi's checkerboard to the other one (tgt does not alias psi)."""
         cb_in = psi.checkerboard
         cb_out = 1 - cb_in
-        res = self._out(psi, out, cb_out, name)
-        tgt = Lattice(self.rb_grid, _FERMION, self.precision, checkerboard=cb_out) if res is psi else res
+        tgt.checkerboard = cb_out
         with psi.view(ViewMode.AcceleratorRead) as p, \
                 self.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
                 self.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
                 tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
             dhop(o, p, uf, ub, self.stencil_cb[cb_in], 1, -0.5, 0.0, None, dag,
                  link_halo=self.link_halo(self.stencil_cb[cb_in], self.U_cb[cb_in], ub))
-        if tgt is not res:
-            res.assign(tgt)
-        return res
+        return tgt
 
     # ---- full-grid operators ---------------------------------------------------
-    def Dhop(self, psi, out=None, dag=False):
+    def Dhop(self, psi: Lattice, out: Lattice | None = None, dag: bool = False) -> Lattice:
         """The hopping term (with Grid's -1/2); ``dag=True`` gives its adjoint."""
-        return self._hop(psi, out, dag, 0.0, "Dhop")
+        return self._hop(psi, out, dag, 0.0, "DhopDag" if dag else "Dhop")
 
-    def DhopDag(self, psi, out=None):
-        return self._hop(psi, out, True, 0.0, "DhopDag")
-
-    def M(self, psi, out=None):
+    def M(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """(4 + m) psi + Dhop psi, in one kernel."""
         return self._hop(psi, out, False, self.diag, "M")
 
-    def Mdag(self, psi, out=None):
+    def Mdag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """g5 M g5 psi = (4 + m) psi + Dhop^dag psi, in one kernel."""
         return self._hop(psi, out, True, self.diag, "Mdag")
 
-    def MdagM(self, psi, out=None):
-        tmp = self.M(psi)
-        return self.Mdag(tmp, out=out)
-
-    def Mdiag(self, psi, out=None):
-        return self.Mooee(psi, out)
-
     # ---- even-odd pieces -------------------------------------------------------
-    def Meooe(self, psi, out=None):
+    def Meooe(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """The off-diagonal block: Dhop from psi's checkerboard to the other one."""
-        return self._hop_cb(psi, out, False, "Meooe")
+        return self._dhop_cb(psi, out, False, "Meooe")
 
-    def MeooeDag(self, psi, out=None):
-        return self._hop_cb(psi, out, True, "MeooeDag")
-
-    def DhopEO(self, psi_odd, out=None, dag=False):
-        """Even output from an odd field (Grid's DhopEO)."""
-        if psi_odd.checkerboard != 1:
-            raise ConformabilityError("DhopEO takes an odd (checkerboard 1) field")
-        return self._hop_cb(psi_odd, out, dag, "DhopEO")
-
-    def DhopOE(self, psi_even, out=None, dag=False):
-        """Odd output from an even field (Grid's DhopOE)."""
-        if psi_even.checkerboard != 0:
-            raise ConformabilityError("DhopOE takes an even (checkerboard 0) field")
-        return self._hop_cb(psi_even, out, dag, "DhopOE")
+    def MeooeDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
+        return self._dhop_cb(psi, out, True, "MeooeDag")
 
     def _scale(self, psi, out, factor, name):
         self._check(psi, psi.grid.checkerboarded, name)
-        res = self._out(psi, out, psi.checkerboard, name)
+        res, _ = self._out(psi, out, psi.checkerboard, name)
         return res.assign(factor * psi)
 
-    def Mooee(self, psi, out=None):
+    def Mooee(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """The diagonal block (4 + m)."""
         return self._scale(psi, out, self.diag, "Mooee")
 
-    def MooeeDag(self, psi, out=None):
+    def MooeeDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._scale(psi, out, self.diag, "MooeeDag")
 
-    def MooeeInv(self, psi, out=None):
+    def MooeeInv(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._scale(psi, out, 1.0 / self.diag, "MooeeInv")
 
-    def MooeeInvDag(self, psi, out=None):
+    def MooeeInvDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._scale(psi, out, 1.0 / self.diag, "MooeeInvDag")
-
-    # ---- fields ------------------------------------------------------------------
-    def new_fermion(self, checkerboard=None):
-        """A zero fermion on the full grid, or on the red-black grid with ``checkerboard``."""
-        if checkerboard is None:
-            return Lattice(self.grid, _FERMION, self.precision)
-        return Lattice(self.rb_grid, _FERMION, self.precision, checkerboard=checkerboard)
 
 
 class SchurDiagMooeeOperator:
