@@ -15,7 +15,12 @@ import argparse
 import json
 
 import pygrid as pg
-from pygrid.bench import axpy, common, su3
+from pygrid.bench import axpy, su3
+from pygrid.bench.common import Context
+from pygrid.bench.compile_probe import compile_times
+from pygrid.bench.progress import Progress
+from pygrid.bench.report import format_run
+from pygrid.bench.timing import Timer, set_numba_threads
 
 
 def main(argv=None):
@@ -27,17 +32,17 @@ def main(argv=None):
     args = p.parse_args(argv)
     pg.init([], threads=args.threads) if args.threads else pg.init([])
     dims = [int(v) for v in args.grid.split(".")]
-    common.set_numba_threads(pg.current_config().resolved_threads())
-    progress = common.Progress()
-    ctx = common.Context(common.Timer(args.iterations, progress=progress), progress)
+    set_numba_threads(pg.current_config().resolved_threads())
+    progress = Progress()
+    ctx = Context(Timer(args.iterations, progress=progress), progress)
     runs = []
     for prec in ("double", "single"):
         for mod in (axpy, su3):
             r = mod.run(dims, prec, ctx)
             progress.clear()
             runs.append(r.to_dict())
-            print("\n" + common.format_run(r), flush=True)
-    c = common.compile_times()
+            print("\n" + format_run(r), flush=True)
+    c = compile_times()
     print(f"\nnew expression: compile {c['first_compile_seconds']:.2f} s; from disk cache in a new "
           f"process {c['disk_cache_load_seconds']:.3f} s (import pygrid {c['import_seconds']:.2f} s)")
     if args.json:

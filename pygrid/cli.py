@@ -14,6 +14,7 @@ form.  See docs/cli.md.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -21,9 +22,8 @@ import re
 import sys
 import time
 
-import importlib
-
 from . import communicator
+from .bench.kinds import NAMES as KINDS, get_kind
 from .errors import BackendError, ConfigError, PyGridError
 
 _config = importlib.import_module("pygrid.config")
@@ -35,15 +35,6 @@ DEFAULT_GRID = (16, 16, 16, 16)
 PRECISIONS = {"double": ("double",), "single": ("single",), "both": ("double", "single")}
 EXIT_USAGE = 2
 EXIT_FAILED = 1
-
-_KIND_HELP = {
-    "wilson": "Wilson hopping term Dhop (pg.qcd.WilsonFermion), 1320 flop/site, vs a numpy np.roll+einsum Dhop",
-    "dwf": "domain-wall (Shamir) hopping term on Ls slices (pg.qcd.DomainWallFermion), 1320 flop per 5D site",
-    "su3": "colour matrix products z = x*y (198 flop/site) and U*v (66 flop/site), vs np.matmul/np.einsum",
-    "axpy": "z = a*x + y on LatticeFermion (48 flop/site), vs numpy",
-    "memory": "streaming bandwidth: copy and triad, numba parallel and numpy, on written arrays",
-    "cache": "MemoryManager on the emulated device under --device-mem: transfers, evictions, view cost",
-}
 
 _USAGE = """usage: pygrid benchmark KIND [flags]    KIND: wilson, dwf, su3, axpy, memory, cache
        pygrid info [flags]
@@ -141,7 +132,7 @@ def _benchmark_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
     )
-    p.add_argument("kind", nargs="?", metavar="KIND", help="one of " + ", ".join(_KIND_HELP))
+    p.add_argument("kind", nargs="?", metavar="KIND", help="one of " + ", ".join(KINDS))
     p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     p.add_argument("--Ls", type=_positive("--Ls"), default=8, metavar="N",
                    help="fifth-dimension extent for dwf (default: 8)")
@@ -172,14 +163,14 @@ def _benchmark_parser():
 def _benchmark_help(kind=None):
     p = _benchmark_parser()
     head = p.format_help().rstrip()
-    kinds = "\n".join(f"  {k:<8}{v}" for k, v in _KIND_HELP.items())
+    kinds = "\n".join(f"  {k:<8}{get_kind(k).help}" for k in KINDS)
     text = [head, "", "kinds:", kinds, "", _config.flags_help(),
             f"  (--grid defaults to {'.'.join(map(str, DEFAULT_GRID))} for benchmarks)"]
     if kind:
-        from .bench import kind_module
+        import importlib
 
-        doc = (kind_module(kind).__doc__ or "").strip()
-        text = [f"pygrid benchmark {kind}: {_KIND_HELP[kind]}", "", doc, "", *text]
+        doc = (importlib.import_module(f"pygrid.bench.{kind}").__doc__ or "").strip()
+        text = [f"pygrid benchmark {kind}: {get_kind(kind).help}", "", doc, "", *text]
     return "\n".join(text) + "\n"
 
 
@@ -214,23 +205,26 @@ def _check_mpi(grids, cfg, label):
 
 def _config_block(kind, cfg, args, grids, precisions, numba_threads):
     import pygrid as pg
-    from .bench.common import dotted, make_grid
+
+    from .bench.common import make_grid
+    from .bench.units import dotted
 
     backend = pg.get_backend()
     mgr = pg.memory.get_manager()
     dm = "no limit" if cfg.device_mem is None else f"{cfg.device_mem} MB"
-    lines = [f"pygrid {pg.__version__}: benchmark {kind}"]
+    lines = [f"pygrid {pg.__version__}: benchmark {kind.name}"]
     for dims in grids:
         vol = 1
         for d in dims:
             vol *= d
-        extra = f" x Ls {args.Ls}" if kind == "dwf" else ""
-        lines.append(f"  grid            {dotted(dims)}{extra} ({vol * (args.Ls if kind == 'dwf' else 1)} sites)")
+        ls = args.Ls if kind.fifth_dim else 1
+        extra = f" x Ls {args.Ls}" if kind.fifth_dim else ""
+        lines.append(f"  grid            {dotted(dims)}{extra} ({vol * ls} sites)")
         for prec in precisions:
             g = make_grid(dims, prec, args.simd)
             lines.append(f"  simd layout     {prec}: {dotted(g.simd_layout)} (Nsimd {g.nsimd}, "
                          f"{g.osites} outer sites)")
-    threads = backend.threads() if hasattr(backend, "threads") else 1
+    threads = backend.threads()
     lines.append(f"  backend         {backend.name}, {threads} threads "
                  f"(numba parallel loops: {numba_threads})")
     lines.append(f"  precision       {', '.join(precisions)}")
@@ -250,17 +244,17 @@ def _benchmark(argv):
     parser = _benchmark_parser()
     # help first: it must work whatever else is on the line
     if any(a in ("-h", "--help") for a in argv):
-        kind = next((a for a in argv if a in _KIND_HELP), None)
+        kind = next((a for a in argv if a in KINDS), None)
         sys.stdout.write(_benchmark_help(kind))
         return 0
     rest = _init(argv)
     cfg = _config.current()
     args = parser.parse_args(rest)
     if args.kind is None:
-        raise ConfigError("pygrid benchmark: missing KIND; choose one of " + ", ".join(_KIND_HELP))
-    if args.kind not in _KIND_HELP:
-        raise ConfigError(f"benchmark kind {args.kind!r}: choose one of " + ", ".join(_KIND_HELP))
-    kind = args.kind
+        raise ConfigError("pygrid benchmark: missing KIND; choose one of " + ", ".join(KINDS))
+    if args.kind not in KINDS:
+        raise ConfigError(f"benchmark kind {args.kind!r}: choose one of " + ", ".join(KINDS))
+    kind = get_kind(args.kind)
     precisions = PRECISIONS[args.precision]
     if args.sweep:
         grids, label = args.sweep, "--sweep"
@@ -268,13 +262,12 @@ def _benchmark(argv):
         grids, label = [cfg.grid or DEFAULT_GRID], "--grid"
     _check_mpi(grids, cfg, label)
 
-    from .bench import kind_module
-    from .bench import common
+    from .bench.common import Context, make_grid
     from .bench.plot import PlotUnavailable, write_plot
+    from .bench.progress import Progress
+    from .bench.report import format_run
+    from .bench.timing import Timer, set_numba_threads
 
-    mod = kind_module(kind)
-    if hasattr(mod, "check_available"):
-        mod.check_available()
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -282,32 +275,20 @@ def _benchmark(argv):
             raise PlotUnavailable("--plot needs matplotlib: pip install matplotlib") from None
     for dims in grids:  # every grid/layout error before anything runs
         for prec in precisions:
-            g = common.make_grid(dims, prec, args.simd)
-            if kind == "wilson" or kind == "dwf":
-                try:
-                    g.red_black
-                except PyGridError as e:
-                    raise ConfigError(f"{label} {common.dotted(dims)}: {e}; the Wilson operator needs "
-                                      f"even extents") from None
-
-    if kind == "cache":
-        from .bench.cache import plan
-
-        for dims in grids:
-            for prec in precisions:
-                plan(common.make_grid(dims, prec, args.simd).gsites * 24 * common.real_bytes(prec),
-                     cfg.device_mem)
-    numba_threads = common.set_numba_threads(cfg.resolved_threads())
-    progress = common.Progress(quiet=args.quiet or not communicator.world().is_root)
-    timer = common.Timer(args.iterations, args.warmup, progress=progress)
-    ctx = common.Context(timer, progress, simd_layout=args.simd, Ls=args.Ls)
+            make_grid(dims, prec, args.simd)
+            if kind.preflight is not None:
+                kind.preflight(dims, prec, args.simd, cfg, label)
+    numba_threads = set_numba_threads(cfg.resolved_threads())
+    progress = Progress(quiet=args.quiet or not communicator.world().is_root)
+    timer = Timer(args.iterations, args.warmup, progress=progress)
+    ctx = Context(timer, progress, simd_layout=args.simd, Ls=args.Ls)
 
     print(_config_block(kind, cfg, args, grids, precisions, numba_threads), flush=True)
     verification = []
     status = 0
-    if hasattr(mod, "verify"):
+    if kind.verify is not None:
         for prec in precisions:
-            v = mod.verify(prec, ctx)
+            v = kind.verify(prec, ctx)
             progress.clear()
             verification.append(v)
             ok = v["max_rel_error"] <= v["tolerance"]
@@ -323,11 +304,11 @@ def _benchmark(argv):
     t0 = time.perf_counter()
     for dims in grids:
         for prec in precisions:
-            r = mod.run(dims, prec, ctx)
+            r = kind.run(dims, prec, ctx)
             progress.clear()
             runs.append(r)
             print()
-            print(common.format_run(r), flush=True)
+            print(format_run(r), flush=True)
             rep = r.extra.get("manager_report")
             if rep:
                 print("  " + rep.replace("\n", "\n  "))
@@ -343,7 +324,7 @@ def _benchmark(argv):
 
         doc = {
             "pygrid_version": pg.__version__,
-            "kind": kind,
+            "kind": kind.name,
             "argv": ["pygrid", "benchmark", *argv],
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "config": _config_dict(cfg, args, grids, precisions, numba_threads),
@@ -357,7 +338,7 @@ def _benchmark(argv):
             json.dump(doc, f, indent=2, default=str)
         print(f"wrote {args.json}")
     if args.plot:
-        write_plot(args.plot, kind, run_dicts)
+        write_plot(args.plot, kind.name, run_dicts)
         print(f"wrote {args.plot}")
     return status
 
@@ -473,6 +454,7 @@ def _info(argv):
     import numpy as np
 
     import pygrid as pg
+
     from .accelerator.compile_cache import cache_dir
     from .cartesian.simd import default_nsimd, default_simd_layout, host_simd_bits
 

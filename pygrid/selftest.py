@@ -44,8 +44,8 @@ class _Checks:
 
 def _checks(precision, dims, check):
     import pygrid as pg
-    from .bench.wilson import dhop_reference
-    from .qcd.domain_wall import fifth_dim_hop_matrices
+    from .qcd.reference import dhop as dhop_reference
+    from .qcd.fifth_dim import fifth_dim_hop_matrices
 
     tol = TOL[precision]
     grid = pg.GridCartesian(list(dims), precision=precision)

@@ -266,11 +266,11 @@ def test_selftest_on_sycl_checks_every_operator_then_benchmarks():
 
 def test_selftest_reports_a_wrong_operator(monkeypatch, capsys):
     """A check that disagrees with numpy is a FAIL line and exit status 1."""
-    import pygrid.bench.wilson as bw
+    import pygrid.qcd.reference as ref
     from pygrid import selftest
 
-    right = bw.dhop_reference
-    monkeypatch.setattr(bw, "dhop_reference", lambda U, psi, *a: 1.01 * right(U, psi, *a))
+    right = ref.dhop
+    monkeypatch.setattr(ref, "dhop", lambda U, psi, *a, **k: 1.01 * right(U, psi, *a, **k))
     status = selftest.run(["--grid", "4.4.4.4", "--precision", "double", "--no-benchmark"])
     out = capsys.readouterr().out
     assert status == 1

@@ -1,20 +1,9 @@
 """Benchmarks behind ``pygrid benchmark KIND`` (see docs/cli.md).
 
-Each kind is a module with ``run(dims, precision, ctx) -> common.Run``, and,
-for operators, ``check_available()`` and ``verify(precision, ctx)``.
+Each kind is a module ending with ``KIND = Kind(...)`` (``kinds.py``); the shared
+machinery is in ``common.py`` (context, grids), ``timing.py``, ``roofline.py``,
+``report.py`` and ``progress.py``.
 """
-from . import common
+from .kinds import NAMES as KINDS, Kind, get_kind
 
-KINDS = ("wilson", "dwf", "su3", "axpy", "memory", "cache")
-
-
-def kind_module(name):
-    """The module of a benchmark kind."""
-    import importlib
-
-    if name not in KINDS:
-        raise KeyError(name)
-    return importlib.import_module(f"{__name__}.{name}")
-
-
-__all__ = ["KINDS", "kind_module", "common"]
+__all__ = ["KINDS", "Kind", "get_kind"]

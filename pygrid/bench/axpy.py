@@ -5,8 +5,11 @@ flops; bytes: x and y read, z written, 3 * 24 reals.
 """
 from __future__ import annotations
 
-
-from .common import lanes_note, make_grid, measure_copy, new_run, real_bytes, Kernel
+from .common import lanes_note, make_grid, new_run
+from .kinds import Kind
+from .report import Kernel
+from .roofline import measure_copy
+from .units import real_bytes
 
 A = 0.5
 FLOPS_PER_SITE = 12 * 4
@@ -52,3 +55,6 @@ def run(dims, precision, ctx):
     r.roofline = measure_copy(3 * field_bytes, precision, ctx.timer, f"axpy {precision} copy")
     r.main, r.baseline = "axpy", "numpy_axpy"
     return r
+
+
+KIND = Kind("axpy", f"z = a*x + y on LatticeFermion ({FLOPS_PER_SITE} flop/site), vs numpy", run)

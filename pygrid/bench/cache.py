@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import Kernel, make_grid, measure_copy, new_run, real_bytes
+from .common import make_grid, new_run
+from .kinds import Kind
+from .report import Kernel
+from .roofline import measure_copy
+from .units import real_bytes
 
 #: Most host memory the fields of this benchmark may use.
 HOST_BUDGET = 256 * 1024 * 1024
@@ -159,5 +163,14 @@ def run(dims, precision, ctx):
     r.roofline = measure_copy(field_bytes, precision, ctx.timer, f"cache {precision} copy")
     r.extra["manager_report"] = mgr.report()
     r.main = "read_sweep"
-    del fields
+    fields.clear()  # the host and device memory go back before the next run
     return r
+
+
+def preflight(dims, precision, simd_layout, cfg, label):
+    """The watermark and field count fit the host before anything runs."""
+    plan(make_grid(dims, precision, simd_layout).gsites * 24 * real_bytes(precision), cfg.device_mem)
+
+
+KIND = Kind("cache", "MemoryManager on the emulated device under --device-mem: transfers, evictions, "
+            "view cost", run, preflight=preflight)

@@ -11,17 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..qcd.kernels_wilson import FLOPS_PER_SITE
-from .common import (
-    NO_NUMPY_UNDER_MPI,
-    Kernel,
-    lanes_note,
-    make_grid,
-    measure_copy,
-    mpi_summary,
-    new_run,
-    real_bytes,
-    time_operator,
-)
+from .common import NO_NUMPY_UNDER_MPI, check_red_black, lanes_note, make_grid, new_run
+from .kinds import Kind
+from .report import Kernel
+from .roofline import measure_copy
+from .timing import mpi_summary, time_operator
+from .units import real_bytes
 from .wilson import MASS, VERIFY_DIMS, dhop_reference
 
 M5 = 1.8
@@ -36,10 +31,6 @@ def operator_class():
     from ..qcd import DomainWallFermion
 
     return DomainWallFermion
-
-
-def check_available():
-    operator_class()
 
 
 def _setup(grid4, Ls, precision, seed):
@@ -101,3 +92,7 @@ def run(dims, precision, ctx):
     r.roofline = measure_copy(V5 * 360 * rb, precision, ctx.timer, f"dwf {precision} copy")
     r.main, r.baseline = "Dhop", "numpy_Dhop"
     return r
+
+
+KIND = Kind("dwf", f"domain-wall (Shamir) hopping term on Ls slices (pg.qcd.DomainWallFermion), "
+            f"{FLOPS_PER_SITE} flop per 5D site", run, verify, check_red_black, fifth_dim=True)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import Kernel, Run, measure_copy, real_bytes, real_dtype, touched, triad_kernel
+from .kinds import Kind
+from .report import Kernel, Run
+from .roofline import measure_copy, touched, triad_kernel
+from .units import real_bytes, real_dtype
 
 
 def run(dims, precision, ctx):
@@ -47,3 +50,6 @@ def run(dims, precision, ctx):
     r.extra["elements"] = n
     r.extra["array_bytes"] = n * rb
     return r
+
+
+KIND = Kind("memory", "streaming bandwidth: copy and triad, numba parallel and numpy, on written arrays", run)

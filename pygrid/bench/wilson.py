@@ -16,17 +16,12 @@ import numpy as np
 
 from ..qcd.kernels_wilson import FLOPS_PER_SITE
 from ..qcd.reference import dhop as dhop_reference
-from .common import (
-    NO_NUMPY_UNDER_MPI,
-    Kernel,
-    lanes_note,
-    make_grid,
-    measure_copy,
-    mpi_summary,
-    new_run,
-    real_bytes,
-    time_operator,
-)
+from .common import NO_NUMPY_UNDER_MPI, check_red_black, lanes_note, make_grid, new_run
+from .kinds import Kind
+from .report import Kernel
+from .roofline import measure_copy
+from .timing import mpi_summary, time_operator
+from .units import real_bytes
 
 REALS_PER_SITE = 8 * 24 + 8 * 18 + 24   # 360
 BYTE_MODEL = "8 neighbour spinors + 8 links + 1 result spinor per site, no reuse"
@@ -39,10 +34,6 @@ def operator_class():
     from ..qcd import WilsonFermion
 
     return WilsonFermion
-
-
-def check_available():
-    operator_class()
 
 
 def _setup(grid, precision, seed):
@@ -100,3 +91,7 @@ def run(dims, precision, ctx):
                             "plain numpy Dhop (np.roll + einsum) on to_numpy() arrays"))
     r.main, r.baseline = "Dhop", "numpy_Dhop"
     return r
+
+
+KIND = Kind("wilson", f"Wilson hopping term Dhop (pg.qcd.WilsonFermion), {FLOPS_PER_SITE} flop/site, "
+            "vs a numpy np.roll+einsum Dhop", run, verify, check_red_black)

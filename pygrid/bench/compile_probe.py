@@ -1,0 +1,34 @@
+"""The compile cost of a new expression, measured in fresh processes (benchmarks/bench_core.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+_PROBE = """
+import sys, time
+t0 = time.perf_counter()
+import pygrid as pg
+t1 = time.perf_counter()
+g = pg.GridCartesian([4, 4, 4, 4])
+x = pg.LatticeFermion(g); y = pg.LatticeFermion(g); U = pg.LatticeColourMatrix(g)
+t2 = time.perf_counter()
+y @= pg.adj(U) * pg.cshift(x, 2, 1) + ({tag} + 0.25j) * pg.cshift(x, 1, -2) * {tag}
+t3 = time.perf_counter()
+print(t1 - t0, t3 - t2)
+"""
+
+
+def compile_times():
+    """Compile time of a new expression, and loading it from the disk cache in a new process."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, PYGRID_CACHE_DIR=d, NUMBA_CACHE_DIR=os.path.join(d, "numba"))
+        code = _PROBE.replace("{tag}", "1.5")
+        runs = []
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                               check=True)
+            runs.append([float(v) for v in r.stdout.split()])
+    return {"import_seconds": runs[1][0], "first_compile_seconds": runs[0][1],
+            "disk_cache_load_seconds": runs[1][1]}
