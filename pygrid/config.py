@@ -19,13 +19,16 @@ This module depends only on the standard library and ``pygrid.errors``.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import operator
 import os
+import re
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from pygrid.errors import ConfigError
 
@@ -51,6 +54,12 @@ DSLASH_VARIANTS = ("auto", "generic", "unroll")
 
 #: Log levels ``--log`` accepts, from least to most verbose.
 LOG_LEVELS = ("error", "warning", "message", "iterative", "debug")
+
+#: The device memory cache watermark in MB without ``--device-mem`` (Grid's default).
+DEFAULT_DEVICE_MEM_MB = 128
+
+#: Threads per block of a GPU launch without ``--accelerator-threads``.
+DEFAULT_ACCELERATOR_THREADS = 128
 
 #: Dimensions of ``--grid`` and ``--mpi``.
 NDIM = 4
@@ -248,8 +257,8 @@ class Config:
     mpi: tuple[int, ...] | None = None
     threads: int | None = None
     accelerator: str = "openmp"
-    accelerator_threads: int = 128
-    device_mem: int | None = 128
+    accelerator_threads: int = DEFAULT_ACCELERATOR_THREADS
+    device_mem: int | None = DEFAULT_DEVICE_MEM_MB
     debug_mem: bool = False
     emulate_device: bool = False
     dslash: str = "auto"
@@ -366,9 +375,9 @@ FLAGS: tuple[FlagSpec, ...] = (
              "backend: " + ", ".join(ACCELERATORS), "openmp",
              env=("PYGRID_ACCELERATOR",)),
     FlagSpec("--accelerator-threads", "accelerator_threads", "N",
-             "threads per block on a GPU backend", "128"),
+             "threads per block on a GPU backend", str(DEFAULT_ACCELERATOR_THREADS)),
     FlagSpec("--device-mem", "device_mem", "MB",
-             "device memory cache limit in MB, or 'none' for no limit", "128",
+             "device memory cache limit in MB, or 'none' for no limit", str(DEFAULT_DEVICE_MEM_MB),
              env=("PYGRID_DEVICE_MEM",)),
     FlagSpec("--debug-mem", "debug_mem", None,
              "print the memory manager's transfer and eviction counts", "off"),
@@ -421,6 +430,31 @@ def config_from_env(env: Mapping[str, str] | None = None) -> Config:
     return Config(**_env_values(os.environ if env is None else env))
 
 
+class _FlagParser(argparse.ArgumentParser):
+    """argparse for the start-up flags: errors become ConfigError naming the flag and the form."""
+
+    def error(self, message: str):
+        m = re.search(r"argument (--[\w-]+)", message)
+        spec = _FLAG_BY_NAME.get(m.group(1)) if m else None
+        if spec is not None and "ignored explicit argument" in message:
+            raise ConfigError(f"{spec.flag}={message.rsplit(' ', 1)[-1].strip(chr(39))}: "
+                              f"{spec.flag} is a switch and takes no value")
+        if spec is not None and "expected one argument" in message:
+            raise ConfigError(f"{spec.flag}: missing value; {_MISSING_FORMS[spec.field]}")
+        raise ConfigError(f"pygrid start-up flags: {message}")
+
+
+def _flag_parser() -> argparse.ArgumentParser:
+    p = _FlagParser(add_help=False, allow_abbrev=False, prog="pygrid")
+    for spec in FLAGS:
+        if spec.takes_value:
+            p.add_argument(spec.flag, dest=spec.field, metavar=spec.metavar, default=argparse.SUPPRESS)
+        else:
+            p.add_argument(spec.flag, dest=spec.field, action="store_const", const=spec.value,
+                           default=argparse.SUPPRESS)
+    return p
+
+
 def parse_args(
     argv: Iterable[str], env: Mapping[str, str] = os.environ
 ) -> tuple[Config, list[str]]:
@@ -435,42 +469,23 @@ def parse_args(
     that are absent.
     """
     argv = list(argv)
+    tail: list[str] = []
+    if "--" in argv:
+        k = argv.index("--")
+        argv, tail = argv[:k], argv[k:]
+    given, remaining = _flag_parser().parse_known_args(argv)
     values = _env_values(env)
-    remaining: list[str] = []
     labels: dict[str, str] = {}  # field -> how it was given, for the layout check
-
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            remaining.extend(argv[i:])
-            break
-        name, eq, inline = arg.partition("=")
-        spec = _FLAG_BY_NAME.get(name)
-        if spec is None:
-            remaining.append(arg)
-            i += 1
-            continue
-
+    for field, raw in vars(given).items():
+        spec = next(s for s in FLAGS if s.field == field and (s.takes_value or s.value == raw))
         if not spec.takes_value:
-            if eq:
-                raise ConfigError(f"{arg}: {spec.flag} is a switch and takes no value")
-            values[spec.field] = spec.value
-            i += 1
+            values[field] = raw
             continue
-
-        if eq:
-            raw, i = inline, i + 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            raw, i = argv[i + 1], i + 2
-        else:
-            raw = ""
-            i += 1
         if raw.strip() == "":
-            raise ConfigError(f"{spec.flag}: missing value; {_MISSING_FORMS[spec.field]}")
+            raise ConfigError(f"{spec.flag}: missing value; {_MISSING_FORMS[field]}")
         label = f"{spec.flag} {raw}"
-        values[spec.field] = _FIELD_PARSERS[spec.field](raw, label)
-        labels[spec.field] = label
+        values[field] = _FIELD_PARSERS[field](raw, label)
+        labels[field] = label
 
     _check_layout(
         values.get("grid"),
@@ -478,7 +493,7 @@ def parse_args(
         "--grid" if "grid" in labels else "grid",
         "--mpi" if "mpi" in labels else "mpi",
     )
-    return Config(**values), remaining
+    return Config(**values), remaining + tail
 
 
 def make_config(base: Config | None = None, /, **overrides: Any) -> Config:

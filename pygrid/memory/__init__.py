@@ -9,7 +9,7 @@ Public API::
     ViewConflictError, MB
     View(manager, key, mode)                 context manager (view.py)
     get_manager()                            the process-wide default manager
-    configure(device='unified', device_mem_mb=128)   replace the default manager
+    configure(device='unified', device_mem_mb=...)   replace the default manager
     memory_stats()                           get_manager().stats()
     enable_debug_report(file=None)           print get_manager().report() at exit
 """
@@ -17,6 +17,7 @@ Public API::
 import atexit
 import sys
 
+from ..config import DEFAULT_DEVICE_MEM_MB
 from ..errors import ConfigError
 from .devices import Device, EmulatedDevice, UnifiedDevice, make_device, register_device
 from .manager import MB, MemoryManager, ViewConflictError
@@ -29,14 +30,13 @@ __all__ = [
     "get_manager", "configure", "memory_stats", "enable_debug_report",
 ]
 
-DEFAULT_DEVICE_MEM_MB = 128
-
 _default = None
 _debug_report_registered = False
 
 
 def get_manager():
-    """The process-wide default MemoryManager (unified device, 128 MB until configured)."""
+    """The process-wide default MemoryManager (unified device, ``DEFAULT_DEVICE_MEM_MB`` until
+    configured)."""
     global _default
     if _default is None:
         _default = MemoryManager(UnifiedDevice(), DEFAULT_DEVICE_MEM_MB * MB)

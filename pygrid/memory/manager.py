@@ -70,6 +70,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..config import DEFAULT_DEVICE_MEM_MB
 from ..errors import ConfigError, DeviceMemoryError, PyGridError, ShapeError
 from .devices import UnifiedDevice, make_device
 from .modes import Advise, State, ViewMode
@@ -130,7 +131,7 @@ class MemoryManager:
     non-unified device.
     """
 
-    def __init__(self, device=None, watermark_bytes=128 * MB):
+    def __init__(self, device=None, watermark_bytes=DEFAULT_DEVICE_MEM_MB * MB):
         self.device = UnifiedDevice() if device is None else make_device(device)
         self._unified = bool(self.device.unified)
         self._watermark = self._check_watermark(watermark_bytes)
