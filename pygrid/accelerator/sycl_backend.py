@@ -90,8 +90,7 @@ def import_dpctl():
     """dpctl (with dpctl.program and dpctl.memory) after the ICD set-up, or BackendError.
 
     Only dpctl's core is used (queues, programs built from OpenCL C, USM
-    allocations): ``dpctl.tensor`` is not needed (dpctl 0.22 no longer ships it),
-    nor dpnp.
+    allocations); neither ``dpctl.tensor`` nor dpnp is needed.
     """
     setup_opencl_icd()
     try:
