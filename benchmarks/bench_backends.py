@@ -34,12 +34,26 @@ PYGRID = [sys.executable, "-m", "pygrid"]
 
 TARGETS = [  # (label, numerator, denominator, target)
     ("fused axpy: accelerator / openmp", ("acc", "axpy", "axpy"), ("openmp", "axpy", "axpy"), 0.70),
-    ("fused axpy: accelerator GB/s / device copy GB/s", ("acc", "axpy", "axpy", "gbps"),
-     ("acc", "axpy", "copy", "gbps"), 0.70),
+    (
+        "fused axpy: accelerator GB/s / device copy GB/s",
+        ("acc", "axpy", "axpy", "gbps"),
+        ("acc", "axpy", "copy", "gbps"),
+        0.70,
+    ),
     ("su3_mul: accelerator / openmp", ("acc", "su3", "su3_mul"), ("openmp", "su3", "su3_mul"), 0.50),
-    ("Wilson Dhop: accelerator / openmp fastest", ("acc", "wilson", "Dhop"), ("openmp*", "wilson", "Dhop"), 0.30),
+    (
+        "Wilson Dhop: accelerator / openmp fastest",
+        ("acc", "wilson", "Dhop"),
+        ("openmp*", "wilson", "Dhop"),
+        0.30,
+    ),
     ("DWF Dhop Ls 8: accelerator / openmp fastest", ("acc", "dwf", "Dhop"), ("openmp*", "dwf", "Dhop"), 0.30),
-    ("Wilson Dhop: openmp generic / unrolled", ("generic", "wilson", "Dhop"), ("openmp", "wilson", "Dhop"), 0.60),
+    (
+        "Wilson Dhop: openmp generic / unrolled",
+        ("generic", "wilson", "Dhop"),
+        ("openmp", "wilson", "Dhop"),
+        0.60,
+    ),
     ("DWF Dhop Ls 8: openmp generic / unrolled", ("generic", "dwf", "Dhop"), ("openmp", "dwf", "Dhop"), 0.60),
 ]
 
@@ -86,7 +100,7 @@ def main():
     res = {}
     print(f"backend comparison on {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"{a.grid} {a.precision}, {a.rounds} rounds", flush=True)
-    for rnd in range(a.rounds):
+    for _round in range(a.rounds):
         for kind in ("axpy", "su3", "wilson", "dwf"):
             for side, (backend, extra) in cfgs.items():
                 if side == "generic" and kind not in ("wilson", "dwf"):

@@ -59,7 +59,10 @@ def main(argv=None):
         path = os.path.join(d, "conf")
         print(f"pygrid {pg.__version__}: gauge I/O on {'x'.join(map(str, dims))}, best of {args.repeat}")
         print("columns: write, read (verified), read --no-verify, numpy.fromfile, ndarray.tofile+fsync")
-        print(f"{'format':<22}{'MB':>8}{'write':>10}{'read':>10}{'no-verify':>10}{'np.from':>10}{'np.to':>10}   MB/s")
+        print(
+            f"{'format':<22}{'MB':>8}{'write':>10}{'read':>10}{'no-verify':>10}"
+            f"{'np.from':>10}{'np.to':>10}   MB/s"
+        )
         for name, fmt, kw, site_bytes, dt in cases:
             write = pg.io.write_nersc if fmt == "nersc" else pg.io.write_ildg
             read = pg.io.read_nersc if fmt == "nersc" else pg.io.read_ildg
@@ -73,8 +76,10 @@ def main(argv=None):
                 with open(path, "rb") as f:
                     recs = read_records(f, os.path.getsize(path))
                 offset = next(r for r in recs if r.type == "ildg-binary-data").offset
-            tnp = best(lambda: np.fromfile(path, dtype=dt, count=nbytes // np.dtype(dt).itemsize, offset=offset),
-                       args.repeat)
+            tnp = best(
+                lambda: np.fromfile(path, dtype=dt, count=nbytes // np.dtype(dt).itemsize, offset=offset),
+                args.repeat,
+            )
             arr = np.fromfile(path, dtype=dt, count=nbytes // np.dtype(dt).itemsize, offset=offset)
             raw = os.path.join(d, "raw")
 
@@ -85,8 +90,15 @@ def main(argv=None):
                     os.fsync(f.fileno())
 
             tnw = best(np_write, args.repeat)
-            r = dict(format=name, payload_mb=mb, write_mbs=mb / tw, read_mbs=mb / tr, read_noverify_mbs=mb / trn,
-                     numpy_fromfile_mbs=mb / tnp, numpy_tofile_fsync_mbs=mb / tnw)
+            r = dict(
+                format=name,
+                payload_mb=mb,
+                write_mbs=mb / tw,
+                read_mbs=mb / tr,
+                read_noverify_mbs=mb / trn,
+                numpy_fromfile_mbs=mb / tnp,
+                numpy_tofile_fsync_mbs=mb / tnw,
+            )
             results.append(r)
             print(f"{name:<22}{mb:8.1f}{r['write_mbs']:10.1f}{r['read_mbs']:10.1f}{r['read_noverify_mbs']:10.1f}"
                   f"{r['numpy_fromfile_mbs']:10.1f}{r['numpy_tofile_fsync_mbs']:10.1f}", flush=True)

@@ -16,8 +16,7 @@ import time
 
 import numpy as np
 
-from pygrid.memory import (MB, EmulatedDevice, MemoryManager, UnifiedDevice, View,
-                           ViewMode)
+from pygrid.memory import MB, EmulatedDevice, MemoryManager, UnifiedDevice, View, ViewMode
 
 AccRead, AccWrite = ViewMode.AcceleratorRead, ViewMode.AcceleratorWrite
 CpuRead = ViewMode.CpuRead

@@ -36,7 +36,9 @@ def dotted(v):
 
 
 def mpiexec():
-    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    exe = shutil.which(
+        "mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    )
     if exe is None:
         sys.exit("bench_mpi: mpiexec not found; pip install 'pygrid[mpi]'")
     return exe
@@ -141,7 +143,9 @@ def main():
     ap.add_argument("--ranks", default="1,2,4", help="rank counts, comma-separated (1, 2, 4, 8)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--Ls", type=int, default=8)
-    ap.add_argument("--halo", action="store_true", help="the halo exchange bandwidth (run under mpiexec -n 2)")
+    ap.add_argument(
+        "--halo", action="store_true", help="the halo exchange bandwidth (run under mpiexec -n 2)"
+    )
     args = ap.parse_args()
     if args.halo:
         if "PMI_RANK" not in os.environ and "OMPI_COMM_WORLD_SIZE" not in os.environ:

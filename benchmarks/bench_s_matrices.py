@@ -45,14 +45,21 @@ def main():
         td = best_of(lambda: s_apply(dense, x, op._mats["MooeeInv"], Ls=Ls))
         ts = best_of(lambda: bidiag_apply(sweep, x, op._sweeps["MooeeInv"], Ls))
         err = np.abs(dense - sweep).max() / np.abs(dense).max()
-        print(f"MooeeInv Ls {Ls} {args.grid} half-checkerboard: dense {td * 1e3:.1f} ms, sweep {ts * 1e3:.1f} ms, "
-              f"{td / ts:.1f}x (max rel. difference {err:.1e})")
+        print(
+            f"MooeeInv Ls {Ls} {args.grid} half-checkerboard: dense {td * 1e3:.1f} ms, sweep "
+            f"{ts * 1e3:.1f} ms, "
+            f"{td / ts:.1f}x (max rel. difference {err:.1e})"
+        )
         td = best_of(lambda: s_apply(dense, x, op._mats["Mooee"], Ls=Ls))
         ts = best_of(lambda: bidiag_multiply(sweep, x, op._banded["Mooee"], Ls))
         err = np.abs(dense - sweep).max() / np.abs(dense).max()
-        print(f"Mooee    Ls {Ls} {args.grid} half-checkerboard: dense {td * 1e3:.1f} ms, banded {ts * 1e3:.1f} ms, "
-              f"{td / ts:.1f}x (max rel. difference {err:.1e})")
-        # the sum inside M: out = out + M5D x (the dense kernel with the identity, or an accumulating multiply)
+        print(
+            f"Mooee    Ls {Ls} {args.grid} half-checkerboard: dense {td * 1e3:.1f} ms, banded "
+            f"{ts * 1e3:.1f} ms, "
+            f"{td / ts:.1f}x (max rel. difference {err:.1e})"
+        )
+        # the sum inside M: out = out + M5D x (the dense kernel with the identity, or an accumulating
+        # multiply)
         y = np.random.default_rng(1).normal(size=x.shape)
 
         def dense_sum():
@@ -65,8 +72,11 @@ def main():
 
         td, ts = best_of(dense_sum), best_of(banded_sum)
         err = np.abs(dense - sweep).max() / np.abs(dense).max()
-        print(f"y + M5D x Ls {Ls} {args.grid} half-checkerboard (both including a copy to the output): "
-              f"dense {td * 1e3:.1f} ms, banded {ts * 1e3:.1f} ms, {td / ts:.1f}x (max rel. difference {err:.1e})")
+        print(
+            f"y + M5D x Ls {Ls} {args.grid} half-checkerboard (both including a copy to the output): "
+            f"dense {td * 1e3:.1f} ms, banded {ts * 1e3:.1f} ms, {td / ts:.1f}x (max rel. difference "
+            f"{err:.1e})"
+        )
 
 
 if __name__ == "__main__":

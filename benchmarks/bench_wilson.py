@@ -1,7 +1,8 @@
 """The Wilson and domain-wall Dhop benchmarks at the lattices of docs/performance.md, in one script
 over the `pygrid benchmark` command.
 
-    python benchmarks/bench_wilson.py            # Wilson Dhop at 8^4, 16^4, 24^4; domain wall at 8^4, 16^4, Ls 8 and 16
+    python benchmarks/bench_wilson.py            # Wilson Dhop at 8^4, 16^4, 24^4;
+                                                 # domain wall at 8^4, 16^4, Ls 8 and 16
     python benchmarks/bench_wilson.py --quick    # 8^4 only
 
 Both precisions, the numpy reference and the copy-bandwidth roofline measured in

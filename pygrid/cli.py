@@ -234,8 +234,10 @@ def _config_block(kind, cfg, args, grids, precisions, numba_threads):
     comm = communicator.world()
     if comm.size > 1 or cfg.mpi is not None:
         g = make_grid(grids[0], precisions[0], args.simd)
-        lines.append(f"  mpi             {dotted(g.mpi_layout)}: {comm.size} rank{'s' if comm.size > 1 else ''}, "
-                     f"{dotted(g.ldims)} sites per rank")
+        lines.append(
+            f"  mpi             {dotted(g.mpi_layout)}: {comm.size} rank{'s' if comm.size > 1 else ''}, "
+            f"{dotted(g.ldims)} sites per rank"
+        )
     lines.append(f"  pygrid          {pg.__version__}, python {platform.python_version()}")
     return "\n".join(lines)
 
@@ -487,7 +489,9 @@ def _info(argv):
                f"{numba.config.THREADING_LAYER}")
     out.append("caches:")
     out.append(f"  kernels         {cache_dir()} (PYGRID_CACHE_DIR)")
-    out.append(f"  numba           {numba.config.CACHE_DIR or '(beside the kernel sources)'} (NUMBA_CACHE_DIR)")
+    out.append(
+        f"  numba           {numba.config.CACHE_DIR or '(beside the kernel sources)'} (NUMBA_CACHE_DIR)"
+    )
     mpi4py, why = _try_import("mpi4py")
     out.append("MPI:")
     if mpi4py is None:

@@ -49,7 +49,8 @@ __all__ = [
 #: Backends ``--accelerator`` accepts. ``auto`` picks the best one available at init.
 ACCELERATORS = ("openmp", "numpy", "cuda", "hip", "sycl", "auto")
 
-#: Dirac kernel variants (Grid's ``--dslash-generic`` / ``--dslash-unroll``); ``auto``: the fastest for the backend.
+# : Dirac kernel variants (Grid's ``--dslash-generic`` / ``--dslash-unroll``); ``auto``: the fastest for the
+# backend.
 DSLASH_VARIANTS = ("auto", "generic", "unroll")
 
 #: Log levels ``--log`` accepts, from least to most verbose.

@@ -44,8 +44,9 @@ class _Checks:
 
 def _checks(precision, dims, check):
     import pygrid as pg
-    from .qcd.reference import dhop as dhop_reference
+
     from .qcd.fifth_dim import fifth_dim_hop_matrices
+    from .qcd.reference import dhop as dhop_reference
 
     tol = TOL[precision]
     grid = pg.GridCartesian(list(dims), precision=precision)
@@ -72,7 +73,12 @@ def _checks(precision, dims, check):
     ref = dhop_reference(Un, pn)
     check("Wilson Dhop", D.Dhop(psi).to_numpy(), ref, tol)
     check("Wilson M", D.M(psi).to_numpy(), (4 + mass) * pn + ref, tol)
-    check("Wilson Mdag = g5 M g5", D.Mdag(psi).to_numpy(), (4 + mass) * pn + _g5(dhop_reference(Un, _g5(pn))), tol)
+    check(
+        "Wilson Mdag = g5 M g5",
+        D.Mdag(psi).to_numpy(),
+        (4 + mass) * pn + _g5(dhop_reference(Un, _g5(pn))),
+        tol,
+    )
     full = pg.LatticeFermion(grid, precision)
     pg.set_checkerboard(full, D.Meooe(pg.pick_checkerboard(0, psi)))
     odd = np.indices(dims).sum(axis=0) % 2 == 1
@@ -113,13 +119,18 @@ def _checks(precision, dims, check):
     x, rec = pg.algorithms.ConjugateGradient(tol=1e-8 if precision == "double" else 1e-5,
                                              maxiter=2000).solve(schur.MdagM, schur.Mdag(src))
     sol = schur.reconstruct(psi, x).to_numpy()
-    check(f"Wilson Schur CG solve ({rec.iterations} iterations)", (4 + mass) * sol + dhop_reference(Un, sol), pn,
-          1e-6 if precision == "double" else 1e-3)
+    check(
+        f"Wilson Schur CG solve ({rec.iterations} iterations)",
+        (4 + mass) * sol + dhop_reference(Un, sol),
+        pn,
+        1e-6 if precision == "double" else 1e-3,
+    )
 
 
 def run(argv):
     """Entry point of ``pygrid selftest`` (argv: its flags); returns the exit status."""
     import pygrid as pg
+
     from .cli import _benchmark_parser
     from .config import ConfigError, current
 
@@ -145,8 +156,11 @@ def run(argv):
     for prec in precisions:
         print(f"{prec} precision:", flush=True)
         _checks(prec, dims, check)
-    print(f"{check.passed} passed, {check.failed} failed ({time.perf_counter() - t0:.1f} s, compile time included)",
-          flush=True)
+    print(
+        f"{check.passed} passed, {check.failed} failed ({time.perf_counter() - t0:.1f} s, compile time "
+        "included)",
+        flush=True,
+    )
     if check.failed or check_only:
         return 1 if check.failed else 0
     from .cli import main as cli_main

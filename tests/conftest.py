@@ -47,16 +47,21 @@ def pytest_configure(config):
         os.environ.setdefault("PYGRID_TEST_DEVICE", "sycl")
     device = os.environ.get("PYGRID_TEST_DEVICE", "unified")
     if device != "unified":
-        pg._memory.configure(device=device, device_mem_mb=float(os.environ.get("PYGRID_TEST_DEVICE_MEM", "4")))
+        pg._memory.configure(
+            device=device, device_mem_mb=float(os.environ.get("PYGRID_TEST_DEVICE_MEM", "4"))
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("PYGRID_TEST_DEVICE", "unified") == "unified" or exitstatus != 0:
         return
     stats = pg.memory_stats()
-    print(f"\n{os.environ['PYGRID_TEST_DEVICE']} device: {stats['evictions']} evictions, {stats['h2d_count']} host->device and "
-          f"{stats['d2h_count']} device->host transfers, peak {stats['peak_device_bytes']} bytes "
-          f"under a watermark of {stats['watermark_bytes']} bytes")
+    print(
+        f"\n{os.environ['PYGRID_TEST_DEVICE']} device: {stats['evictions']} evictions, "
+        f"{stats['h2d_count']} host->device and "
+        f"{stats['d2h_count']} device->host transfers, peak {stats['peak_device_bytes']} bytes "
+        f"under a watermark of {stats['watermark_bytes']} bytes"
+    )
     if COMPILED == "sycl":
         b = pg.get_backend("sycl")
         print(f"sycl backend on {b.queue.sycl_device.name}: built {b.compiles} OpenCL programs "
@@ -167,7 +172,9 @@ def random_field(g, site_type, precision="double", checkerboard=None, kind="gaus
 @functools.cache
 def pool_field(g, site_type, precision, i=0):
     """Cached random fields: tests that only read them can share them."""
-    return random_field(g, site_type, precision, seed=[11, i, site_type.ncomp, int(site_type.is_real), len(precision)])
+    return random_field(
+        g, site_type, precision, seed=[11, i, site_type.ncomp, int(site_type.is_real), len(precision)]
+    )
 
 
 # ---- numpy formulas on to_numpy() arrays -------------------------------------------

@@ -236,7 +236,11 @@ def test_sweep_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     doc = json.loads(js.read_text())
     assert [(x["grid"], x["precision"]) for x in doc["runs"]] == [
-        ([4, 4, 4, 4], "double"), ([4, 4, 4, 4], "single"), ([4, 4, 4, 8], "double"), ([4, 4, 4, 8], "single")]
+        ([4, 4, 4, 4], "double"),
+        ([4, 4, 4, 4], "single"),
+        ([4, 4, 4, 8], "double"),
+        ([4, 4, 4, 8], "single"),
+    ]
 
 
 def test_plot_without_matplotlib(tmp_path):

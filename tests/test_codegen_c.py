@@ -333,7 +333,9 @@ def fake_cupy(devices=1):
     cp.dot = np.dot
     cp.empty = np.empty
     runtime = types.SimpleNamespace(getDeviceCount=lambda: devices, is_hip=False)
-    cp.cuda = types.SimpleNamespace(runtime=runtime, memory=types.SimpleNamespace(OutOfMemoryError=MemoryError))
+    cp.cuda = types.SimpleNamespace(
+        runtime=runtime, memory=types.SimpleNamespace(OutOfMemoryError=MemoryError)
+    )
     launches = []
 
     class RawKernel:
@@ -417,7 +419,12 @@ def test_unknown_backend_lists_choices():
 
 # ---- the core suites, every kernel they generate, through the generated GPU source ----
 
-SUITES = ["tests/test_expr.py", "tests/test_cshift.py", "tests/test_reductions.py", "tests/test_expr_properties.py"]
+SUITES = [
+    "tests/test_expr.py",
+    "tests/test_cshift.py",
+    "tests/test_reductions.py",
+    "tests/test_expr_properties.py",
+]
 
 
 @pytest.mark.parametrize("dialect", ["cuda", pytest.param("opencl", marks=pytest.mark.slow)])

@@ -6,11 +6,9 @@ cshift(x, mu, disp)(x) = x(x + disp e_mu), i.e. np.roll(a, -disp, axis=mu).
 """
 import numpy as np
 import pytest
+from conftest import GAMMA, assert_close, check_both, eval_both, grid, grid5, random_field, roll, spin_mul
 
 import pygrid as pg
-
-from conftest import (GAMMA, assert_close, check_both, eval_both, grid, grid5, random_field, roll,
-                      spin_mul)
 
 LAYOUTS = [(1, 1, 2, 2), (2, 2, 1, 1), (1, 1, 1, 4), None]
 DISPS = range(-3, 4)
@@ -81,7 +79,9 @@ def test_cshift_red_black_5d():
                 e = pg.cshift(half, mu, d)
                 assert e.checkerboard == cb ^ flip
                 got = pg.eval(e).to_numpy()
-                want = pg.pick_checkerboard(cb ^ flip, pg.Lattice(g, pg.ColourVector()).from_numpy(roll(fa, mu, d)))
+                want = pg.pick_checkerboard(
+                    cb ^ flip, pg.Lattice(g, pg.ColourVector()).from_numpy(roll(fa, mu, d))
+                )
                 assert np.array_equal(got, want.to_numpy()), (cb, mu, d)
 
 

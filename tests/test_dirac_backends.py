@@ -59,8 +59,12 @@ def raw_hop(D, U, psi, Ls, which, alpha, dag, cb=False):
         uf, ub, st = D.U_cb[1], D.U_cb[0], D.stencil_cb[0]
     else:
         src, out, uf, ub, st = psi, pg.Lattice(psi.grid, psi.site_type, psi.precision), U, U, D.stencil
-    with src.view(pg.AcceleratorRead) as p, uf.view(pg.AcceleratorRead) as f, ub.view(pg.AcceleratorRead) as b, \
-            out.view(pg.AcceleratorWriteDiscard) as o:
+    with (
+        src.view(pg.AcceleratorRead) as p,
+        uf.view(pg.AcceleratorRead) as f,
+        ub.view(pg.AcceleratorRead) as b,
+        out.view(pg.AcceleratorWriteDiscard) as o,
+    ):
         dslash.dhop(o, p, f, b, st, Ls, -0.5, alpha, p if alpha else None, dag, which=which)
     return out.to_numpy()
 
@@ -148,7 +152,9 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     nbr = st.neighbours.copy()
     far = slot[nbr] >= 0
     nbr[far] = n4 + slot[nbr[far]]
-    nbr.setflags(write=False)  # read-only as the stencil's tables, so numba reuses the kernel it compiled for them
+    nbr.setflags(
+        write=False
+    )  # read-only as the stencil's tables, so numba reuses the kernel it compiled for them
     with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u:
         p, u = p.copy(), u.copy()
     ns, dt = p.shape[3], p.dtype
@@ -163,9 +169,28 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     with backend(name):
         for psi_, ub_, nbr_, halo_, ubh_ in ((p, u, st.neighbours, p, u), (p_far, u_far, nbr, halo, ubh)):
             out = np.zeros_like(p)
-            pg.get_backend().launch(kernel, dict(
-                out=out, psi=psi_, uf=u, ub=ub_, nbr=nbr_, perm=st.perm, lanes=st.lanes,
-                pxor=st.lane_xor, coef=coef, diag=out, use_diag=0, n4=n4, Ls=Ls, halo=halo_, ubh=ubh_), ns, dt)
+            pg.get_backend().launch(
+                kernel,
+                dict(
+                    out=out,
+                    psi=psi_,
+                    uf=u,
+                    ub=ub_,
+                    nbr=nbr_,
+                    perm=st.perm,
+                    lanes=st.lanes,
+                    pxor=st.lane_xor,
+                    coef=coef,
+                    diag=out,
+                    use_diag=0,
+                    n4=n4,
+                    Ls=Ls,
+                    halo=halo_,
+                    ubh=ubh_,
+                ),
+                ns,
+                dt,
+            )
             outs.append(out)
     assert np.all(np.isfinite(outs[1]))
     np.testing.assert_array_equal(outs[1], outs[0])
@@ -226,7 +251,9 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
 
                 to, ti = re.search(r"pg_gather\((\w+)\* __restrict__ out, const (\w+)\*", src).groups()
                 dt = {"double": "float64", "float": "float32"}
-                lib = emulated_backend.compile_emulated(src + lk.emulation_wrappers(dt[to], dt[ti]), argtypes=False)
+                lib = emulated_backend.compile_emulated(
+                    src + lk.emulation_wrappers(dt[to], dt[ti]), argtypes=False
+                )
                 self.fn = getattr(lib, "pygrid_launch_" + name)
                 self.fn.argtypes = covariant.C_LAUNCH_ARGTYPES
             else:
@@ -241,7 +268,8 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
             launched.append(self.name)
             ptrs = [a.ctypes.data for a in args if isinstance(a, np.ndarray)]
             ints = [int(a) for a in args if not isinstance(a, np.ndarray)]
-            self.fn((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * len(ints))(*ints), grid_[0], block[0])
+            self.fn((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * len(ints))(*ints),
+                    grid_[0], block[0])
 
     cp.RawKernel = RawKernel
     monkeypatch.setitem(sys.modules, "cupy", cp)
@@ -302,7 +330,8 @@ def test_generated_sources_of_one_description():
     assert 'extern "C" __global__ void wilson_hop(' in srcs["cuda"]
     assert "__kernel void wilson_hop(" in srcs["opencl"]
     assert "vpermute(" in srcs["numba"] and "vpermute(" not in srcs["cuda"]
-    assert "lanes[" in srcs["cuda"] and "for (" not in srcs["cuda"].split("{", 1)[1]  # straight-line site body
+    # a straight-line site body
+    assert "lanes[" in srcs["cuda"] and "for (" not in srcs["cuda"].split("{", 1)[1]
 
 
 # ---- the layout kernels (checkerboards, precision) in the generated C --------------------
@@ -339,7 +368,8 @@ def test_checkerboards_convert_and_poke_through_generated_c(name):
 @pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated"])
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_project_su3_generated_for_every_backend(name, prec):
-    """The SU(3) projection (pygrid.qcd.kernels_gauge) against the numpy Gram-Schmidt, gauge fields and matrices."""
+    """The SU(3) projection (pygrid.qcd.kernels_gauge) against the numpy Gram-Schmidt, gauge fields and
+    matrices."""
     from pygrid.qcd.gauge import project_su3, project_su3_array
 
     grid = pg.GridCartesian((4, 4, 4, 8), precision=prec)

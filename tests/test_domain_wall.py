@@ -13,11 +13,11 @@ import functools
 
 import numpy as np
 import pytest
+from numpy_refs import dhop_ref
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
 from pygrid.tensors.constant import Gamma
-from numpy_refs import dhop_ref
 
 G = [np.asarray(Gamma.mu[mu].array()) for mu in range(4)]
 G5 = np.asarray(Gamma.Five.array())
@@ -84,7 +84,7 @@ def relerr(a, b):
 
 
 # ---- set-up (cached: compile and RNG time dominate) --------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gauge(prec="double", dims=(4, 4, 4, 4)):
     grid = pg.GridCartesian(dims, precision=prec)
     rng = pg.ParallelRNG(grid, [1, 2, 3, 4])
@@ -166,7 +166,11 @@ def test_g5r5_hermiticity_and_adjoints():
         for cb in (0, 1):
             pe, ce = pg.pick_checkerboard(cb, psi), pg.pick_checkerboard(cb, chi)
             co = pg.pick_checkerboard(1 - cb, chi)
-            for a, ad, c in (("Meooe", "MeooeDag", co), ("Mooee", "MooeeDag", ce), ("MooeeInv", "MooeeInvDag", ce)):
+            for a, ad, c in (
+                ("Meooe", "MeooeDag", co),
+                ("Mooee", "MooeeDag", ce),
+                ("MooeeInv", "MooeeInvDag", ce),
+            ):
                 x = pg.inner_product(c, getattr(op, a)(pe))
                 y = pg.inner_product(getattr(op, ad)(c), pe)
                 assert abs(x - y) < 1e-12 * abs(x), (op, a, cb)
@@ -292,15 +296,28 @@ def test_errors():
 # ---- the O(Ls) s-matrix kernels against the dense kernel ------------------------------------------
 @pytest.mark.parametrize("Ls", [2, 3, 8, 16])
 def test_banded_s_matrices_match_dense(Ls):
-    from pygrid.qcd.domain_wall import (bidiag_apply, bidiag_multiply, bidiag_solver, bidiag_structure,
-                                        fifth_dim_hop_matrices, s_apply)
+    from pygrid.qcd.domain_wall import (
+        bidiag_apply,
+        bidiag_multiply,
+        bidiag_solver,
+        bidiag_structure,
+        fifth_dim_hop_matrices,
+        s_apply,
+    )
     rng = np.random.default_rng(Ls)
     S = fifth_dim_hop_matrices(Ls, 0.07)
     one = np.broadcast_to(np.eye(Ls), (2, Ls, Ls))
     bee, cee = 1.0 + 1.3 * rng.random(), 0.4 + rng.random()
     x = rng.normal(size=(Ls * 6, 12, 2, 4))
     St = np.transpose(S, (0, 2, 1))
-    for A in (bee * one - cee * S, bee * one - cee * St, one - S, one - St, 1.5 * one + 0.5 * S, 1.5 * one + 0.5 * St):
+    for A in (
+        bee * one - cee * S,
+        bee * one - cee * St,
+        one - S,
+        one - St,
+        1.5 * one + 0.5 * S,
+        1.5 * one + 0.5 * St,
+    ):
         # the multiply, out of place and in place
         want = s_apply(np.empty_like(x), x, A, Ls=Ls)
         band = bidiag_structure(A)

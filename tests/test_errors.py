@@ -2,10 +2,9 @@
 and leaves the destination unchanged."""
 import numpy as np
 import pytest
+from conftest import grid, random_field
 
 import pygrid as pg
-
-from conftest import grid, random_field
 
 
 @pytest.fixture
@@ -26,7 +25,9 @@ def unchanged(f):
 
 
 def test_error_hierarchy():
-    assert issubclass(pg.ConformabilityError, ValueError) and issubclass(pg.ConformabilityError, pg.PyGridError)
+    assert issubclass(pg.ConformabilityError, ValueError) and issubclass(
+        pg.ConformabilityError, pg.PyGridError
+    )
     assert issubclass(pg.SiteTypeError, TypeError) and issubclass(pg.ShapeError, ValueError)
     assert issubclass(pg.GridError, ValueError)
 
@@ -113,7 +114,9 @@ def test_assignment_of_wrong_type(g):
         psi @= "psi"
 
 
-@pytest.mark.parametrize("shape", [(4, 4, 4, 4, 3), (4, 4, 4, 4, 4, 4), (4, 4, 4, 8, 4, 3), (4, 4, 4, 4, 12), (4, 4, 4, 4, 3, 4)])
+@pytest.mark.parametrize(
+    "shape", [(4, 4, 4, 4, 3), (4, 4, 4, 4, 4, 4), (4, 4, 4, 8, 4, 3), (4, 4, 4, 4, 12), (4, 4, 4, 4, 3, 4)]
+)
 def test_from_numpy_wrong_shape(g, shape):
     psi = random_field(g, pg.SpinColourVector())
     with unchanged(psi), pytest.raises(pg.ShapeError, match="shape"):

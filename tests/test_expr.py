@@ -3,10 +3,9 @@ peek/poke, traces, outer and inner products, where, gamma matrices; each
 checked on both backends and against a numpy formula on to_numpy() arrays."""
 import numpy as np
 import pytest
+from conftest import GAMMA, assert_close, check_both, grid, pool_field, random_field, roll, spin_mul
 
 import pygrid as pg
-
-from conftest import GAMMA, assert_close, check_both, grid, pool_field, random_field, roll, spin_mul
 
 EIN_MM = "xyztab,xyztbc->xyztac"
 EIN_MV = "xyztab,xyztsb->xyztsa"
@@ -31,14 +30,18 @@ def test_issue_example(fields):
     want = np.einsum("xyztba,xyztsb->xyztsa", ua.conj(), want)
     assert_close(chi.to_numpy(), want)
     # SU(3): U^dag U = 1, so this is psi + 0.5 U^dag psi(x - t)
-    assert_close(chi.to_numpy(), pa + 0.5 * np.einsum("xyztba,xyztsb->xyztsa", ua.conj(), roll(pa, 3, -1)), scale=10)
+    assert_close(
+        chi.to_numpy(), pa + 0.5 * np.einsum("xyztba,xyztsb->xyztsa", ua.conj(), roll(pa, 3, -1)), scale=10
+    )
     assert_close(pg.norm2(chi), np.vdot(want, want).real, scale=abs(pg.norm2(chi)))
 
 
 def test_linear_combinations_real_and_complex_numbers(fields):
     _, _, psi, chi = fields
     pa, ca = psi.to_numpy(), chi.to_numpy()
-    check_both(2 * psi - chi / 4 + (0.5 - 1.5j) * chi - psi * 3j, want=2 * pa - ca / 4 + (0.5 - 1.5j) * ca - 3j * pa)
+    check_both(
+        2 * psi - chi / 4 + (0.5 - 1.5j) * chi - psi * 3j, want=2 * pa - ca / 4 + (0.5 - 1.5j) * ca - 3j * pa
+    )
     check_both(-psi + chi, want=-pa + ca)
     check_both(np.float64(2.5) * psi + np.complex128(1j) * chi, want=2.5 * pa + 1j * ca)
 
@@ -235,7 +238,9 @@ def test_gamma_on_fields(fields):
         G = GAMMA["XYZT"[mu]]
         check_both(pg.Gamma.mu[mu] * psi, want=spin_mul(G, pa, 4))
     # g5 = X Y Z T on a field; anticommutation {g_mu, g_nu} psi = 2 delta psi
-    check_both(pg.Gamma.X * (pg.Gamma.Y * (pg.Gamma.Z * (pg.Gamma.T * psi))), want=spin_mul(GAMMA["Five"], pa, 4))
+    check_both(
+        pg.Gamma.X * (pg.Gamma.Y * (pg.Gamma.Z * (pg.Gamma.T * psi))), want=spin_mul(GAMMA["Five"], pa, 4)
+    )
     for mu, nu in [(0, 0), (0, 1), (2, 3), (3, 3)]:
         e = pg.Gamma.mu[mu] * (pg.Gamma.mu[nu] * psi) + pg.Gamma.mu[nu] * (pg.Gamma.mu[mu] * psi)
         check_both(e, want=2 * pa * (mu == nu))

@@ -74,7 +74,9 @@ def trees(t, depth):
     if not has_vector(t):
         opts.append(st.tuples(st.just("+num"), NUMBERS, sub()))
     if t == "Complex":
-        opts.append(st.sampled_from(TRACEABLE).flatmap(lambda u: st.tuples(st.just("trace"), trees(u, depth - 1))))
+        opts.append(
+            st.sampled_from(TRACEABLE).flatmap(lambda u: st.tuples(st.just("trace"), trees(u, depth - 1)))
+        )
     if TYPES[t][1][1][0] != S:  # a spin level: gamma matrices
         opts.append(st.tuples(st.just("gamma*"), st.sampled_from(sorted(GAMMAS)), sub()))
     if TYPES[t][1][1][0] == M:
@@ -319,8 +321,22 @@ def test_shifted_product_against_einsum(mu, disp, gi, precision, t):
 FIXED = [
     ("SCV", ("gamma*", "Five", ("*", ("leaf", "CM", 0), ("cshift", ("leaf", "SCV", 1), 3, -1)))),
     ("Complex", ("trace", ("*", ("adj", ("leaf", "SCM", 0)), ("*gamma", ("leaf", "SCM", 1), "XFive")))),
-    ("LCM", ("-", ("*", ("leaf", "LCM", 0), ("adj", ("leaf", "CM", 1))), ("+", ("leaf", "LCM", 1), ("conj", ("leaf", "LCM", 0))))),
-    ("CM2", ("+num", 0.5 - 1j, ("where", 2, 2, ("transpose", ("leaf", "CM2", 0)), ("cshift", ("leaf", "CM2", 1), 1, 2)))),
+    (
+        "LCM",
+        (
+            "-",
+            ("*", ("leaf", "LCM", 0), ("adj", ("leaf", "CM", 1))),
+            ("+", ("leaf", "LCM", 1), ("conj", ("leaf", "LCM", 0))),
+        ),
+    ),
+    (
+        "CM2",
+        (
+            "+num",
+            0.5 - 1j,
+            ("where", 2, 2, ("transpose", ("leaf", "CM2", 0)), ("cshift", ("leaf", "CM2", 1), 1, 2)),
+        ),
+    ),
 ]
 
 

@@ -1,11 +1,10 @@
 """Gauge fields: unit and random starts, plaquette, link trace, SU(3) projection, gauge transformations."""
 import numpy as np
 import pytest
+from numpy_refs import plaquette_ref
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401
-from numpy_refs import plaquette_ref
-
 
 
 @pytest.fixture(params=[((4, 4, 4, 4), None), ((4, 4, 4, 8), (1, 2, 1, 2))])

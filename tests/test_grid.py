@@ -3,11 +3,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import grid
 
 import pygrid as pg
 from pygrid.cartesian.simd import default_nsimd
-
-from conftest import grid
 
 
 @pytest.mark.parametrize("dims", [(4, 4, 4, 4), (4, 4, 4, 8), (8, 8, 8, 16), (16, 4, 4, 4), (2, 2, 2, 2)])
@@ -62,7 +61,9 @@ def test_outer_lane_map_is_a_bijection(simd):
     assert tuple(g.stored_coords()[1, 0]) == (1, 0, 0, 0)
 
 
-@pytest.mark.parametrize("dims,simd", [((4, 4, 4, 4), None), ((4, 4, 4, 8), (1, 1, 1, 4)), ((8, 4, 4, 4), (2, 1, 1, 2))])
+@pytest.mark.parametrize(
+    "dims,simd", [((4, 4, 4, 4), None), ((4, 4, 4, 8), (1, 1, 1, 4)), ((8, 4, 4, 4), (2, 1, 1, 2))]
+)
 def test_red_black_grid(dims, simd):
     g = grid(dims, simd)
     rb = g.red_black
@@ -85,7 +86,7 @@ def test_red_black_grid(dims, simd):
 
 def test_red_black_grid_needs_even_dims():
     with pytest.raises(pg.GridError):
-        pg.GridCartesian([5, 4, 4, 4], simd_layout=(1, 1, 1, 1)).red_black
+        _ = pg.GridCartesian([5, 4, 4, 4], simd_layout=(1, 1, 1, 1)).red_black
 
 
 def test_grid_5d():

@@ -6,13 +6,13 @@ import struct
 
 import numpy as np
 import pytest
+from numpy_refs import link_trace_ref, plaquette_ref, scidac_ref
 
 import pygrid as pg
 import pygrid.io  # noqa: F401
 import pygrid.io.atomic
 import pygrid.qcd  # noqa: F401
 from pygrid.io import ChecksumError, FormatError, TruncatedFileError
-from numpy_refs import plaquette_ref, link_trace_ref, scidac_ref
 
 MAGIC = 0x456789AB
 LAYOUTS = [((4, 4, 4, 4), None), ((2, 2, 2, 4), None), ((4, 4, 4, 8), (1, 1, 2, 2))]
@@ -77,18 +77,29 @@ def build_ildg(path, Un, bits=64, field="su3gauge", suma=None, sumb=None, plaq=N
                       f"<?xml version=\"1.0\"?><scidacFile><version>1.1</version><spacetime>4</spacetime>"
                       f"<dims>{' '.join(map(str, dims))} </dims><volfmt>0</volfmt></scidacFile>", True, False)
     out += lime_record("scidac-file-xml", info, False, True)
-    out += lime_record("scidac-private-record-xml",
-                       f"<?xml version=\"1.0\"?><scidacRecord><version>1.1</version><date>today</date>"
-                       f"<recordtype>0</recordtype><datatype>USQCD_{letter}3_ColorMatrix</datatype>"
-                       f"<precision>{letter}</precision><colors>3</colors><spins>4</spins>"
-                       f"<typesize>{18 * bits // 8}</typesize><datacount>4</datacount></scidacRecord>", True, False)
+    out += lime_record(
+        "scidac-private-record-xml",
+        f'<?xml version="1.0"?><scidacRecord><version>1.1</version><date>today</date>'
+        f"<recordtype>0</recordtype><datatype>USQCD_{letter}3_ColorMatrix</datatype>"
+        f"<precision>{letter}</precision><colors>3</colors><spins>4</spins>"
+        f"<typesize>{18 * bits // 8}</typesize><datacount>4</datacount></scidacRecord>",
+        True,
+        False,
+    )
     out += lime_record("scidac-record-xml", info, False, False)
     if with_ildg_format:
         out += lime_record("ildg-format", ildg_format_xml(dims, bits, field), False, False)
     out += lime_record("ildg-data-lfn", "lfn://x", False, False)  # 7 bytes: exercises the padding
-    out += lime_record("ildg-binary-data" if with_ildg_format else "scidac-binary-data", payload, False, False)
-    out += lime_record("scidac-checksum", f"<?xml version=\"1.0\"?><scidacChecksum><version>1.0</version>"
-                                          f"<suma>{a:x}</suma><sumb>{b:x}</sumb></scidacChecksum>", False, True)
+    out += lime_record(
+        "ildg-binary-data" if with_ildg_format else "scidac-binary-data", payload, False, False
+    )
+    out += lime_record(
+        "scidac-checksum",
+        f'<?xml version="1.0"?><scidacChecksum><version>1.0</version>'
+        f"<suma>{a:x}</suma><sumb>{b:x}</sumb></scidacChecksum>",
+        False,
+        True,
+    )
     if mutate:
         out = mutate(bytearray(out), out.index(payload))
     with open(path, "wb") as f:
@@ -149,8 +160,9 @@ def test_written_structure(tmp_path, hot44, bits):
     pg.io.write_ildg(p, U, precision="double" if bits == 64 else "single", lfn="lfn://ours")
     recs = parse_lime(p.read_bytes())
     types = [r[0] for r in recs]
-    assert types == ["scidac-private-file-xml", "scidac-file-xml", "scidac-private-record-xml", "scidac-record-xml",
-                     "ildg-format", "ildg-data-lfn", "ildg-binary-data", "scidac-checksum"]
+    assert types == ["scidac-private-file-xml", "scidac-file-xml", "scidac-private-record-xml",
+                     "scidac-record-xml", "ildg-format", "ildg-data-lfn", "ildg-binary-data",
+                     "scidac-checksum"]
     flags = [r[1] for r in recs]
     assert flags == [0x8000, 0x4000, 0x8000, 0, 0, 0, 0, 0x4000]
     fmt = recs[4][3].decode()
@@ -200,11 +212,16 @@ CASES = [
     ("flipped_byte", ChecksumError, "scidac_checksum", dict(mutate=_flip)),
     ("wrong_checksum", ChecksumError, "scidac_checksum", dict(suma=0x1234)),
     ("wrong_plaquette", ChecksumError, "plaquette", dict(plaq=0.5)),
-    ("truncated", TruncatedFileError, None, dict(mutate=lambda d, off: d[:off + 5000])),
-    ("truncated_in_header", TruncatedFileError, None, dict(mutate=lambda d, off: d[:off - 100])),
+    ("truncated", TruncatedFileError, None, dict(mutate=lambda d, off: d[: off + 5000])),
+    ("truncated_in_header", TruncatedFileError, None, dict(mutate=lambda d, off: d[: off - 100])),
     ("unknown_data_type", FormatError, None, dict(field="u1gauge")),
     ("bad_magic", FormatError, None, dict(mutate=lambda d, off: b"\0\0\0\0" + d[4:])),
-    ("bad_record_magic", FormatError, None, dict(mutate=lambda d, off: d[:off - 144] + b"XXXX" + d[off - 140:])),
+    (
+        "bad_record_magic",
+        FormatError,
+        None,
+        dict(mutate=lambda d, off: d[: off - 144] + b"XXXX" + d[off - 140 :]),
+    ),
     ("wrong_binary_size", FormatError, None, dict(dims=(4, 4, 4, 2))),
 ]
 

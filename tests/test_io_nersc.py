@@ -7,14 +7,14 @@ import struct
 
 import numpy as np
 import pytest
+from io_faults import FullDisk
+from numpy_refs import link_trace_ref, plaquette_ref, scidac_ref
 
 import pygrid as pg
 import pygrid.io  # noqa: F401
 import pygrid.io.atomic
 import pygrid.qcd  # noqa: F401
 from pygrid.io import ChecksumError, FormatError, TruncatedFileError
-from numpy_refs import plaquette_ref, link_trace_ref, scidac_ref
-from io_faults import FullDisk
 
 LAYOUTS = [((4, 4, 4, 4), None), ((2, 2, 2, 4), None), ((4, 4, 4, 8), (1, 1, 2, 2))]
 
@@ -53,19 +53,32 @@ def pack_reals(vals, fp):
 
 def nersc_sum_ref(payload, big):
     n = len(payload) // 4
-    return sum(struct.unpack((">" if big else "<") + "%dI" % n, payload)) % 2 ** 32
+    return sum(struct.unpack(f"{'>' if big else '<'}{n}I", payload)) % 2 ** 32
 
 
 
 def messy_header(dims, datatype, fp, checksum, plaq, ltr):
-    """A header with real-world spacing: padded keys, two spaces before '=', empty values, dates with spaces."""
+    """A header with real-world spacing: padded keys, two spaces before '=', empty values, dates with
+    spaces."""
     lines = ["BEGIN_HEADER", "HDR_VERSION = 1.0", f"DATATYPE = {datatype}", "STORAGE_FORMAT = 1.0"]
     lines += [f"DIMENSION_{i + 1}  =  {d}" for i, d in enumerate(dims)]
-    lines += [f"CHECKSUM   = {checksum:x}", f"LINK_TRACE =   {ltr:.10f}", f"PLAQUETTE  = {plaq:.10f}",
-              "BOUNDARY_1 = PERIODIC", "BOUNDARY_2 = PERIODIC", "BOUNDARY_3 = PERIODIC", "BOUNDARY_4 = PERIODIC",
-              "ENSEMBLE_ID = ", "ENSEMBLE_LABEL =", "SEQUENCE_NUMBER = 42", "CREATOR = some physicist",
-              "CREATION_DATE = Tue Mar 12 10:22:01 2019 GMT", "ARCHIVE_DATE    = ", f"FLOATING_POINT = {fp}",
-              "END_HEADER"]
+    lines += [
+        f"CHECKSUM   = {checksum:x}",
+        f"LINK_TRACE =   {ltr:.10f}",
+        f"PLAQUETTE  = {plaq:.10f}",
+        "BOUNDARY_1 = PERIODIC",
+        "BOUNDARY_2 = PERIODIC",
+        "BOUNDARY_3 = PERIODIC",
+        "BOUNDARY_4 = PERIODIC",
+        "ENSEMBLE_ID = ",
+        "ENSEMBLE_LABEL =",
+        "SEQUENCE_NUMBER = 42",
+        "CREATOR = some physicist",
+        "CREATION_DATE = Tue Mar 12 10:22:01 2019 GMT",
+        "ARCHIVE_DATE    = ",
+        f"FLOATING_POINT = {fp}",
+        "END_HEADER",
+    ]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -116,8 +129,11 @@ def test_written_file_matches_definition(tmp_path, hot44):
     """Our writer's bytes are exactly the format definition's (header aside)."""
     grid, U = hot44
     Un = U.to_numpy()
-    for two_row, fp, prec, endian in [(False, "IEEE64BIG", "double", "big"), (True, "IEEE32BIG", "single", "big"),
-                                      (False, "IEEE64", "double", "little")]:
+    for two_row, fp, prec, endian in [
+        (False, "IEEE64BIG", "double", "big"),
+        (True, "IEEE32BIG", "single", "big"),
+        (False, "IEEE64", "double", "little"),
+    ]:
         p = tmp_path / "w.nersc"
         h = pg.io.write_nersc(p, U, two_row=two_row, precision=prec, endian=endian)
         data = p.read_bytes()
@@ -126,7 +142,9 @@ def test_written_file_matches_definition(tmp_path, hot44):
         assert h["CHECKSUM"] == f"{nersc_sum_ref(payload, endian == 'big'):08x}"
         assert (int(h["SCIDAC_CHECKSUMA"], 16), int(h["SCIDAC_CHECKSUMB"], 16)) == \
             scidac_ref(payload, 4 * (2 if two_row else 3) * 6 * (8 if prec == "double" else 4))
-        assert float(h["PLAQUETTE"]) == pytest.approx(plaquette_ref(Un), abs=1e-7 if prec == "single" else 1e-13)
+        assert float(h["PLAQUETTE"]) == pytest.approx(
+            plaquette_ref(Un), abs=1e-7 if prec == "single" else 1e-13
+        )
         assert h["FLOATING_POINT"] == fp
 
 

@@ -2,17 +2,22 @@
 the coordinate order [x, y, z, t, *site] and the red-black stored-site convention."""
 import numpy as np
 import pytest
+from conftest import grid, grid5
 
 import pygrid as pg
-
-from conftest import grid, grid5
 
 TYPES = [pg.Complex, pg.Real, pg.ColourVector(), pg.ColourMatrix(), pg.SpinColourVector(),
          pg.SpinColourMatrix(), pg.LorentzColourMatrix(), pg.SpinMatrix(), pg.SpinVector(),
          pg.ColourVector(2), pg.ColourMatrix(2), pg.LorentzComplex()]
-GRIDS = {"4444": lambda: grid(), "4448-1114": lambda: grid((4, 4, 4, 8), (1, 1, 1, 4)),
-         "4448-2211": lambda: grid((4, 4, 4, 8), (2, 2, 1, 1)), "single-default": lambda: grid(precision="single"),
-         "5d": lambda: grid5(4), "rb": lambda: grid().red_black, "rb5d": lambda: grid5(2).red_black}
+GRIDS = {
+    "4444": lambda: grid(),
+    "4448-1114": lambda: grid((4, 4, 4, 8), (1, 1, 1, 4)),
+    "4448-2211": lambda: grid((4, 4, 4, 8), (2, 2, 1, 1)),
+    "single-default": lambda: grid(precision="single"),
+    "5d": lambda: grid5(4),
+    "rb": lambda: grid().red_black,
+    "rb5d": lambda: grid5(2).red_black,
+}
 
 
 def _random(shape, dtype, rng):
@@ -36,8 +41,15 @@ def test_round_trip_every_type(gname, precision):
             b = f.to_numpy()
             assert b.shape == g.lshape + t.shape and b.dtype == f.dtype
             assert np.array_equal(a, b), (t, cb)
-            assert f.dtype == {("double", True): np.float64, ("double", False): np.complex128,
-                               ("single", True): np.float32, ("single", False): np.complex64}[precision, t.is_real]
+            assert (
+                f.dtype
+                == {
+                    ("double", True): np.float64,
+                    ("double", False): np.complex128,
+                    ("single", True): np.float32,
+                    ("single", False): np.complex64,
+                }[precision, t.is_real]
+            )
 
 
 def test_buffer_layout_matches_design():

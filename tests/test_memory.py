@@ -7,10 +7,19 @@ import sys
 import numpy as np
 import pytest
 
-from pygrid.errors import ConfigError, DeviceMemoryError, ShapeError
 import pygrid.memory as mem
-from pygrid.memory import (MB, Advise, EmulatedDevice, MemoryManager, State, UnifiedDevice,
-                           View, ViewConflictError, ViewMode)
+from pygrid.errors import ConfigError, DeviceMemoryError, ShapeError
+from pygrid.memory import (
+    MB,
+    Advise,
+    EmulatedDevice,
+    MemoryManager,
+    State,
+    UnifiedDevice,
+    View,
+    ViewConflictError,
+    ViewMode,
+)
 
 CpuRead, CpuWrite = ViewMode.CpuRead, ViewMode.CpuWrite
 AccRead, AccWrite = ViewMode.AcceleratorRead, ViewMode.AcceleratorWrite
@@ -124,7 +133,7 @@ def test_view_closes_on_exception():
     keep_k, k, _ = field(m)
     with pytest.raises(ZeroDivisionError):
         with View(m, k, AccWrite):
-            1 / 0
+            raise ZeroDivisionError
     assert m.entry_info(k)["accelerator_views"] == 0
     assert m.lru_order() == [k]           # unlocked again, evictable
 

@@ -11,13 +11,11 @@ import gc
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from pygrid.errors import DeviceMemoryError
-from pygrid.memory import (Advise, EmulatedDevice, MemoryManager, State, View,
-                           ViewConflictError, ViewMode)
+from pygrid.memory import Advise, EmulatedDevice, MemoryManager, State, View, ViewConflictError, ViewMode
 
 SIZES = (4, 8, 16)                 # float64 elements: 32, 64, 128 bytes
 MODES = list(ViewMode)

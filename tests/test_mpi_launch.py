@@ -13,7 +13,9 @@ import textwrap
 
 import pytest
 
-MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+MPIEXEC = shutil.which(
+    "mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+)
 
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (pip install 'pygrid[mpi]')")
 
@@ -21,7 +23,9 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (
 def mpirun(n, args, timeout=300):
     env = dict(os.environ)
     env.pop("PYGRID_MPI", None)
-    return subprocess.run([MPIEXEC, "-n", str(n), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [MPIEXEC, "-n", str(n), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_exception_on_one_rank_aborts_the_job(tmp_path):
@@ -41,16 +45,31 @@ def test_exception_on_one_rank_aborts_the_job(tmp_path):
 
 
 def test_rank_count_mismatch_is_a_clear_error(tmp_path):
-    r = mpirun(2, [sys.executable, "-m", "pygrid", "benchmark", "wilson", "--grid", "8.8.8.8", "--mpi", "1.1.1.4",
-                   "--iterations", "1"], timeout=120)
+    r = mpirun(
+        2,
+        [
+            sys.executable,
+            "-m",
+            "pygrid",
+            "benchmark",
+            "wilson",
+            "--grid",
+            "8.8.8.8",
+            "--mpi",
+            "1.1.1.4",
+            "--iterations",
+            "1",
+        ],
+        timeout=120,
+    )
     assert r.returncode == 2
     assert "asks for 4 ranks" in r.stderr and "the job has 2 ranks" in r.stderr
 
 
 def test_benchmark_under_mpiexec_reports_per_rank_and_halo(tmp_path):
     out = tmp_path / "w.json"
-    r = mpirun(2, [sys.executable, "-m", "pygrid", "benchmark", "wilson", "--grid", "8.8.8.16", "--mpi", "1.1.1.2",
-                   "--iterations", "5", "--warmup", "1", "--json", str(out)])
+    r = mpirun(2, [sys.executable, "-m", "pygrid", "benchmark", "wilson", "--grid", "8.8.8.16",
+                   "--mpi", "1.1.1.2", "--iterations", "5", "--warmup", "1", "--json", str(out)])
     assert r.returncode == 0, r.stderr
     text = r.stdout
     assert "mpi             1.1.1.2: 2 ranks, 8.8.8.8 sites per rank" in text

@@ -25,7 +25,7 @@ from pygrid.random import (
     uniform,
     uniform_array,
 )
-from pygrid.random.counter import make_counters, philox4x32
+from pygrid.random.counter import make_counters
 
 KEY = (0x12345678, 0x9ABCDEF0)
 

@@ -2,17 +2,17 @@
 SIMD layout, precision layout or checkerboarding; SU(3) fills are unitary."""
 import numpy as np
 import pytest
+from conftest import grid, grid5
 
 import pygrid as pg
-
-from conftest import grid, grid5
 
 LAYOUTS = [(1, 1, 2, 2), (2, 2, 1, 1), (1, 1, 1, 4), (2, 1, 1, 2), (1, 1, 1, 1), None]
 
 
 @pytest.mark.parametrize("fill", ["gaussian", "uniform", "random_su3"])
-@pytest.mark.parametrize("t", [pg.SpinColourVector(), pg.LorentzColourMatrix(), pg.ColourMatrix(), pg.Complex],
-                         ids=str)
+@pytest.mark.parametrize(
+    "t", [pg.SpinColourVector(), pg.LorentzColourMatrix(), pg.ColourMatrix(), pg.Complex], ids=str
+)
 def test_rng_independent_of_simd_layout(t, fill):
     if fill == "random_su3" and not t.colour_matrix:
         pytest.skip("SU(3) needs colour matrices")

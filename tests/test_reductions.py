@@ -5,7 +5,14 @@ from conftest import COMPILED, backend, grid, grid5, pool_field, random_field
 
 import pygrid as pg
 
-TYPES = [pg.Complex, pg.Real, pg.ColourMatrix(), pg.SpinColourVector(), pg.LorentzColourMatrix(), pg.ColourVector(2)]
+TYPES = [
+    pg.Complex,
+    pg.Real,
+    pg.ColourMatrix(),
+    pg.SpinColourVector(),
+    pg.LorentzColourMatrix(),
+    pg.ColourVector(2),
+]
 
 
 @pytest.mark.parametrize("precision", ["double", "single"])

@@ -12,7 +12,7 @@ from pygrid.algorithms import ConjugateGradient, MdagMOperator, MixedPrecisionCo
 MASS, M5, LS = 0.1, 1.8, 4
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gauge(dims=(4, 4, 4, 4)):
     grid = pg.GridCartesian(dims)
     return pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]))
@@ -61,7 +61,9 @@ def test_schur_solve_equals_unpreconditioned_solve(kind):
     assert rec_s.iterations < rec.iterations
     assert reldiff(x, x_full) < 1e-8
     if kind == "wilson":
-        xe, rec_e = pg.qcd.SchurRedBlackDiagMooeeSolve(ConjugateGradient(tol=1e-12, maxiter=5000), cb=0)(op, b)
+        xe, rec_e = pg.qcd.SchurRedBlackDiagMooeeSolve(ConjugateGradient(tol=1e-12, maxiter=5000), cb=0)(
+            op, b
+        )
         assert rec_e.checkerboard == 0 and reldiff(xe, x_full) < 1e-8
 
 

@@ -13,8 +13,14 @@ import pytest
 
 import pygrid as pg
 from pygrid.algorithms import (
-    BiCGStab, ConjugateGradient, HermitianOperator, LinearOperator, MdagMOperator,
-    MixedPrecisionConjugateGradient, SolverError, SolverRecord,
+    BiCGStab,
+    ConjugateGradient,
+    HermitianOperator,
+    LinearOperator,
+    MdagMOperator,
+    MixedPrecisionConjugateGradient,
+    SolverError,
+    SolverRecord,
 )
 from pygrid.errors import PyGridError
 
@@ -137,7 +143,9 @@ def cg_solution(herm, source):
 
 def test_operators_match_dense(herm, nonherm, dense_herm, dense_nonherm, source):
     assert np.allclose(dense_herm, dense_herm.conj().T)
-    assert np.linalg.eigvalsh(dense_herm).min() >= MASS2 - 1e-10  # positive definite: spectrum in [m^2, m^2+16]
+    assert (
+        np.linalg.eigvalsh(dense_herm).min() >= MASS2 - 1e-10
+    )  # positive definite: spectrum in [m^2, m^2+16]
     assert not np.allclose(dense_nonherm, dense_nonherm.conj().T)
     bv = vec(source)
     np.testing.assert_allclose(vec(herm.M(source)), dense_herm @ bv, rtol=0, atol=1e-11)
@@ -260,7 +268,9 @@ def test_cg_logging(herm, source, caplog):
     # non-convergence warns
     ConjugateGradient(tol=1e-10, maxiter=2, verbose="warning")(herm, source)
     warn = [r for r in caplog.records if r.name == "pygrid.solver"]
-    assert len(warn) == 1 and warn[0].levelno == logging.WARNING and "did not converge" in warn[0].getMessage()
+    assert (
+        len(warn) == 1 and warn[0].levelno == logging.WARNING and "did not converge" in warn[0].getMessage()
+    )
 
 
 def test_cg_follows_pygrid_config_log_level(herm, source, caplog):
@@ -390,6 +400,8 @@ def test_bicgstab_wilson_like_spinor_operator(grid, gauge):
         umu = u[..., mu, :, :]
         f = np.einsum("...ab,...sb->...sa", umu, np.roll(xs, -1, axis=mu))
         bk = np.einsum("...ba,...sb->...sa", np.roll(umu, 1, axis=mu).conj(), np.roll(xs, 1, axis=mu))
-        out -= 0.5 * (np.einsum("st,...tc->...sc", I4 - gam[mu], f) + np.einsum("st,...tc->...sc", I4 + gam[mu], bk))
+        out -= 0.5 * (
+            np.einsum("st,...tc->...sc", I4 - gam[mu], f) + np.einsum("st,...tc->...sc", I4 + gam[mu], bk)
+        )
     bn = b.to_numpy()
     assert np.linalg.norm(out - bn) < 1e-9 * np.linalg.norm(bn)

@@ -87,7 +87,11 @@ def test_fresh_process_lists_the_cpu_opencl_device(tmp_path):
     """Nothing exported by hand: the backend's own ICD set-up makes dpctl see opencl:cpu."""
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if k not in ("OCL_ICD_VENDORS", "PYGRID_OWN_ICD", "LD_LIBRARY_PATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OCL_ICD_VENDORS", "PYGRID_OWN_ICD", "LD_LIBRARY_PATH")
+    }
     env["PYGRID_CACHE_DIR"] = str(tmp_path)
     code = ("from pygrid.accelerator.sycl_backend import import_dpctl\n"
             "d = import_dpctl()\n"
@@ -138,7 +142,9 @@ def test_sycl_on_usm_device_memory_with_evictions(monkeypatch):
         fields[0] @= 2.0 * fields[0]              # in place
         assert_close(fields[0].to_numpy(), 2.0 * host[0])
         assert abs(pg.norm2(fields[3]) - float(np.vdot(host[3], host[3]).real)) < 1e-10 * pg.norm2(fields[3])
-        pg.poke_index(fields[1], pg.peek_index(fields[2], "colour", 0, 1), "colour", 2, 2)  # numpy on a USM view
+        pg.poke_index(
+            fields[1], pg.peek_index(fields[2], "colour", 0, 1), "colour", 2, 2
+        )  # numpy on a USM view
         want1 = host[1].copy()
         want1[..., 2, 2] = host[2][..., 0, 1]
         assert_close(fields[1].to_numpy(), want1)
@@ -184,7 +190,9 @@ if HAVE_DPCTL:
             self.mem = mem
             self.saved = mem.get_manager()
             _bk.set_backend("sycl")
-            self.m = mem.configure(device="sycl", device_mem_mb=0.06)  # 4^4 ColourVector: 12 KB, so about 5 fields
+            self.m = mem.configure(
+                device="sycl", device_mem_mb=0.06
+            )  # 4^4 ColourVector: 12 KB, so about 5 fields
             self.g = grid()
             self.fields, self.model = [], []
             self.rng = np.random.default_rng(7)
@@ -265,7 +273,8 @@ def test_cg_iteration_on_sycl_moves_no_field_to_the_host(monkeypatch):
         pg.algorithms.ConjugateGradient(tol=1e-30, maxiter=2).solve(op.MdagM, src)  # compiles every kernel
         for iters in (2, 8):
             m.reset_stats()
-            pg.algorithms.ConjugateGradient(tol=1e-30, maxiter=iters).solve(op.MdagM, src, true_residual=False)
+            cg = pg.algorithms.ConjugateGradient(tol=1e-30, maxiter=iters)
+            cg.solve(op.MdagM, src, true_residual=False)
             st = m.stats()
             assert st["d2h_bytes"] == 0 and st["host_read_bytes"] == 0 and st["host_write_bytes"] == 0, st
             assert st["h2d_bytes"] <= field_bytes, st  # the zero initial guess, once, whatever the iterations
@@ -278,7 +287,8 @@ def test_schur_solve_on_sycl_with_evictions_mid_solve(monkeypatch):
 
     g = pg.GridCartesian([4, 4, 4, 8])
     D, op, b = _wilson_schur(g)
-    want, _ = pg.algorithms.ConjugateGradient(tol=1e-10, maxiter=500).solve(op.MdagM, op.Mdag(op.prepare_source(b)))
+    cg = pg.algorithms.ConjugateGradient(tol=1e-10, maxiter=500)
+    want, _ = cg.solve(op.MdagM, op.Mdag(op.prepare_source(b)))
     want = want.to_numpy()
     monkeypatch.setattr(mem, "_default", mem.get_manager())
     with backend("sycl"):
@@ -295,7 +305,8 @@ def test_schur_solve_on_sycl_with_evictions_mid_solve(monkeypatch):
 
 @needs_dpctl
 def test_checkerboards_convert_poke_and_slice_sums_stay_on_the_device(monkeypatch):
-    """pick/set_checkerboard, convert, poke, slice_sum and project_su3 run on the sycl device: no field to the host."""
+    """pick/set_checkerboard, convert, poke, slice_sum and project_su3 run on the sycl device: no field to
+    the host."""
     from pygrid import memory as mem
 
     monkeypatch.setattr(mem, "_default", mem.get_manager())
@@ -308,7 +319,8 @@ def test_checkerboards_convert_poke_and_slice_sums_stay_on_the_device(monkeypatc
         m.reset_stats()
         full = pg.LatticeFermion(g)
         for cb in (0, 1):
-            pg.set_checkerboard(full, pg.convert(pg.convert(pg.pick_checkerboard(cb, psi), "single"), "double"))
+            half = pg.convert(pg.pick_checkerboard(cb, psi), "single")
+            pg.set_checkerboard(full, pg.convert(half, "double"))
         U = pg.LatticeColourMatrix(g)
         pg.ParallelRNG(g, [4]).gaussian(U)
         Un = U.to_numpy()

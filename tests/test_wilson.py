@@ -1,13 +1,12 @@
 """The Wilson operator against plain numpy, and its algebraic properties (Grid's conventions)."""
 import numpy as np
 import pytest
+from numpy_refs import dhop_ref
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
-from pygrid.qcd import dslash
-from pygrid.qcd import kernels_wilson as kw
+from pygrid.qcd import dslash, kernels_wilson as kw
 from pygrid.tensors.constant import Gamma
-from numpy_refs import dhop_ref
 
 G = [Gamma.mu[mu].array() for mu in range(4)]
 G5 = Gamma.Five.array()
@@ -133,7 +132,9 @@ def test_free_field_plane_wave(dims):
     phase = np.exp(1j * sum(p[mu] * x[mu] for mu in range(4)))
     u = rng.normal(size=(4, 3)) + 1j * rng.normal(size=(4, 3))
     psi = pg.LatticeFermion(grid).from_numpy(phase[..., None, None] * u)
-    Mp = MASS * np.eye(4) + sum((1 - np.cos(p[mu])) * np.eye(4) + 1j * np.sin(p[mu]) * G[mu] for mu in range(4))
+    Mp = MASS * np.eye(4) + sum(
+        (1 - np.cos(p[mu])) * np.eye(4) + 1j * np.sin(p[mu]) * G[mu] for mu in range(4)
+    )
     want = phase[..., None, None] * (Mp @ u)
     assert relerr(D.M(psi).to_numpy(), want) < 1e-12
     # a constant spinor: M psi = m psi
@@ -241,7 +242,8 @@ def test_errors():
 
 @pytest.mark.parametrize("layout,nsimd", [((1, 1, 2, 2), 4), ((1, 1, 1, 4), 4), ((1, 2, 2, 2), 8)])
 def test_stencil_lane_xor_marks_exactly_the_xor_maps(layout, nsimd):
-    """The kernel's shuffle fast path is taken for a lane map only if it is l -> l ^ x (else the table lookup)."""
+    """The kernel's shuffle fast path is taken for a lane map only if it is l -> l ^ x (else the table
+    lookup)."""
     from pygrid.stencil import Stencil, wilson_displacements
     grid = pg.GridCartesian((4, 4, 4, 8), simd_layout=layout, precision="double" if nsimd == 4 else "single")
     st = Stencil(grid, wilson_displacements())

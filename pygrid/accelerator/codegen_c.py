@@ -249,7 +249,9 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
                 if t.coef is not None:
                     neg = "-" if t.sign < 0 else ""
                     c = t.coef
-                    emit(f"const {real} k{v}_{j}r = {neg}coefs[{2 * c}], k{v}_{j}i = {neg}coefs[{2 * c + 1}];")
+                    emit(
+                        f"const {real} k{v}_{j}r = {neg}coefs[{2 * c}], k{v}_{j}i = {neg}coefs[{2 * c + 1}];"
+                    )
             for comp in cs:
                 rt, it = [], []
                 for j, t in enumerate(op.terms):
@@ -281,7 +283,8 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
                 val[v][c] = tuple(parts)
         elif isinstance(op, IR.Compare):
             x, y = get(op.a, 0)[0], get(op.b, 0)[0]
-            e = f"({x if x is not None else zero} {_CMP[op.op]} {y if y is not None else zero}) ? ({real})1 : {zero}"
+            xs, ys = (x if x is not None else zero), (y if y is not None else zero)
+            e = f"({xs} {_CMP[op.op]} {ys}) ? ({real})1 : {zero}"
             val[v][0] = (define(f"v{v}_0r", [(1, e)]), None)
         else:
             raise ValueError(f"unknown IR op {type(op).__name__}")

@@ -90,8 +90,12 @@ def kernel_source(ir, nsimd, alias, dtype="float64"):
         elif isinstance(op, IR.Const):
             continue
         elif isinstance(op, IR.Contract):
-            emit(2, f"contract({d}, {n}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, "
-                    f"T{op.start}, T{op.ia}, T{op.ib}, {-1.0 if op.conj_a else 1.0}, {-1.0 if op.conj_b else 1.0})")
+            emit(
+                2,
+                f"contract({d}, {n}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, "
+                f"T{op.start}, T{op.ia}, T{op.ib}, {-1.0 if op.conj_a else 1.0}, "
+                f"{-1.0 if op.conj_b else 1.0})",
+            )
         elif isinstance(op, IR.Remap):
             emit(2, f"remap({d}, {n}, {', '.join(loc[op.a])}, T{op.start}, T{op.ia}, T{op.coef}, "
                     f"{-1.0 if op.conj else 1.0})")
@@ -105,7 +109,11 @@ def kernel_source(ir, nsimd, alias, dtype="float64"):
                 for j in range(2, len(x)):
                     emit(2, f"axpy({d}, {x[j]}, {k[j]}, {n})")
         elif isinstance(op, IR.Where):
-            emit(2, f"select({d}, {', '.join(loc[op.mask])}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, {n})")
+            emit(
+                2,
+                f"select({d}, {', '.join(loc[op.mask])}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, "
+                f"{n})",
+            )
         elif isinstance(op, IR.Compare):
             emit(2, f"compare({d}, {', '.join(loc[op.a])}, {', '.join(loc[op.b])}, {_CMP[op.op]})")
         else:

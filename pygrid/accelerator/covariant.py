@@ -311,7 +311,12 @@ class _Emitter:
         if self._stride(halo_name) != self._stride(field_name):
             raise DescriptionError(f"halo {halo_name} must have the components of {field_name}")
         site, limit = as_iexpr(site), as_iexpr(limit)
-        return (self._offset(field_name, site, plane), self._offset(halo_name, site - limit, plane), site, limit)
+        return (
+            self._offset(field_name, site, plane),
+            self._offset(halo_name, site - limit, plane),
+            site,
+            limit,
+        )
 
     def permutation(self, m) -> Permutation:
         self._perms += 1
@@ -619,7 +624,8 @@ class NumbaEmitter(_Emitter):
         out = [
             "import numpy as np",
             "from numba import njit",
-            "from pygrid.accelerator.simd_numba import vload, vstore, vsplat, vfma, vfms, vxor, vpermute, vsqrt, "
+            "from pygrid.accelerator.simd_numba import vload, vstore, vsplat, vfma, vfms, vxor, vpermute, "
+            "vsqrt, "
             "prefetch",
             f"# simd_numba version {_simd_version()}",
             "",
@@ -659,7 +665,9 @@ def generate(kernel: Kernel, target: str, nsimd: int, dtype) -> str:
     """Source of ``kernel`` for ``target`` ('numba', 'cuda', 'hip' or 'opencl')."""
     clash = RESERVED.intersection(p.name for p in kernel.params)
     if clash:
-        raise DescriptionError(f"{kernel.name}: parameter names {sorted(clash)} are used by the generated code")
+        raise DescriptionError(
+            f"{kernel.name}: parameter names {sorted(clash)} are used by the generated code"
+        )
     if target == "numba":
         E = NumbaEmitter(kernel, nsimd, dtype)
     else:

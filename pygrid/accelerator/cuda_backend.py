@@ -125,7 +125,9 @@ class CudaBackend:
         osites = int(out.shape[0])
         blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
         dout = self._dev(out)  # a host buffer (unified memory manager) goes through a device copy
-        args = [dout] + [self._dev(a) for a in inputs] + consts + [self.tables.reals(cf, rdt), np.int32(osites)]
+        args = (
+            [dout] + [self._dev(a) for a in inputs] + consts + [self.tables.reals(cf, rdt), np.int32(osites)]
+        )
         k((blocks,), (tpb,), tuple(args))
         if dout is not out:
             out[...] = cp.asnumpy(dout)
@@ -193,8 +195,10 @@ class CudaBackend:
         key = ("layout", out.dtype.name, inp.dtype.name)
         mod = self._kernels.get(key)
         if mod is None:
-            mod = self._kernels[key] = {n: self.cupy.RawKernel(lk.source("cuda", out.dtype.name, inp.dtype.name), n)
-                                        for n in lk.KERNELS}
+            mod = self._kernels[key] = {
+                n: self.cupy.RawKernel(lk.source("cuda", out.dtype.name, inp.dtype.name), n)
+                for n in lk.KERNELS
+            }
         name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
         dout, dinp = self._dev(out), self._dev(inp)
         args = [dout, dinp] + ([] if kind == "cast" else [self.tables.ints(om), self.tables.ints(lm)])
@@ -204,7 +208,8 @@ class CudaBackend:
             out[...] = cp.asnumpy(dout)
 
     def bench_copy(self, n, dtype):
-        """A device-to-device copy of ``n`` reals (CuPy): the device's bandwidth ceiling; runs one and waits."""
+        """A device-to-device copy of ``n`` reals (CuPy): the device's bandwidth ceiling; runs one and
+        waits."""
         cp = self.cupy
         src = cp.asarray(1.0 + np.arange(n, dtype=dtype) * 1e-6)
         dst = cp.asarray(np.ones(n, dtype=dtype))
@@ -216,4 +221,6 @@ class CudaBackend:
         return run
 
     def accelerator_for(self, osites, kernel, *args):
-        raise BackendError(f"hand-written numba kernels (accelerator_for) do not run on the {self.name} backend")
+        raise BackendError(
+            f"hand-written numba kernels (accelerator_for) do not run on the {self.name} backend"
+        )

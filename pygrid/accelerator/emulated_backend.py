@@ -90,7 +90,9 @@ def compile_emulated(source, argtypes=None):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 os.unlink(tmp)
-                raise BackendError(f"compiling generated kernel {src} failed:\n{' '.join(cmd)}\n{r.stderr[-4000:]}")
+                raise BackendError(
+                    f"compiling generated kernel {src} failed:\n{' '.join(cmd)}\n{r.stderr[-4000:]}"
+                )
             os.replace(tmp, so)  # atomic: a concurrent process never loads half a library
             _compiles[0] += 1
         lib = ctypes.CDLL(so)
@@ -159,12 +161,19 @@ class EmulatedSIMTBackend:
         src = lk.source(self.dialect, out.dtype.name, inp.dtype.name)
         lib = compile_emulated(src + lk.emulation_wrappers(out.dtype.name, inp.dtype.name), argtypes=False)
         name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
-        arrs = [out, inp] + ([] if kind == "cast" else [np.ascontiguousarray(m, dtype=np.int32) for m in (om, lm)])
+        arrs = [out, inp] + (
+            [] if kind == "cast" else [np.ascontiguousarray(m, dtype=np.int32) for m in (om, lm)]
+        )
         for a in arrs[:2]:
             if not a.flags.c_contiguous:
                 raise BackendError(f"relayout {kind}: buffers must be C-contiguous")
         fn = getattr(lib, "pygrid_launch_" + name)
-        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int, ctypes.c_int]
+        fn.argtypes = [
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_long),
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
         blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
         fn((ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs]), (ctypes.c_long * len(ints))(*ints),
            blocks, tpb)
@@ -202,7 +211,8 @@ def emulated_launch(dialect, kernel, args, nsimd, dtype):
             continue
         a = tables.get(p.name, args[p.name])
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
-            raise BackendError(f"{kernel.name}: {p.name} must be a C-contiguous host array on an emulated backend")
+            raise BackendError(f"{kernel.name}: {p.name} must be a C-contiguous host array "
+                               "on an emulated backend")
         ptrs.append(a.ctypes.data)
     n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
     blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())

@@ -36,28 +36,31 @@ def source(dialect, out_dtype, in_dtype):
     maps = (f"{G}{to}* {R} out, {G}const {ti}* {R} in, {G}const int* {R} om, {G}const int* {R} lm, "
             "const long n, const long planes, const long ns_out, const long ns_in")
     return f"""{pre}
-{D['kernel']} pg_gather({maps})
+{D["kernel"]} pg_gather({maps})
 {{
     const long idx = {idx};
     if (idx >= n * ns_out) return;
     const long o = idx / ns_out, l = idx - o * ns_out;
     const long so = om[idx], sl = lm[idx];
-    for (long p = 0; p < planes; ++p) out[(o * planes + p) * ns_out + l] = ({to})in[(so * planes + p) * ns_in + sl];
+    for (long p = 0; p < planes; ++p)
+        out[(o * planes + p) * ns_out + l] = ({to})in[(so * planes + p) * ns_in + sl];
 }}
-{D['kernel']} pg_scatter({maps})
+{D["kernel"]} pg_scatter({maps})
 {{
     const long idx = {idx};
     if (idx >= n * ns_in) return;
     const long o = idx / ns_in, l = idx - o * ns_in;
     const long so = om[idx], sl = lm[idx];
-    for (long p = 0; p < planes; ++p) out[(so * planes + p) * ns_out + sl] = ({to})in[(o * planes + p) * ns_in + l];
+    for (long p = 0; p < planes; ++p)
+        out[(so * planes + p) * ns_out + sl] = ({to})in[(o * planes + p) * ns_in + l];
 }}
-{D['kernel']} pg_cast({G}{to}* {R} out, {G}const {ti}* {R} in, const long n)
+{D["kernel"]} pg_cast({G}{to}* {R} out, {G}const {ti}* {R} in, const long n)
 {{
     const long i = {idx};
     if (i < n) out[i] = ({to})in[i];
 }}
-{D['kernel']} pg_setcomp({G}{to}* {R} out, {G}const {ti}* {R} in, {G}const int* {R} cout, {G}const int* {R} cin,
+{D["kernel"]} pg_setcomp({G}{to}* {R} out, {G}const {ti}* {R} in,
+                         {G}const int* {R} cout, {G}const int* {R} cin,
                          const long n, const long nk, const long ncout, const long ncin, const long ns)
 {{
     const long idx = {idx};
@@ -75,14 +78,20 @@ def emulation_wrappers(out_dtype, in_dtype):
     to, ti = _CTYPE[str(out_dtype)], _CTYPE[str(in_dtype)]
     out = []
     for name in ("pg_gather", "pg_scatter"):
-        out.append(f'extern "C" void pygrid_launch_{name}(void** a, long* ints, int blocks, int threads)\n'
-                   f"{{ SIMT_LAUNCH(blocks, threads, {name}(({to}*)a[0], (const {ti}*)a[1], (const int*)a[2], "
-                   "(const int*)a[3], ints[0], ints[1], ints[2], ints[3])); }\n")
-    out.append('extern "C" void pygrid_launch_pg_cast(void** a, long* ints, int blocks, int threads)\n'
-               f"{{ SIMT_LAUNCH(blocks, threads, pg_cast(({to}*)a[0], (const {ti}*)a[1], ints[0])); }}\n")
-    out.append('extern "C" void pygrid_launch_pg_setcomp(void** a, long* ints, int blocks, int threads)\n'
-               f"{{ SIMT_LAUNCH(blocks, threads, pg_setcomp(({to}*)a[0], (const {ti}*)a[1], (const int*)a[2], "
-               "(const int*)a[3], ints[0], ints[1], ints[2], ints[3], ints[4])); }\n")
+        out.append(
+            f'extern "C" void pygrid_launch_{name}(void** a, long* ints, int blocks, int threads)\n'
+            f"{{ SIMT_LAUNCH(blocks, threads, {name}(({to}*)a[0], (const {ti}*)a[1], (const int*)a[2], "
+            "(const int*)a[3], ints[0], ints[1], ints[2], ints[3])); }\n"
+        )
+    out.append(
+        'extern "C" void pygrid_launch_pg_cast(void** a, long* ints, int blocks, int threads)\n'
+        f"{{ SIMT_LAUNCH(blocks, threads, pg_cast(({to}*)a[0], (const {ti}*)a[1], ints[0])); }}\n"
+    )
+    out.append(
+        'extern "C" void pygrid_launch_pg_setcomp(void** a, long* ints, int blocks, int threads)\n'
+        f"{{ SIMT_LAUNCH(blocks, threads, pg_setcomp(({to}*)a[0], (const {ti}*)a[1], (const int*)a[2], "
+        "(const int*)a[3], ints[0], ints[1], ints[2], ints[3], ints[4])); }\n"
+    )
     return "\n".join(out)
 
 

@@ -290,7 +290,9 @@ def vpermute(typingctx, v, lanes, off):
         out = ir.Constant(args[0].type, ir.Undefined)
         for l in range(v.width):
             src = builder.load(builder.gep(ary.data, [builder.add(base, ir.Constant(i64, l))]))
-            out = builder.insert_element(out, builder.extract_element(args[0], src), ir.Constant(ir.IntType(32), l))
+            out = builder.insert_element(
+                out, builder.extract_element(args[0], src), ir.Constant(ir.IntType(32), l)
+            )
         return out
 
     return v(v, lanes, off), codegen
@@ -305,8 +307,9 @@ def prefetch(typingctx, a, i):
         ary = context.make_array(sig.args[0])(context, builder, args[0])
         ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(8).as_pointer())
         i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
-                                            "llvm.prefetch.p0i8")
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]), "llvm.prefetch.p0i8"
+        )
         # read (0), keep in all levels (locality 3), data cache (1)
         builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()

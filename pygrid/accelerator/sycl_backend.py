@@ -41,7 +41,12 @@ INSTALL = "pip install pygrid[sycl] (dpctl and intel-opencl-rt)"
 def find_libintelocl(prefix=None):
     """Absolute path of the installed libintelocl.so (under ``prefix``/lib), or None."""
     prefix = prefix or sys.prefix
-    for pat in ("lib/libintelocl.so", "lib/libintelocl.so.*", "lib/**/libintelocl.so", "lib64/libintelocl.so"):
+    for pat in (
+        "lib/libintelocl.so",
+        "lib/libintelocl.so.*",
+        "lib/**/libintelocl.so",
+        "lib64/libintelocl.so",
+    ):
         hits = sorted(glob.glob(os.path.join(prefix, pat), recursive=True))
         if hits:
             return os.path.abspath(hits[0])
@@ -113,7 +118,8 @@ def make_queue(dpctl, selector=None):
         except Exception:  # pragma: no cover - broken runtime
             devs = []
         raise BackendError(
-            f"no SYCL device found{' for ' + repr(selector) if selector else ''} ({e}); devices: {devs or 'none'}. "
+            f"no SYCL device found{' for ' + repr(selector) if selector else ''} ({e}); devices: "
+            f"{devs or 'none'}. "
             f"For the CPU OpenCL device: {INSTALL}"
         ) from e
 
@@ -200,7 +206,9 @@ class UsmArray:
         self.set(host)
 
     def transpose(self, *axes):
-        return _UsmTransposed(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
+        return _UsmTransposed(
+            self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        )
 
     def __len__(self):
         return self.shape[0]
@@ -494,12 +502,16 @@ class SyclBackend:
         from . import covariant
 
         if np.dtype(dtype) == np.float64 and not self.fp64:
-            raise BackendError(f"{kernel.name}: the SYCL device {self.queue.sycl_device.name} has no double "
-                               "precision; use single precision fields")
+            raise BackendError(
+                f"{kernel.name}: the SYCL device {self.queue.sycl_device.name} has no double "
+                "precision; use single precision fields"
+            )
         key = kernel.key(nsimd, dtype, "opencl")
         k = self._kernels.get(key)
         if k is None:
-            k = self._kernels[key] = self._build(covariant.generate(kernel, "opencl", nsimd, dtype), kernel.name)
+            k = self._kernels[key] = self._build(
+                covariant.generate(kernel, "opencl", nsimd, dtype), kernel.name
+            )
         return k
 
     def launch(self, kernel, args, nsimd, dtype):
@@ -534,7 +546,8 @@ class SyclBackend:
         if kind != "cast":
             args += [self.tables.ints(om).usm_data, self.tables.ints(lm).usm_data]
         blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
-        self.queue.submit(prog[name], args + [ctypes.c_longlong(i) for i in ints], [blocks * tpb], [tpb]).wait()
+        args += [ctypes.c_longlong(i) for i in ints]
+        self.queue.submit(prog[name], args, [blocks * tpb], [tpb]).wait()
         if dout is not out:
             out[...] = dout.get()
 
@@ -550,7 +563,8 @@ class SyclBackend:
         vec = f"{real}{w}" if w > 1 else real
         pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if real == "double" else ""
         k = self._build(pragma + f"__kernel void pg_copy(__global const {vec}* restrict a, "
-                        f"__global {vec}* restrict b)\n{{ const size_t i = get_global_id(0); b[i] = a[i]; }}\n",
+                        f"__global {vec}* restrict b)\n"
+                        "{ const size_t i = get_global_id(0); b[i] = a[i]; }\n",
                         "pg_copy")
         src = self.to_device(1.0 + np.arange(n, dtype=dtype) * 1e-6)
         dst = self.to_device(np.ones(n, dtype=dtype))

@@ -73,8 +73,20 @@ def run(dims, precision, ctx):
         r.notes.append(note)
     ctx.progress.step(f"dwf {precision}: compiling and timing Dhop (Ls={Ls})")
     t, tmin, it, extra = time_operator(ctx, lambda: D.Dhop(psi, out=chi), f"dwf {precision} Dhop", grid4)
-    r.kernels.append(Kernel("Dhop", "pygrid", t, tmin, it, V5, FLOPS_PER_SITE, reals_per_site(Ls) * rb,
-                            f"DomainWallFermion.Dhop, Ls={Ls}; bytes: 8 spinors + result, links shared by Ls", extra))
+    r.kernels.append(
+        Kernel(
+            "Dhop",
+            "pygrid",
+            t,
+            tmin,
+            it,
+            V5,
+            FLOPS_PER_SITE,
+            reals_per_site(Ls) * rb,
+            f"DomainWallFermion.Dhop, Ls={Ls}; bytes: 8 spinors + result, links shared by Ls",
+            extra,
+        )
+    )
     r.extra["Ls"] = Ls
     r.extra["M5"] = M5
     if grid4.decomposed:

@@ -149,8 +149,10 @@ def format_run(run: Run) -> str:
             how = "numba copy (" + ("parallel" if r.nbytes // 2 >= PARALLEL_MIN_BYTES else "one thread") + ")"
         else:
             how = r.description.split(" moving")[0]
-        lines.append(f"  bandwidth roofline: {how} of {r.nbytes // 2:.0f} B -> "
-                     f"{r.gbps:.2f} GB/s ({format_seconds(r.seconds).strip()} per call, {r.iterations} calls)")
+        lines.append(
+            f"  bandwidth roofline: {how} of {r.nbytes // 2:.0f} B -> "
+            f"{r.gbps:.2f} GB/s ({format_seconds(r.seconds).strip()} per call, {r.iterations} calls)"
+        )
     name_w = max([len(k.name) for k in run.kernels] + [6])
     for k in run.kernels:
         parts = [f"  {k.name:<{name_w}}  {format_seconds(k.seconds)}/call"]

@@ -95,17 +95,31 @@ def time_operator(ctx, fn, label, grid):
     if grid.decomposed:
         st = comm.stats
         n, size = calls[0], comm.size
-        mean = [comm.sum(v) / size / n for v in (st.bytes_sent, st.messages, st.comm_s, st.exposed_s, st.pack_s)]
+        mean = [
+            comm.sum(v) / size / n for v in (st.bytes_sent, st.messages, st.comm_s, st.exposed_s, st.pack_s)
+        ]
         hidden = 0.0 if mean[2] <= 0 else max(0.0, 1 - mean[3] / mean[2])
-        extra["ranks"] = (f"{size} ranks, --mpi {dotted(grid.mpi_layout)}, {dotted(grid.ldims)} sites per rank; "
-                          "rates above are per rank, the slowest rank's time")
+        extra["ranks"] = (
+            f"{size} ranks, --mpi {dotted(grid.mpi_layout)}, {dotted(grid.ldims)} sites per rank; "
+            "rates above are per rank, the slowest rank's time"
+        )
         extra["halo"] = f"{mean[0] / 1e6:.3f} MB sent per call and rank, in {mean[1]:.0f} messages"
-        extra["comms"] = (f"{format_seconds(mean[2]).strip()} in flight per call, {format_seconds(mean[3]).strip()} "
-                          f"exposed: {100 * hidden:.0f}% hidden by computation; packing "
-                          f"{format_seconds(mean[4]).strip()}")
-        extra["_mpi"] = {"ranks": size, "mpi_layout": list(grid.mpi_layout), "local_dims": list(grid.ldims),
-                         "halo_bytes_per_call": mean[0], "messages_per_call": mean[1], "comm_seconds_per_call": mean[2],
-                         "exposed_seconds_per_call": mean[3], "pack_seconds_per_call": mean[4], "hidden_fraction": hidden}
+        extra["comms"] = (
+            f"{format_seconds(mean[2]).strip()} in flight per call, {format_seconds(mean[3]).strip()} "
+            f"exposed: {100 * hidden:.0f}% hidden by computation; packing "
+            f"{format_seconds(mean[4]).strip()}"
+        )
+        extra["_mpi"] = {
+            "ranks": size,
+            "mpi_layout": list(grid.mpi_layout),
+            "local_dims": list(grid.ldims),
+            "halo_bytes_per_call": mean[0],
+            "messages_per_call": mean[1],
+            "comm_seconds_per_call": mean[2],
+            "exposed_seconds_per_call": mean[3],
+            "pack_seconds_per_call": mean[4],
+            "hidden_fraction": hidden,
+        }
     return t, tmin, it, extra
 
 

@@ -86,7 +86,9 @@ def run(dims, precision, ctx):
         return r
     Ua, pa = U.to_numpy(), psi.to_numpy()
     ctx.progress.step(f"wilson {precision}: numpy reference Dhop")
-    t, tmin, it = ctx.timer(lambda: dhop_reference(Ua, pa), f"wilson {precision} numpy", target=1.0, max_warmup=1)
+    t, tmin, it = ctx.timer(
+        lambda: dhop_reference(Ua, pa), f"wilson {precision} numpy", target=1.0, max_warmup=1
+    )
     r.kernels.append(Kernel("numpy_Dhop", "numpy", t, tmin, it, V, FLOPS_PER_SITE, REALS_PER_SITE * rb,
                             "plain numpy Dhop (np.roll + einsum) on to_numpy() arrays"))
     r.main, r.baseline = "Dhop", "numpy_Dhop"

@@ -16,7 +16,11 @@ def _read_as(e):
     The product's loops then index the operand transposed and flip the sign of
     its imaginary part, so adj(U) * psi makes no temporary.
     """
-    if isinstance(e, Unary) and e.kind in ("adj", "conjugate", "transpose") and not isinstance(e.children[0], Const):
+    if (
+        isinstance(e, Unary)
+        and e.kind in ("adj", "conjugate", "transpose")
+        and not isinstance(e.children[0], Const)
+    ):
         child = e.children[0]
         if e.kind == "adj":
             return child, True, LEVELS
@@ -97,7 +101,11 @@ class _Lowerer:
             terms = []
             for t, scale, sign in e.terms:
                 if isinstance(t, (Scalar, Const)):
-                    val = t.value * algebra.identity_values(e.site_type) if isinstance(t, Scalar) else t.const.values
+                    val = (
+                        t.value * algebra.identity_values(e.site_type)
+                        if isinstance(t, Scalar)
+                        else t.const.values
+                    )
                     if t.site_type.levels != e.site_type.levels and isinstance(t, Const):
                         raise SiteTypeError(f"cannot add the constant {t.const} to a {e.site_type} field")
                     v = self.emit(IR.Const(self.coef(val), e.site_type.ncomp))

@@ -84,7 +84,9 @@ class Expr(ExprOps):
     children: tuple = ()
 
     def __bool__(self):
-        raise TypeError("a pygrid expression has no truth value; evaluate it with pg.eval or compare reductions")
+        raise TypeError(
+            "a pygrid expression has no truth value; evaluate it with pg.eval or compare reductions"
+        )
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.site_type} on {self.grid}>"
@@ -104,11 +106,13 @@ def _conform(name, *nodes):
             raise ConformabilityError(f"{name}: operands live on different grids, {grid} and {n.grid}")
         if n.checkerboard != cb:
             raise ConformabilityError(
-                f"{name}: operands are on different checkerboards ({_cbname(cb)} and {_cbname(n.checkerboard)})"
+                f"{name}: operands are on different checkerboards ({_cbname(cb)} and "
+                f"{_cbname(n.checkerboard)})"
             )
         if n.precision != prec:
             raise ConformabilityError(
-                f"{name}: operands have different precisions ({prec} and {n.precision}); convert one with pg.convert"
+                f"{name}: operands have different precisions ({prec} and {n.precision}); convert one with "
+                "pg.convert"
             )
     return grid, cb, prec
 
@@ -190,7 +194,9 @@ class Unary(Expr):
         self.remap = remap
         self.conj = conj
         self.grid, self.checkerboard, self.precision = a.grid, a.checkerboard, a.precision
-        self.site_type = SiteType(*remap.out_type.levels, is_real=a.site_type.is_real and remap.out_type.is_real)
+        self.site_type = SiteType(
+            *remap.out_type.levels, is_real=a.site_type.is_real and remap.out_type.is_real
+        )
 
 
 class Contract(Expr):
@@ -212,7 +218,9 @@ class Where(Expr):
         if any(lv.kind != SCALAR for lv in mask.site_type.levels):
             raise SiteTypeError(f"where: the mask must be a Complex or Real field, got {mask.site_type}")
         if a.site_type.levels != b.site_type.levels:
-            raise SiteTypeError(f"where: both branches must have one site type, got {a.site_type} and {b.site_type}")
+            raise SiteTypeError(
+                f"where: both branches must have one site type, got {a.site_type} and {b.site_type}"
+            )
         self.grid, self.checkerboard, self.precision = _conform("where", mask, a, b)
         self.site_type = SiteType(*a.site_type.levels, is_real=a.site_type.is_real and b.site_type.is_real)
 

@@ -165,8 +165,10 @@ class MobiusFermion(FermionOperator):
         self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, b={self.b}, c={self.c}, "
-                f"{self.precision}, {self.grid4})")
+        return (
+            f"{type(self).__name__}(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, b={self.b}, c={self.c}, "
+            f"{self.precision}, {self.grid4})"
+        )
 
     # ---- construction helpers ------------------------------------------------------
     def _with_gauge(self, U):
@@ -206,8 +208,11 @@ class MobiusFermion(FermionOperator):
     def _hop(self, psi, tgt, dag, alpha=0.0, diag=None, scale=-0.5):
         """tgt = scale * hop(psi) + alpha * diag on the full 5D grid (tgt must not alias psi)."""
         w = self._w
-        with psi.view(ViewMode.AcceleratorRead) as p, w.U.view(ViewMode.AcceleratorRead) as u, \
-                tgt.view(ViewMode.AcceleratorWriteDiscard if diag is not tgt else ViewMode.AcceleratorWrite) as o:
+        with (
+            psi.view(ViewMode.AcceleratorRead) as p,
+            w.U.view(ViewMode.AcceleratorRead) as u,
+            tgt.view(ViewMode.AcceleratorWriteDiscard if diag is not tgt else ViewMode.AcceleratorWrite) as o,
+        ):
             lh = w.link_halo(w.stencil, w.U, u)
             if diag is None or alpha == 0.0:
                 dhop(o, p, u, u, w.stencil, self.Ls, scale, 0.0, None, dag, link_halo=lh)
@@ -317,11 +322,13 @@ class MobiusFermion(FermionOperator):
         if not isinstance(q, Lattice) or q.site_type.levels != FERMION.levels or q.grid != self.grid4:
             raise ConformabilityError(f"{name} needs a 4D LatticeFermion on {self.grid4}, got {q!r}")
         if q.precision != self.precision:
-            raise ConformabilityError(f"{name}: a {q.precision}-precision field for a "
-                                      f"{self.precision}-precision operator")
+            raise ConformabilityError(
+                f"{name}: a {q.precision}-precision field for a {self.precision}-precision operator"
+            )
 
     def physical_field(self, psi5: Lattice, out: Lattice | None = None) -> Lattice:
-        """The physical 4D quark field ``P_- psi_0 + P_+ psi_{Ls-1}`` (Grid's ExportPhysicalFermionSolution)."""
+        """The physical 4D quark field ``P_- psi_0 + P_+ psi_{Ls-1}`` (Grid's
+        ExportPhysicalFermionSolution)."""
         self._check(psi5, False, "physical_field")
         res = self.new_fermion4d() if out is None else out
         self._check4(res, "physical_field (out)")
@@ -374,4 +381,6 @@ class DomainWallFermion(MobiusFermion):
         return DomainWallFermion(U, self.Ls, self.mass, self.M5)
 
     def __repr__(self):
-        return f"DomainWallFermion(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, {self.precision}, {self.grid4})"
+        return (
+            f"DomainWallFermion(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, {self.precision}, {self.grid4})"
+        )

@@ -55,7 +55,9 @@ def _aliases(a, b):
 def _check_fermion(name, a, dtype, nsimd, nc=12):
     if a.dtype != dtype or a.ndim != 4 or a.shape[1] != nc or a.shape[2] != 2 or a.shape[3] != nsimd:
         raise ConformabilityError(
-            f"{name} buffer has shape {tuple(a.shape)} and dtype {a.dtype}; expected (n, {nc}, 2, {nsimd}) {dtype}")
+            f"{name} buffer has shape {tuple(a.shape)} and dtype {a.dtype}; expected (n, {nc}, 2, {nsimd}) "
+            f"{dtype}"
+        )
 
 
 def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, which=None,
@@ -86,8 +88,10 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     use_diag = diag is not None and alpha != 0.0
     if use_diag:
         if tuple(diag.shape) != tuple(out.shape) or diag.dtype != dtype:
-            raise ConformabilityError(f"dhop: diag buffer has shape {tuple(diag.shape)} and dtype {diag.dtype}; "
-                                      f"expected {tuple(out.shape)} {dtype}")
+            raise ConformabilityError(
+                f"dhop: diag buffer has shape {tuple(diag.shape)} and dtype {diag.dtype}; "
+                f"expected {tuple(out.shape)} {dtype}"
+            )
     else:
         diag, alpha = out, 0.0
     # forward points use (1 - g_mu), backward (1 + g_mu); dag swaps them

@@ -101,7 +101,9 @@ def project_su3(U):
     out = U.new_like()
     nmat = U.site_type.ncomp // 9
     with U.view(ViewMode.AcceleratorRead) as u, out.view(ViewMode.AcceleratorWriteDiscard) as o:
-        get_backend().launch(project_su3_kernel(nmat), dict(out=o, links=u, n=o.shape[0]), o.shape[3], o.dtype)
+        get_backend().launch(
+            project_su3_kernel(nmat), dict(out=o, links=u, n=o.shape[0]), o.shape[3], o.dtype
+        )
     return out
 
 

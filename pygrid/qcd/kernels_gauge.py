@@ -22,9 +22,11 @@ def _cmul(E, a, b):
 def _project_body(E, o, _s, nmat):
     one = E.const(1.0)
     for m in range(nmat):
-        def row(i):
-            return [(E.read("links", o, 2 * (9 * m + 3 * i + j)), E.read("links", o, 2 * (9 * m + 3 * i + j) + 1))
-                    for j in range(3)]
+        def row(i, m=m):
+            return [
+                (E.read("links", o, 2 * (9 * m + 3 * i + j)), E.read("links", o, 2 * (9 * m + 3 * i + j) + 1))
+                for j in range(3)
+            ]
 
         def normalised(r):
             n = r[0][0] * r[0][0]
@@ -60,7 +62,8 @@ def _project_body(E, o, _s, nmat):
 
 @functools.cache
 def project_su3_kernel(nmat):
-    """The SU(3) projection of the sites of ``links`` holding ``nmat`` colour matrices each (out may be links)."""
+    """The SU(3) projection of the sites of ``links`` holding ``nmat`` colour matrices each (out may be
+    links)."""
     nc = 9 * int(nmat)
     return Kernel(
         name=f"project_su3_{nmat}",

@@ -162,13 +162,27 @@ def _wilson_hop(prefetch):
     return Kernel(
         name="wilson_hop_5d" if prefetch else "wilson_hop",
         params=(
-            Param("out", "field", 12, out=True), Param("psi", "field", 12), Param("uf", "field", 36),
-            Param("ub", "field", 36), Param("nbr", "itable"), Param("perm", "itable"), Param("lanes", "itable"),
-            Param("pxor", "itable"), Param("coef", "rtable"), Param("diag", "field", 12),
-            Param("use_diag", "int"), Param("n4", "int"), Param("Ls", "int"),
-            Param("halo", "field", 12), Param("ubh", "field", 36),
+            Param("out", "field", 12, out=True),
+            Param("psi", "field", 12),
+            Param("uf", "field", 36),
+            Param("ub", "field", 36),
+            Param("nbr", "itable"),
+            Param("perm", "itable"),
+            Param("lanes", "itable"),
+            Param("pxor", "itable"),
+            Param("coef", "rtable"),
+            Param("diag", "field", 12),
+            Param("use_diag", "int"),
+            Param("n4", "int"),
+            Param("Ls", "int"),
+            Param("halo", "field", 12),
+            Param("ubh", "field", 36),
         ),
-        n="n4", inner="Ls", body=_wilson_body, prologue=_wilson_prologue, statics=("prefetch",) if prefetch else (),
+        n="n4",
+        inner="Ls",
+        body=_wilson_body,
+        prologue=_wilson_prologue,
+        statics=("prefetch",) if prefetch else (),
         doc="The Wilson hopping term on outer 4D sites [lo, hi), all Ls slices (pygrid.qcd.kernels_generic).",
     )
 
@@ -262,9 +276,19 @@ def _bidiag_solve_body(E, o, _s):
 
 BIDIAG_SOLVE = Kernel(
     name="bidiag_solve",
-    params=(Param("out", "field", 12, out=True), Param("x", "field", 12), Param("order", "itable"),
-            Param("invd", "rtable"), Param("ed", "rtable"), Param("q", "rtable"), Param("r", "rtable"),
-            Param("n4", "int"), Param("Ls", "int")),
-    n="n4", body=_bidiag_solve_body,
-    doc="out = A^-1 x, A cyclic bidiagonal in s per chirality, by two O(Ls) sweeps (pygrid.qcd.kernels_generic).",
+    params=(
+        Param("out", "field", 12, out=True),
+        Param("x", "field", 12),
+        Param("order", "itable"),
+        Param("invd", "rtable"),
+        Param("ed", "rtable"),
+        Param("q", "rtable"),
+        Param("r", "rtable"),
+        Param("n4", "int"),
+        Param("Ls", "int"),
+    ),
+    n="n4",
+    body=_bidiag_solve_body,
+    doc="out = A^-1 x, A cyclic bidiagonal in s per chirality, by two O(Ls) sweeps "
+        "(pygrid.qcd.kernels_generic).",
 )

@@ -2,7 +2,8 @@
 
 The variant beside the generic kernel of :mod:`pygrid.qcd.kernels_generic`, as
 Grid keeps its HandUnroll kernels beside the generic ones; launched by
-:func:`pygrid.qcd.dslash.dhop`, which checks the buffers.  It computes, for every output site x (4D outer site o, fifth-dimension index s)
+:func:`pygrid.qcd.dslash.dhop`, which checks the buffers.  It computes, for every output site x
+(4D outer site o, fifth-dimension index s)
 
     out(x) = alpha * diag(x)
            + scale * sum_mu [ (1 - g_mu) U_mu(x) psi(x+mu) + (1 + g_mu) U_mu(x-mu)^dag psi(x-mu) ]
@@ -144,7 +145,8 @@ def projection_tables():
 
 
 def gamma_structure():
-    """Per mu: [(j_a, is_imag, sign) for a in 0, 1] of A and [(k_b, is_imag, sign)] of B (g_mu = [[0, A], [B, 0]])."""
+    """Per mu: [(j_a, is_imag, sign) for a in 0, 1] of A and [(k_b, is_imag, sign)] of B (g_mu = [[0, A],
+    [B, 0]])."""
     out = []
     for mu in range(4):
         g = Gamma.mu[mu].array()
@@ -191,8 +193,12 @@ def _source(ns, dtype, five_d):
     nls, nlg = (24 * NS + line - 1) // line, (18 * NS + line - 1) // line + 1
     out += [f"L{q} = U({q * line})" for q in range(max(nls, nlg))]
     out += [f"PD = {int(PREFETCH_DISTANCE)}", "PDU = U(PD)", f"SPF = U({int(SLICE_PREFETCH)})"]
-    out += ['_inl = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")',
-            '_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)', ""]
+    out += [
+        '_inl = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", '
+        'boundscheck=False, inline="always")',
+        '_jit = njit(fastmath=True, cache=True, nogil=True, error_model="numpy", boundscheck=False)',
+        "",
+    ]
 
     def fn(sig, body, doc, deco="@_inl"):
         out.append(deco)
@@ -218,7 +224,9 @@ def _source(ns, dtype, five_d):
             body = []
             for c in range(3):
                 body += [f"x{ri} = vload(psi, b + Q{2 * (3 * a + c) + k}, W)" for k, ri in enumerate("ri")]
-                body += [f"y{ri} = vload(psi, b + Q{2 * (3 * (2 + j) + c) + k}, W)" for k, ri in enumerate("ri")]
+                body += [
+                    f"y{ri} = vload(psi, b + Q{2 * (3 * (2 + j) + c) + k}, W)" for k, ri in enumerate("ri")
+                ]
                 body += cplx_axpy((f"w{c}r", f"w{c}i"), ("xr", "xi"), ("yr", "yi"), imag, sign)
             body.append(f"return {w6}")
             fn(f"proj{mu}h{a}(psi, b, g)", body,
@@ -246,13 +254,21 @@ def _source(ns, dtype, five_d):
                             body.append(f"vstore(acc, {q}, {v})")
                         else:
                             qo = q.replace("A +", "d +")
-                            body += ["if use_diag:", f"    vstore(out, {qo}, vfma(al, vload(x, {qo}, W), s * {v}))",
-                                     "else:", f"    vstore(out, {qo}, s * {v})"]
+                            body += [
+                                "if use_diag:",
+                                f"    vstore(out, {qo}, vfma(al, vload(x, {qo}, W), s * {v}))",
+                                "else:",
+                                f"    vstore(out, {qo}, s * {v})",
+                            ]
                 sig = "(acc, A, w, g)" if mode != "fin" else "(acc, A, w, g, out, d, s, x, al, use_diag)"
-                what = {"init": "acc[A:] = the", "add": "acc[A:] +=  the",
-                        "fin": "out[d:] = s * (acc[A:] + the) (+ al * x[d:] if use_diag), for the"}[mode]
+                what = {
+                    "init": "acc[A:] = the",
+                    "add": "acc[A:] +=  the",
+                    "fin": "out[d:] = s * (acc[A:] + the) (+ al * x[d:] if use_diag), for the",
+                }[mode]
                 fn(f"{mode}{mu}h{a}{sig}", body,
-                   f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + g gamma_{mu}).")
+                   f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + "
+                   f"g gamma_{mu}).")
     for name, adj in (("mult", False), ("mult_adj", True)):
         body = ["(h0r, h0i, h1r, h1i, h2r, h2i) = h"]
         for i in range(3):
@@ -271,21 +287,32 @@ def _source(ns, dtype, five_d):
                     body += [f"{r} = vfms(ui, {hi}, {r})", f"{m} = vfma(ui, {hr}, {m})"]
         body.append(f"return {w6}")
         fn(f"{name}(u, b, h)", body,
-           ("U^dag" if adj else "U") + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
+           ("U^dag" if adj else "U")
+           + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
     fn("hload(h, b)", ["return (" + ", ".join(f"vload(h, b + Q{k}, W)" for k in range(6)) + ")"],
        "One spin of a half spinor (3 colours, re/im) at h[b:], as received in a halo.")
     fn("hstore(h, b, w)", [f"vstore(h, b + Q{k}, w[{k}])" for k in range(6)],
        "Store one spin of a half spinor at h[b:].")
-    body = ["LS = U(Ls)", "for i in range(lo, hi):", "    n = U(rows[i])", "    mu = mus[i]",
-            "    g = vsplat(signs[i], W)",
-            "    for s in range(Ls):", "        S = U(s)", "        B = (n * LS + S) * FS",
-            "        H = (U(i) * LS + S) * HS"]
+    body = [
+        "LS = U(Ls)",
+        "for i in range(lo, hi):",
+        "    n = U(rows[i])",
+        "    mu = mus[i]",
+        "    g = vsplat(signs[i], W)",
+        "    for s in range(Ls):",
+        "        S = U(s)",
+        "        B = (n * LS + S) * FS",
+        "        H = (U(i) * LS + S) * HS",
+    ]
     for mu in range(4):
-        body += [f"        {'if' if mu == 0 else 'elif'} mu == {mu}:",
-                 f"            hstore(out, H, proj{mu}h0(psi, B, g))",
-                 f"            hstore(out, H + H1, proj{mu}h1(psi, B, g))"]
+        body += [
+            f"        {'if' if mu == 0 else 'elif'} mu == {mu}:",
+            f"            hstore(out, H, proj{mu}h0(psi, B, g))",
+            f"            hstore(out, H + H1, proj{mu}h1(psi, B, g))",
+        ]
     fn("pack_kernel(lo, hi, psi, rows, mus, signs, Ls, out)", body,
-       "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the halos to send.",
+       "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the halos "
+       "to send.",
        "@_jit")
     body = []
     for x in [1 << k for k in range(NS.bit_length() - 1)]:
@@ -302,8 +329,12 @@ def _source(ns, dtype, five_d):
 
 def _kernel_body(nls, nlg, five_d):
     body = [
-        "sc = vsplat(coef[0], W)", "al = vsplat(coef[1], W)", "gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)",
-        "N4 = U(n4)", "LS = U(Ls)",
+        "sc = vsplat(coef[0], W)",
+        "al = vsplat(coef[1], W)",
+        "gf = vsplat(coef[2], W)",
+        "gb = vsplat(coef[3], W)",
+        "N4 = U(n4)",
+        "LS = U(Ls)",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
         "for i0 in range(lo, hi, tile):",
         "    i1 = min(i0 + tile, hi)",
@@ -316,8 +347,12 @@ def _kernel_body(nls, nlg, five_d):
         # the neighbour spinor (its first slice) and the link PD sites ahead, read in PD sites' time
         # (unrolled with constant offsets: one instruction per cache line; a halo index prefetches
         # past the end of psi, which is harmless: prefetches never fault)
-        body += ["        if i + PD < hi:", "            u2 = U(sites[i + PD])", f"            n2 = U(nbr[U({p}) * N4 + u2])",
-                 "            b2 = n2 * LS * FS"]
+        body += [
+            "        if i + PD < hi:",
+            "            u2 = U(sites[i + PD])",
+            f"            n2 = U(nbr[U({p}) * N4 + u2])",
+            "            b2 = n2 * LS * FS",
+        ]
         body += [f"            prefetch(psi, b2 + L{q})" for q in range(nls)]
         body += ["            b2 = " + (f"u2 * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}")]
         body += [f"            prefetch({'uf' if p < 4 else 'ub'}, b2 + L{q})" for q in range(nlg)]
@@ -333,7 +368,8 @@ def _kernel_body(nls, nlg, five_d):
             body += ["            if n < N4:", f"                w = proj{mu}h{a}(psi, B, {g})"]
             if p >= 4:
                 body += [f"                w = mult_adj(ub, n * GS + M{mu}, w)"]
-            body += ["            else:", f"                w = hload(halo, ((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'})"]
+            body += ["            else:",
+                     f"                w = hload(halo, ((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'})"]
             if p >= 4:
                 body += [f"                w = mult_adj(ubh, (n - N4) * GS + M{mu}, w)"]
             body += ["            if m != 0:", "                w = perm6(w, pxor[m], lanes, U(m) * NSU)"]
@@ -372,7 +408,8 @@ def _module(nsimd, dtype, Ls):
 
 
 def kernel_for(nsimd, dtype="float64", Ls=1):
-    """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on disk)."""
+    """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
+    disk)."""
     return _module(nsimd, dtype, Ls).dhop_kernel
 
 
@@ -468,7 +505,8 @@ class _LaunchState:
         self.mus = np.concatenate([np.full(pt.nface, p % 4, np.int32) for p, pt in faces])
         fwd = np.concatenate([np.full(pt.nface, p < 4) for p, pt in faces])
         # the projector signs of the hopping kernel, (forward, backward) = (-1, +1), or (+1, -1) for dag
-        self.signs = {False: np.where(fwd, -1.0, 1.0).astype(dtype), True: np.where(fwd, 1.0, -1.0).astype(dtype)}
+        self.signs = {False: np.where(fwd, -1.0, 1.0).astype(dtype),
+                      True: np.where(fwd, 1.0, -1.0).astype(dtype)}
         shape = (int(Ls), 6, 2, nsimd)
         packed = np.empty((len(self.rows),) + shape, dtype)
         self.packed_flat = packed.reshape(-1)

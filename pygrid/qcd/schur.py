@@ -35,7 +35,9 @@ class SchurOperator(SchurDiagMooeeOperator):
     def converted(self, precision):
         conv = getattr(self.op, "converted", None)
         if conv is None:
-            raise GridError(f"{self.op!r} has no converted(precision): cannot make a {precision} Schur operator")
+            raise GridError(
+                f"{self.op!r} has no converted(precision): cannot make a {precision} Schur operator"
+            )
         return SchurOperator(conv(precision), self.cb)
 
 
@@ -63,7 +65,9 @@ class SchurRedBlackDiagMooeeSolve:
         from ..lattice import pick_checkerboard
 
         if b.grid != op.grid:
-            raise ConformabilityError(f"schur_solve: the source {b} is not on the operator's full grid {op.grid}")
+            raise ConformabilityError(
+                f"schur_solve: the source {b} is not on the operator's full grid {op.grid}"
+            )
         S = SchurOperator(op, self.cb)
         src = S.prepare_source(b)
         rhs = S.Mdag(src)

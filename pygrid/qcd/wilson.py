@@ -165,7 +165,9 @@ class SchurDiagMooeeOperator:
     def M(self, psi, out=None):
         op = self.op
         if psi.checkerboard != self.cb:
-            raise ConformabilityError(f"SchurDiagMooeeOperator works on checkerboard {self.cb}, got {psi.checkerboard}")
+            raise ConformabilityError(
+                f"SchurDiagMooeeOperator works on checkerboard {self.cb}, got {psi.checkerboard}"
+            )
         t = op.Meooe(psi)
         t = op.MooeeInv(t, out=t)
         t2 = op.Meooe(t)
@@ -175,7 +177,9 @@ class SchurDiagMooeeOperator:
     def Mdag(self, psi, out=None):
         op = self.op
         if psi.checkerboard != self.cb:
-            raise ConformabilityError(f"SchurDiagMooeeOperator works on checkerboard {self.cb}, got {psi.checkerboard}")
+            raise ConformabilityError(
+                f"SchurDiagMooeeOperator works on checkerboard {self.cb}, got {psi.checkerboard}"
+            )
         t = op.MeooeDag(psi)
         t = op.MooeeInvDag(t, out=t)
         t2 = op.MeooeDag(t)

@@ -9,10 +9,10 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import grids, layouts, same_everywhere
 
 import pygrid as pg
 from pygrid.algorithms import ConjugateGradient
-from conftest import grids, layouts, same_everywhere
 
 DIMS = (4, 4, 4, 8)
 

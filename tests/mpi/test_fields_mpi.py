@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import WORLD, grids, layouts, same_everywhere
 
 import pygrid as pg
-from conftest import WORLD, grids, layouts, same_everywhere
 
 DIMS = (4, 4, 4, 8)
 SUM_RTOL = 1e-13

@@ -16,6 +16,8 @@ import tempfile
 
 import numpy as np
 import pytest
+from conftest import ONE, WORLD, layouts
+from io_faults import FullDisk
 
 import pygrid as pg
 import pygrid.io  # noqa: F401
@@ -27,8 +29,6 @@ import pygrid.qcd  # noqa: F401
 from pygrid.io import ChecksumError, FormatError, TruncatedFileError
 from pygrid.io._parallel import exact_sum
 from pygrid.io.lime import read_records
-from conftest import ONE, WORLD, layouts
-from io_faults import FullDisk
 
 DIMS = (4, 4, 4, 8)
 LAYOUTS = layouts()
@@ -168,7 +168,9 @@ def payload_offset(path, h):
     """Byte offset and length of the binary payload of a written file."""
     if h.format == "nersc":
         return h.data_start, os.path.getsize(path) - h.data_start
-    rec = next(r for r in read_records(open(path, "rb"), os.path.getsize(path)) if r.type == "ildg-binary-data")
+    rec = next(
+        r for r in read_records(open(path, "rb"), os.path.getsize(path)) if r.type == "ildg-binary-data"
+    )
     return rec.offset, rec.length
 
 
@@ -244,7 +246,9 @@ def test_write_failing_midway_fails_on_every_rank(shared_dir, hot, fmt, monkeypa
     g, U, _ = hot
     monkeypatch.setattr(pygrid.io._stream, "SLAB_BYTES", 1)
     real = pygrid.io.atomic._open_stream
-    monkeypatch.setattr(pygrid.io.atomic, "_open_stream", lambda fd: FullDisk(real(fd), 3 * 4 ** 3 * 4 * 18 * 8))
+    monkeypatch.setattr(
+        pygrid.io.atomic, "_open_stream", lambda fd: FullDisk(real(fd), 3 * 4**3 * 4 * 18 * 8)
+    )
     target = os.path.join(shared_dir, f"full-{fmt[0]}-{'.'.join(map(str, g.mpi_layout))}")
     if WORLD.is_root:
         with open(target, "wb") as f:
