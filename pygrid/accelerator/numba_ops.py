@@ -3,12 +3,12 @@
 A generated kernel is a loop over outer sites calling these functions on flat
 arrays with offsets; they are compiled once per lane count and precision and
 reused by every expression, so a new expression compiles only its own short
-loop (measured here: a 38-operation Wilson-like expression written as one
-inlined body took 17-23 s to compile, numba's frontend cost growing with the
-size of the function it lowers; as calls into this library, 7 s).
+loop: numba's front-end time grows faster than linearly with the size of the
+function it lowers, so one inlined body per expression would compile several
+times longer.
 
-Two details decide whether the lanes become vector instructions (measured on
-an axpby over a 16^4 fermion, one thread: 2.80 ms scalar, 1.39 ms vector):
+Two details decide whether the lanes become vector instructions (about 2x in
+speed on a streaming operation):
 
 * every index is unsigned (``U``): numba wraps negative signed indices with
   a select per access, which hides that consecutive lanes are consecutive;

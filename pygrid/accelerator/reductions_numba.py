@@ -1,10 +1,9 @@
 """Reductions for the OpenMP backend: numba kernels over blocks of outer sites.
 
 Each block writes one partial sum (accumulated in double, whatever the field's
-precision) and the host adds the partials.  Why not numpy: ``np.dot`` runs on
-OpenBLAS's own thread pool, which fights the kernel thread pool on a small
-machine (measured here: 100 CG iterations took 8.8 s with BLAS threads, 1.7 s
-without).
+precision) and the host adds the partials.  Not numpy: ``np.dot`` runs on
+OpenBLAS's own thread pool, which competes with the kernel thread pool for the
+cores and made a CG several times slower on a small machine.
 """
 from __future__ import annotations
 

@@ -53,19 +53,12 @@ That keeps every live value in registers (6 + 6 + 2 + a sign): no spills, and
 stores only to the accumulator.  The last point writes ``scale * acc + alpha *
 diag`` straight to ``out``: 1320 flops per site (Grid's count).
 
-Measured alternatives (docs/performance.md): the whole half spinor at once
-(12 vectors, the link held in registers across the Ls slices) spilled about 20
-vectors per site and point and was up to 1.45x slower for domain wall and 1.13x
-for Wilson at 16^4; one pass over the 8 points per site with the accumulator in registers
-is 1.3x faster in cache but slower from memory at 16^4 (eight neighbour streams
-at once, and at power-of-two extents the neighbours share L1 sets); the
-lane-unrolled kernel that relied on LLVM's SLP vectoriser was 10-35% slower.
 Flat 1D arrays are indexed with unsigned integers (``U = np.uint64``; numba's
 wraparound checks on signed indices defeat vectorisation); the small helpers
 are inlined by numba (``inline="always"``), so the vectors never go through
-memory between them (left to LLVM, some were not: 20-25% slower); no array
-variable is reassigned in the site loop (numba would count references with
-atomics on every site, which two threads contend on).
+memory between them; no array variable is reassigned in the site loop (numba
+would count references with atomics on every site, which two threads contend
+on).
 
 Spin projection in Grid's chiral basis: every g_mu = [[0, A], [B, 0]] with
 2x2 blocks, AB = 1, and each row of A and B has one nonzero entry, +-1 or +-i.
