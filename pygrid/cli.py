@@ -252,6 +252,29 @@ def _benchmark(argv):
     rest = _init(argv)
     cfg = _config.current()
     args = parser.parse_args(rest)
+    kind, precisions, grids = _preflight(args, cfg)
+
+    from .bench.common import Context
+    from .bench.progress import Progress
+    from .bench.timing import Timer, set_numba_threads
+
+    numba_threads = set_numba_threads(cfg.resolved_threads())
+    progress = Progress(quiet=args.quiet or not communicator.world().is_root)
+    timer = Timer(args.iterations, args.warmup, progress=progress)
+    ctx = Context(timer, progress, simd_layout=args.simd, Ls=args.Ls)
+
+    print(_config_block(kind, cfg, args, grids, precisions, numba_threads), flush=True)
+    verification = [_verify(kind, prec, ctx) for prec in precisions] if kind.verify is not None else []
+    status = EXIT_FAILED if any(not v["passed"] for v in verification) else 0
+    runs, elapsed = _run(kind, grids, precisions, ctx)
+    if communicator.world().is_root:  # rank 0 writes the files
+        config = _config_dict(cfg, args, grids, precisions, numba_threads)
+        _write_outputs(args, kind, argv, config, verification, runs, elapsed)
+    return status
+
+
+def _preflight(args, cfg):
+    """The kind, precisions and lattices of a benchmark, every flag checked before anything runs."""
     if args.kind is None:
         raise ConfigError("pygrid benchmark: missing KIND; choose one of " + ", ".join(KINDS))
     if args.kind not in KINDS:
@@ -263,64 +286,61 @@ def _benchmark(argv):
     else:
         grids, label = [cfg.grid or DEFAULT_GRID], "--grid"
     _check_mpi(grids, cfg, label)
-
-    from .bench.common import Context, make_grid
-    from .bench.plot import PlotUnavailable, write_plot
-    from .bench.progress import Progress
-    from .bench.report import format_run
-    from .bench.timing import Timer, set_numba_threads
-
     if args.plot:
+        from .bench.plot import PlotUnavailable
+
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise PlotUnavailable("--plot needs matplotlib: pip install matplotlib") from None
-    for dims in grids:  # every grid/layout error before anything runs
+    from .bench.common import make_grid
+
+    for dims in grids:
         for prec in precisions:
             make_grid(dims, prec, args.simd)
             if kind.preflight is not None:
                 kind.preflight(dims, prec, args.simd, cfg, label)
-    numba_threads = set_numba_threads(cfg.resolved_threads())
-    progress = Progress(quiet=args.quiet or not communicator.world().is_root)
-    timer = Timer(args.iterations, args.warmup, progress=progress)
-    ctx = Context(timer, progress, simd_layout=args.simd, Ls=args.Ls)
+    return kind, precisions, grids
 
-    print(_config_block(kind, cfg, args, grids, precisions, numba_threads), flush=True)
-    verification = []
-    status = 0
-    if kind.verify is not None:
-        for prec in precisions:
-            v = kind.verify(prec, ctx)
-            progress.clear()
-            verification.append(v)
-            ok = v["max_rel_error"] <= v["tolerance"]
-            v["passed"] = ok
-            lat = "x".join(map(str, v["lattice"]))
-            print(f"verified against numpy reference: max rel. error {v['max_rel_error']:.1e} "
-                  f"({prec}, {lat})" if ok else
-                  f"VERIFICATION FAILED against numpy reference: max rel. error {v['max_rel_error']:.1e} "
-                  f"> {v['tolerance']:.0e} ({prec}, {lat})", flush=True)
-            if not ok:
-                status = EXIT_FAILED
+
+def _verify(kind, prec, ctx):
+    """The kind's check against numpy in one precision, printed; the record with ``passed`` set."""
+    v = kind.verify(prec, ctx)
+    ctx.progress.clear()
+    ok = v["passed"] = v["max_rel_error"] <= v["tolerance"]
+    lat = "x".join(map(str, v["lattice"]))
+    print(f"verified against numpy reference: max rel. error {v['max_rel_error']:.1e} "
+          f"({prec}, {lat})" if ok else
+          f"VERIFICATION FAILED against numpy reference: max rel. error {v['max_rel_error']:.1e} "
+          f"> {v['tolerance']:.0e} ({prec}, {lat})", flush=True)
+    return v
+
+
+def _run(kind, grids, precisions, ctx):
+    """Every (lattice, precision) of the kind, printed as it completes; (runs, seconds)."""
+    from .bench.report import format_run
+
     runs = []
     t0 = time.perf_counter()
     for dims in grids:
         for prec in precisions:
             r = kind.run(dims, prec, ctx)
-            progress.clear()
+            ctx.progress.clear()
             runs.append(r)
             print()
             print(format_run(r), flush=True)
             rep = r.extra.get("manager_report")
             if rep:
                 print("  " + rep.replace("\n", "\n  "))
-    progress.clear()
+    ctx.progress.clear()
     elapsed = time.perf_counter() - t0
     print(f"\ndone in {elapsed:.1f} s", flush=True)
+    return runs, elapsed
 
+
+def _write_outputs(args, kind, argv, config, verification, runs, elapsed):
+    """The ``--json`` document and the ``--plot`` figure."""
     run_dicts = [r.to_dict() for r in runs]
-    if not communicator.world().is_root:  # rank 0 writes the files
-        return status
     if args.json:
         import pygrid as pg
 
@@ -329,7 +349,7 @@ def _benchmark(argv):
             "kind": kind.name,
             "argv": ["pygrid", "benchmark", *argv],
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "config": _config_dict(cfg, args, grids, precisions, numba_threads),
+            "config": config,
             "host": _host_dict(),
             "verification": verification,
             "runs": run_dicts,
@@ -340,9 +360,10 @@ def _benchmark(argv):
             json.dump(doc, f, indent=2, default=str)
         print(f"wrote {args.json}")
     if args.plot:
+        from .bench.plot import write_plot
+
         write_plot(args.plot, kind.name, run_dicts)
         print(f"wrote {args.plot}")
-    return status
 
 
 def _config_dict(cfg, args, grids, precisions, numba_threads):
