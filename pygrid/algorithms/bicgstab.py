@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..lattice import inner_product, norm2
+from ..lattice import Lattice, inner_product, norm2
 from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_operator
@@ -22,11 +22,11 @@ class BiCGStab(IterativeSolver):
     Options as for :class:`ConjugateGradient`.
     """
 
-    def __init__(self, tol=1e-8, maxiter=1000, verbose=None, raise_on_fail=False, log_every=10,
-                 name="BiCGStab"):
+    def __init__(self, tol: float = 1e-8, maxiter: int = 1000, verbose: str | bool | None = None,
+                 raise_on_fail: bool = False, log_every: int = 10, name: str = "BiCGStab") -> None:
         super().__init__(tol, maxiter, verbose, raise_on_fail, log_every, name)
 
-    def solve(self, op, b, x0=None):
+    def solve(self, op, b: Lattice, x0: Lattice | None = None) -> tuple[Lattice, SolverRecord]:
         A = as_operator(op)
         log = SolverLog(self.name, self.verbose)
         t0 = time.perf_counter()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..lattice import inner_product, norm2
+from ..lattice import Lattice, inner_product, norm2
 from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_hermitian
@@ -29,11 +29,12 @@ class ConjugateGradient(IterativeSolver):
     ``name``           the name used in log lines and errors
     """
 
-    def __init__(self, tol=1e-8, maxiter=1000, verbose=None, raise_on_fail=False, log_every=10,
-                 name="ConjugateGradient"):
+    def __init__(self, tol: float = 1e-8, maxiter: int = 1000, verbose: str | bool | None = None,
+                 raise_on_fail: bool = False, log_every: int = 10, name: str = "ConjugateGradient") -> None:
         super().__init__(tol, maxiter, verbose, raise_on_fail, log_every, name)
 
-    def solve(self, op, b, x0=None, true_residual=True):
+    def solve(self, op, b: Lattice, x0: Lattice | None = None, true_residual: bool = True
+              ) -> tuple[Lattice, SolverRecord]:
         A = as_hermitian(op)
         log = SolverLog(self.name, self.verbose)
         t0 = time.perf_counter()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from ..lattice import convert, norm2
+from ..lattice import Lattice, convert, norm2
 from .base import SolverError, SolverRecord, rel
 from .cg import ConjugateGradient
 from .log import SolverLog
@@ -43,10 +43,12 @@ class MixedPrecisionConjugateGradient:
         self.log_every = log_every
         self.name = name
 
-    def __call__(self, op, b, x0=None, op_single=None):
+    def __call__(self, op, b: Lattice, x0: Lattice | None = None, op_single=None
+                 ) -> tuple[Lattice, SolverRecord]:
         return self.solve(op, b, x0, op_single)
 
-    def solve(self, op, b, x0=None, op_single=None):
+    def solve(self, op, b: Lattice, x0: Lattice | None = None, op_single=None
+              ) -> tuple[Lattice, SolverRecord]:
         log = SolverLog(self.name, self.verbose)
         A = as_hermitian(op)
         A_s = as_hermitian(op_single if op_single is not None else converted_operator(A, "single"))

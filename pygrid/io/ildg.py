@@ -23,6 +23,11 @@ import os
 import re
 import time
 import warnings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..cartesian import GridCartesian
+    from ..lattice import Lattice
 
 from ._field import check_gauge_field, copy_field, gauge_statistics, reader_target
 from ._parallel import on_every_rank
@@ -95,7 +100,9 @@ def _layout(h, path):
     return prec // 8
 
 
-def read_ildg(path, grid=None, into=None, precision=None, verify=True, progress=None):
+def read_ildg(path: str | os.PathLike, grid: GridCartesian | None = None, into: Lattice | None = None,
+              precision: str | None = None, verify: bool = True, progress: bool | None = None
+              ) -> tuple[Lattice, Header]:
     """Read an ILDG (or SciDAC) gauge configuration: returns (U, header).
 
     Arguments as read_nersc.  Verifies the SciDAC checksum record (a file without
@@ -185,7 +192,8 @@ def _usqcd_info(plaq, ltr, digits, info):
             f"<linktr>{ltr:.{digits}g}</linktr><info>{info}</info></usqcdInfo>")
 
 
-def write_ildg(path, U, precision="double", lfn="", info="written by pygrid", progress=None):
+def write_ildg(path: str | os.PathLike, U: Lattice, precision: str = "double", lfn: str = "",
+               info: str = "written by pygrid", progress: bool | None = None) -> Header:
     """Write U as an ILDG file (LIME, big-endian, with SciDAC records and checksum), atomically.
 
     ``precision``: 'double' (64-bit) or 'single' (32-bit); ``lfn``: the ILDG

@@ -17,6 +17,11 @@ import getpass
 import os
 import platform
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..cartesian import GridCartesian
+    from ..lattice import Lattice
 
 from ._field import check_gauge_field, copy_field, gauge_statistics, reader_target
 from ._parallel import on_every_rank
@@ -134,7 +139,9 @@ def verify_statistics(U, h, items, itemsize, path):
                                 f"tolerance {tol:.1e}: half the last printed digit plus the data's rounding")
 
 
-def read_nersc(path, grid=None, into=None, precision=None, verify=True, progress=None):
+def read_nersc(path: str | os.PathLike, grid: GridCartesian | None = None, into: Lattice | None = None,
+               precision: str | None = None, verify: bool = True, progress: bool | None = None
+               ) -> tuple[Lattice, Header]:
     """Read a NERSC configuration: returns (U, header).
 
     ``grid``: the grid to read onto (its dimensions must match the file's);
@@ -244,8 +251,10 @@ def _creator():
         return "pygrid"
 
 
-def write_nersc(path, U, two_row=False, precision="double", endian="big", ensemble_id="pygrid",
-                ensemble_label="", sequence_number=1, boundary=("PERIODIC",) * 4, progress=None):
+def write_nersc(path: str | os.PathLike, U: Lattice, two_row: bool = False, precision: str = "double",
+                endian: str = "big", ensemble_id: str = "pygrid", ensemble_label: str = "",
+                sequence_number: int = 1, boundary: tuple[str, ...] = ("PERIODIC",) * 4,
+                progress: bool | None = None) -> Header:
     """Write U as a NERSC file, atomically; returns the Header written.
 
     ``two_row``: 4D_SU3_GAUGE (two rows per matrix) instead of 4D_SU3_GAUGE_3x3.

@@ -7,6 +7,8 @@ from x to x + mu; the plaquette is normalised to 1 on the unit field:
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..accelerator import get_backend
@@ -26,6 +28,10 @@ from ..memory import ViewMode
 from ..tensors import sitetype as st
 from .kernels_gauge import project_su3_kernel
 
+if TYPE_CHECKING:
+    from ..cartesian import GridCartesian
+    from ..random import ParallelRNG
+
 _GAUGE = st.LorentzColourMatrix()
 
 
@@ -36,7 +42,7 @@ def _check_gauge(U, name):
     return nd
 
 
-def unit_gauge(grid, precision="double"):
+def unit_gauge(grid: GridCartesian, precision: str = "double") -> Lattice:
     """The cold start: U_mu(x) = 1 on every link."""
     U = LatticeGaugeField(grid, precision)
     a = np.zeros(grid.lshape + (4, 3, 3), dtype=U.dtype)
@@ -44,7 +50,7 @@ def unit_gauge(grid, precision="double"):
     return U.from_local_numpy(a)
 
 
-def random_gauge(grid, rng, precision="double"):
+def random_gauge(grid: GridCartesian, rng: ParallelRNG, precision: str = "double") -> Lattice:
     """The hot start: a Haar-random SU(3) matrix on every link (``rng`` a pg.ParallelRNG)."""
     U = LatticeGaugeField(grid, precision)
     rng.random_su3(U)
@@ -56,7 +62,7 @@ def _volume(U):
     return float(np.prod(g.gdims))
 
 
-def plaquette(U):
+def plaquette(U: Lattice) -> float:
     """Average plaquette, Re tr / 3 over the 6 planes and all sites: 1 on the unit field."""
     nd = _check_gauge(U, "plaquette")
     total = 0.0
@@ -69,7 +75,7 @@ def plaquette(U):
     return total / (3.0 * nplanes * _volume(U))
 
 
-def link_trace(U):
+def link_trace(U: Lattice) -> float:
     """Average Re tr U_mu(x) / 3 over all links: 1 on the unit field."""
     nd = _check_gauge(U, "link_trace")
     total = 0.0
@@ -94,7 +100,7 @@ def project_su3_array(a):
     return np.stack([r0, r1, r2], axis=-2).astype(a.dtype, copy=False)
 
 
-def project_su3(U):
+def project_su3(U: Lattice) -> Lattice:
     """A new field with every colour matrix of U (gauge field or ColourMatrix field) reunitarised to SU(3)."""
     if not isinstance(U, Lattice) or not U.site_type.colour_matrix or U.site_type.nc != 3:
         raise SiteTypeError(f"project_su3 needs a field of 3x3 colour matrices, got {U!r}")

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 
+from ..algorithms.base import SolverRecord
 from ..errors import ConformabilityError, GridError
-from ..lattice import norm2
+from ..lattice import Lattice, norm2
 from .wilson import SchurDiagMooeeOperator
 
 __all__ = ["SchurOperator", "SchurRedBlackDiagMooeeSolve", "schur_solve"]
@@ -51,16 +52,16 @@ class SchurRedBlackDiagMooeeSolve:
     initial guess (its checkerboard-cb part seeds the solver).
     """
 
-    def __init__(self, solver, cb=1):
+    def __init__(self, solver, cb: int = 1) -> None:
         if cb not in (0, 1):
             raise GridError(f"checkerboard must be 0 or 1, got {cb!r}")
         self.solver = solver
         self.cb = cb
 
-    def __call__(self, op, b, x0=None):
+    def __call__(self, op, b: Lattice, x0: Lattice | None = None) -> tuple[Lattice, SolverRecord]:
         return self.solve(op, b, x0)
 
-    def solve(self, op, b, x0=None):
+    def solve(self, op, b: Lattice, x0: Lattice | None = None) -> tuple[Lattice, SolverRecord]:
         from ..algorithms import MdagMOperator
         from ..lattice import pick_checkerboard
 
@@ -84,6 +85,7 @@ class SchurRedBlackDiagMooeeSolve:
         return x, rec
 
 
-def schur_solve(op, b, solver, cb=1, x0=None):
+def schur_solve(op, b: Lattice, solver, cb: int = 1, x0: Lattice | None = None
+                ) -> tuple[Lattice, SolverRecord]:
     """Solve ``op.M x = b`` by the Schur red-black method (see the module docstring); returns (x, record)."""
     return SchurRedBlackDiagMooeeSolve(solver, cb)(op, b, x0)
