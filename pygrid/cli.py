@@ -504,7 +504,7 @@ def _info(argv):
         out.append(f"  {prec:<16}Nsimd {n}, default layout on {'.'.join(map(str, dims))}: "
                    f"{'.'.join(map(str, default_simd_layout(dims, n)))}")
     out.append("threads:")
-    out.append(f"  backend         {backend.threads() if hasattr(backend, 'threads') else 1} "
+    out.append(f"  backend         {backend.threads()} "
                f"(--threads / PYGRID_THREADS / OMP_NUM_THREADS)")
     out.append(f"  numba           {numba.config.NUMBA_NUM_THREADS} max, threading layer "
                f"{numba.config.THREADING_LAYER}")
