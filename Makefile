@@ -31,7 +31,7 @@ PYTEST_ARGS ?=
 run: $(STAMP_RUN)
 	$(VENV)/bin/pygrid benchmark wilson $(ARGS)
 
-# The second pass reruns the expression, shift and reduction suites on the
+# The second pass reruns the expression, shift, reduction and numpy round-trip suites on the
 # emulated device under a 2 MB watermark, so the MemoryManager moves and evicts
 # fields during real kernels.
 EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_lattice_io.py
