@@ -69,7 +69,7 @@ from .lattice import (
     transpose_spin,
     where,
 )
-from .memory import Advise, ViewMode, memory_stats
+from .memory import Advise, LeakedViewWarning, ViewMode, memory_stats
 from .random import ParallelRNG
 from .tensors import (
     ColourMatrix,

@@ -13,6 +13,7 @@ from pygrid.memory import (
     MB,
     Advise,
     EmulatedDevice,
+    LeakedViewWarning,
     MemoryManager,
     State,
     UnifiedDevice,
@@ -318,7 +319,8 @@ def test_freed_with_open_view_is_deferred():
     d = m.open(k, AccWrite)
     del o
     gc.collect()
-    assert m.stats()["entries"] == 1                 # still there: a view is open
+    with pytest.warns(LeakedViewWarning, match=r"field 1 was collected with 1 accelerator view"):
+        assert m.stats()["entries"] == 1             # still there: a view is open
     assert m.entry_info(k)["released"] and k not in m
     with pytest.raises(KeyError):
         m.open(k, AccRead)                           # no new views of a released field
@@ -441,3 +443,217 @@ def test_lattice_uses_an_empty_manager_it_is_given():
     f = pg.LatticeComplex(pg.GridCartesian([4, 4, 4, 4]))
     g = pg.Lattice(f.grid, pg.Complex, manager=m)
     assert g._manager is m
+
+
+# ---- failures: a write view whose block raises, copies and evictions that fail -----------
+
+class Boom(Exception):
+    pass
+
+
+def _current(m, k):
+    with View(m, k, CpuRead) as a:
+        return a.copy()
+
+
+@pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
+@pytest.mark.parametrize("mode", [AccWrite, AccDiscard])
+@pytest.mark.parametrize("before", ["host", "consistent", "device-stale"])
+def test_accelerator_write_view_that_raises_keeps_the_host_copy(mode, before, exc):
+    m = emulated(10_000)
+    keep, k, host = field(m)
+    want = host.copy()
+    if before == "consistent":
+        with View(m, k, AccRead):
+            pass
+    elif before == "device-stale":
+        with View(m, k, AccRead):
+            pass
+        with View(m, k, CpuWrite) as a:
+            a[0] = want[0] = 7.0
+    with pytest.raises(exc):
+        with View(m, k, mode) as d:
+            d[...] = -1.0                 # a kernel that wrote, then the launch failed
+            raise exc()
+    assert m.state(k) is State.CpuDirty
+    np.testing.assert_array_equal(_current(m, k), want)
+    info = m.entry_info(k)
+    assert (info["accelerator_views"], info["accelerator_writers"]) == (0, 0)
+    with View(m, k, AccRead) as d:        # the device copy is refreshed from the host
+        np.testing.assert_array_equal(d, want)
+
+
+def test_accelerator_write_view_of_the_only_copy_keeps_it_when_nothing_was_written():
+    m = emulated(10_000)
+    keep, k, host = field(m)
+    with View(m, k, AccWrite) as d:
+        d[...] = 5.0                      # the device copy is now the only current one
+    with pytest.raises(Boom):
+        with View(m, k, AccDiscard):
+            raise Boom()                  # failed before the launch (a compile, say)
+    assert m.state(k) is State.AcceleratorDirty
+    np.testing.assert_array_equal(_current(m, k), np.full(16, 5.0))
+
+
+def test_cpu_write_view_that_raises_returns_to_the_device_copy():
+    m = emulated(10_000)
+    keep, k, host = field(m)
+    with View(m, k, AccWrite) as d:
+        d[...] = 3.0
+    with pytest.raises(KeyboardInterrupt):
+        with View(m, k, CpuWrite) as a:
+            a[:8] = 0.0                   # half of a host write, then Ctrl-C
+            raise KeyboardInterrupt
+    assert m.state(k) is State.AcceleratorDirty
+    np.testing.assert_array_equal(_current(m, k), np.full(16, 3.0))
+
+
+def test_nested_write_views_roll_back_to_the_outer_prior_state():
+    m = emulated(10_000)
+    keep, k, host = field(m)
+    want = host.copy()
+    with pytest.raises(Boom):
+        with View(m, k, AccWrite) as d1:
+            with View(m, k, AccWrite) as d2:
+                d1[...] = d2[...] = 9.0
+                raise Boom()
+    np.testing.assert_array_equal(_current(m, k), want)
+
+
+def test_read_views_that_raise_change_nothing_but_close():
+    m = emulated(10_000)
+    keep, k, host = field(m)
+    with pytest.raises(Boom):
+        with View(m, k, AccRead):
+            raise Boom()
+    assert m.state(k) is State.Consistent and m.stats()["open_views"] == 0
+
+
+def test_unified_device_write_view_that_raises_before_writing_loses_nothing():
+    m = MemoryManager(UnifiedDevice(), 10_000)
+    keep, k, host = field(m)
+    want = host.copy()
+    with pytest.raises(Boom):
+        with View(m, k, AccDiscard):
+            raise Boom()
+    np.testing.assert_array_equal(_current(m, k), want)
+
+
+class FailingDevice(EmulatedDevice):
+    """Raises ``exc`` from the next call of ``method`` once armed."""
+
+    def __init__(self):
+        super().__init__()
+        self.armed = None
+
+    def _maybe(self, name):
+        if self.armed and self.armed[0] == name:
+            exc, self.armed = self.armed[1], None
+            raise exc("injected")
+
+    def alloc(self, nbytes, dtype, shape):
+        self._maybe("alloc")
+        return super().alloc(nbytes, dtype, shape)
+
+    def free(self, array):
+        self._maybe("free")
+        super().free(array)
+
+    def to_device(self, host, dev):
+        self._maybe("to_device")
+        super().to_device(host, dev)
+
+    def to_host(self, dev, host):
+        self._maybe("to_host")
+        super().to_host(dev, host)
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_eviction_whose_copy_back_fails_leaves_the_victim_on_the_device(exc):
+    dev = FailingDevice()
+    m = MemoryManager(dev, 256)                            # two 128-byte fields
+    keep1, k1, _ = field(m)
+    keep2, k2, _ = field(m)
+    keep3, k3, _ = field(m)
+    for k in (k1, k2):
+        with View(m, k, AccWrite) as d:
+            d[...] = float(k)                             # AcceleratorDirty: eviction copies back
+    before = m.stats()
+    dev.armed = ("to_host", exc)
+    with pytest.raises(exc):
+        with View(m, k3, AccRead):
+            pass
+    assert m.stats() == before
+    assert m.lru_order() == [k1, k2] and m.state(k1) is State.AcceleratorDirty
+    with View(m, k3, AccRead):                            # the same open works afterwards
+        pass
+    assert m.lru_order() == [k2, k3]
+    np.testing.assert_array_equal(_current(m, k1), np.full(16, float(k1)))
+    assert dev.allocated_bytes == m.stats()["device_bytes"] <= 256
+
+
+@pytest.mark.parametrize("method", ["alloc", "to_device"])
+def test_open_whose_allocation_or_copy_fails_leaves_no_view(method):
+    dev = FailingDevice()
+    m = MemoryManager(dev, 10_000)
+    keep, k, host = field(m)
+    dev.armed = (method, KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        with View(m, k, AccRead):
+            pass
+    s = m.stats()
+    assert s["open_views"] == 0 and s["device_bytes"] == dev.allocated_bytes
+    assert m.state(k) in (State.Empty, State.CpuDirty)
+    with View(m, k, AccRead) as d:
+        np.testing.assert_array_equal(d, host)
+
+
+def test_a_free_that_fails_leaves_the_accounting_right():
+    dev = FailingDevice()
+    m = MemoryManager(dev, 128)
+    keep1, k1, _ = field(m)
+    keep2, k2, host2 = field(m)
+    with View(m, k1, AccRead):
+        pass
+    dev.armed = ("free", RuntimeError)
+    with pytest.raises(RuntimeError):
+        with View(m, k2, AccRead):
+            pass
+    assert m.state(k1) is State.Empty and m.stats()["device_bytes"] == 0
+    with View(m, k2, AccRead) as d:
+        np.testing.assert_array_equal(d, host2)
+
+
+# ---- leaked views --------------------------------------------------------------------
+
+def test_open_views_are_counted_and_leaks_reported():
+    m = emulated(10_000)
+    keep1, k1, _ = field(m)
+    keep2, k2, _ = field(m, 32)
+    m.open(k1, CpuRead)
+    m.open(k2, AccWrite)
+    m.open(k2, AccWrite)
+    s = m.stats()
+    assert s["open_views"] == 3 and s["view_locked_bytes"] == 128 + 256
+    assert s["locked_bytes"] == 256                       # only k2 holds a device buffer
+    assert "3 open views on 384 bytes" in m.report()
+    with pytest.warns(LeakedViewWarning) as got:
+        assert m.warn_open_views() == 2
+    text = " ".join(str(w.message) for w in got)
+    assert f"field {k1} (128 bytes) still has 1 CPU view(s) (0 writing)" in text
+    assert f"field {k2} (256 bytes) still has 2 accelerator view(s) (2 writing)" in text
+    m.close(k1, CpuRead)
+    m.close(k2, AccWrite)
+    m.close(k2, AccWrite)
+    assert m.stats()["open_views"] == m.stats()["view_locked_bytes"] == 0
+    assert m.warn_open_views() == 0
+
+
+def test_views_left_open_at_exit_are_reported():
+    code = ("import pygrid as pg\n"
+            "g = pg.GridCartesian([4, 4, 4, 4])\n"
+            "f = pg.Lattice(g, pg.ColourVector())\n"
+            "v = f.view(pg.CpuRead); v.__enter__()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "LeakedViewWarning" in r.stderr and "still has 1 CPU view(s)" in r.stderr and "at exit" in r.stderr

@@ -61,6 +61,12 @@ class Backend(Protocol):
         ``out`` is also an input.
         """
 
+    def prepare(self, ir: Any, shifts: list[tuple[np.ndarray, ...]], coefs: np.ndarray, nsimd: int,
+                alias: bool, dtype: Any) -> None:
+        """Compile (or load from the cache) the kernel :meth:`run` will take for these arguments,
+        touching no field: callers prepare before they open views, so a failing or interrupted
+        compile leaves every field as it was."""
+
     def launch(self, kernel: Any, args: dict[str, Any], nsimd: int, dtype: Any) -> None:
         """Run a covariant kernel (:class:`pygrid.accelerator.covariant.Kernel`) on ``args``
         (parameter name -> buffer, table or integer)."""
@@ -106,5 +112,5 @@ class Backend(Protocol):
 
 
 #: the members a backend must define, checked by the tests for every backend class
-MEMBERS = ("name", "device", "describe", "run", "launch", "relayout", "accelerator_for", "norm2",
+MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for", "norm2",
            "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy")

@@ -116,6 +116,11 @@ class CudaBackend:
     def _dev(self, a):
         return a if isinstance(a, self.cupy.ndarray) else self.cupy.asarray(a)
 
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype):
+        k = self.kernel(ir, nsimd, alias, np.dtype(dtype).name)
+        if hasattr(k, "compile"):  # CuPy compiles a RawKernel at its first launch otherwise
+            k.compile()
+
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
         cp = self.cupy
         rdt = np.dtype(out.dtype)

@@ -182,6 +182,9 @@ class EmulatedSIMTBackend:
         src = codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect)
         return src + launch_wrapper(src)
 
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype):
+        compile_emulated(self.source(ir, nsimd, alias, np.dtype(dtype).name))
+
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
         rdt = out.dtype
         if rdt not in (np.float64, np.float32):

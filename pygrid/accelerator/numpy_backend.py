@@ -28,6 +28,9 @@ class NumpyBackend:
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
         run_ir(ir, out, inputs, shifts, coefs)
 
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype) -> None:
+        pass  # nothing is compiled
+
     def launch(self, kernel, args, nsimd, dtype) -> None:
         from . import covariant
 

@@ -131,11 +131,23 @@ class OpenMPBackend:
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
         rdt = out.dtype
         k = self.kernel(ir, nsimd, alias, rdt.name)
+        flat = [a.reshape(-1) for a in inputs]
+        consts = self._constants(ir, shifts, coefs, rdt)
+        self.accelerator_for(out.shape[0], k, out.reshape(-1), *flat, *consts)
+
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype) -> None:
+        # numba compiles at the first call for the argument types: an empty site range on empty
+        # buffers of the same types compiles (or loads) the kernel without touching a field
+        rdt = np.dtype(dtype)
+        k = self.kernel(ir, nsimd, alias, rdt.name)
+        empty = np.empty(0, rdt)
+        k(0, 0, empty, *[empty] * len(ir.slots), *self._constants(ir, shifts, coefs, rdt))
+
+    @staticmethod
+    def _constants(ir, shifts, coefs, rdt):
         tables = [(t if t.dtype.kind == "i" else t.astype(rdt)).reshape(-1) for t in ir.tables]
         flat_shifts = [x.reshape(-1) for s in shifts for x in s]
-        flat = [a.reshape(-1) for a in inputs]
-        self.accelerator_for(out.shape[0], k, out.reshape(-1), *flat, *flat_shifts, *tables,
-                             host.coef_reals(coefs, rdt))
+        return [*flat_shifts, *tables, host.coef_reals(coefs, rdt)]
 
     def launch(self, kernel, args, nsimd, dtype) -> None:
         from . import covariant

@@ -409,6 +409,9 @@ class SyclBackend:
     def threads(self):
         return 1
 
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype):
+        self.kernel(ir, nsimd, alias, np.dtype(dtype).name)
+
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
         rdt = np.dtype(out.dtype)
         if rdt not in (np.float64, np.float32):

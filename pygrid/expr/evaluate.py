@@ -54,13 +54,19 @@ def evaluate(expr, out, backend=None):
         tables.append((nbr, perm, lanes))
     aliased_slot = next((i for i, f in enumerate(launch.fields) if f is out), None)
     shifted_alias = aliased_slot is not None and any(s == aliased_slot for s, _ in launch.shifts)
+    alias = aliased_slot is not None and not shifted_alias
+    # every kernel is compiled before the first view opens: a failed or interrupted compile
+    # (seconds, when cold) must leave ``out`` and the device cache untouched
+    backend.prepare(launch.ir, tables, launch.coefs, grid.nsimd, alias, out.real_dtype)
     if shifted_alias:
         # the kernel would read neighbours it already overwrote: evaluate aside, then copy
+        copy = lower(Leaf(out), out.site_type.ncomp)
+        backend.prepare(copy.ir, [], copy.coefs, grid.nsimd, False, out.real_dtype)
         tmp = out.new_like()
         _run(backend, launch, tmp, tables, False, halos)
         _run(backend, lower(Leaf(tmp), out.site_type.ncomp), out, [], False)
         return out
-    _run(backend, launch, out, tables, aliased_slot is not None, halos)
+    _run(backend, launch, out, tables, alias, halos)
     return out
 
 

@@ -6,7 +6,7 @@ Public API::
     Device, UnifiedDevice, EmulatedDevice,   device allocators (devices.py)
     make_device, register_device
     MemoryManager(device, watermark_bytes)   the cache (manager.py)
-    ViewConflictError, MB
+    ViewConflictError, LeakedViewWarning, MB
     View(manager, key, mode)                 context manager (view.py)
     get_manager()                            the process-wide default manager
     configure(device='unified', device_mem_mb=...)   replace the default manager
@@ -20,13 +20,13 @@ import sys
 from ..config import DEFAULT_DEVICE_MEM_MB
 from ..errors import ConfigError
 from .devices import Device, EmulatedDevice, UnifiedDevice, make_device, register_device
-from .manager import MB, MemoryManager, ViewConflictError
+from .manager import MB, LeakedViewWarning, MemoryManager, ViewConflictError, live_managers
 from .modes import Advise, State, ViewMode
 from .view import View
 
 __all__ = [
     "ViewMode", "Advise", "State", "Device", "UnifiedDevice", "EmulatedDevice",
-    "make_device", "register_device", "MemoryManager", "ViewConflictError", "MB", "View",
+    "make_device", "register_device", "MemoryManager", "ViewConflictError", "LeakedViewWarning", "MB", "View",
     "get_manager", "configure", "memory_stats", "enable_debug_report",
 ]
 
@@ -77,3 +77,10 @@ def enable_debug_report(file=None):
     if not _debug_report_registered:
         atexit.register(_print_report, file)
         _debug_report_registered = True
+
+
+@atexit.register
+def _report_leaked_views():
+    # a view left open at exit is a program bug that silently pinned its field; say so
+    for manager in live_managers():
+        manager.warn_open_views()

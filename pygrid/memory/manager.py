@@ -57,6 +57,26 @@ Garbage collection
     the queue is drained at the start of the next ``register``, ``open``,
     ``release``, ``advise``, ``set_watermark``, ``stats`` and ``report``.
 
+Failures (documented choice)
+    Every operation that calls the device (allocation, copy, free) leaves the
+    bookkeeping consistent when that call raises, KeyboardInterrupt included: an
+    eviction copies its victim back before taking it off the LRU list, and an open
+    changes the coherence state only after its copy succeeded.  A write view whose
+    ``with`` block raises is closed by :meth:`abort`, which undoes the state change of
+    its open where the previous contents survive in the other memory: an accelerator
+    write view of a field whose host copy was current leaves the host copy current
+    (the device buffer, perhaps half written, is stale), and a CPU write view of a
+    field with a device buffer makes that buffer current again.  What cannot be undone
+    is a write into the only current copy: an accelerator write view of an
+    AcceleratorDirty field, a CPU write view of a field without a device buffer, and
+    any write on a unified device.  The caller avoids those by failing before it
+    writes (compile first, launch last).
+
+Leaked views
+    A field collected while views of it are open, and views still open at exit,
+    are reported with a :class:`LeakedViewWarning` naming the field and its open
+    views; ``stats()`` counts the open views and the bytes they lock.
+
 Unified devices (``device.unified``) never allocate, copy, count or evict: the
 accelerator view is the host array, and only the view reference counts (and the
 conflict checks) are kept.
@@ -65,6 +85,7 @@ The manager is not thread-safe (kernels are launched from one Python thread).
 """
 
 import math
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -75,7 +96,7 @@ from ..errors import ConfigError, DeviceMemoryError, PyGridError, ShapeError
 from .devices import UnifiedDevice, make_device
 from .modes import Advise, State, ViewMode
 
-__all__ = ["MemoryManager", "ViewConflictError", "MB"]
+__all__ = ["MemoryManager", "ViewConflictError", "LeakedViewWarning", "MB"]
 
 MB = 1024 * 1024
 
@@ -92,6 +113,18 @@ _NOT_IN_LRU, _IN_NORMAL, _IN_INFREQUENT = 0, 1, 2
 
 class ViewConflictError(PyGridError, RuntimeError):
     """A view whose intent conflicts with a view already open on the other side."""
+
+
+_MANAGERS = weakref.WeakSet()
+
+
+def live_managers():
+    """Every MemoryManager not yet collected."""
+    return list(_MANAGERS)
+
+
+class LeakedViewWarning(UserWarning):
+    """A view left open: its field is locked (never evicted, never freed) until it is closed."""
 
 
 def _mb(nbytes):
@@ -146,6 +179,9 @@ class MemoryManager:
         self._evictable_bytes = 0             # ... of which in an LRU list
         self._pool_bytes = 0
         self._peak = 0
+        _MANAGERS.add(self)
+        self._open_views = 0                  # views open now, on either side
+        self._view_bytes = 0                  # bytes of the fields those views hold
         self.reset_stats()
 
     # ------------------------------------------------------------------ helpers
@@ -224,11 +260,16 @@ class MemoryManager:
         if e is None or e.released:
             return
         e.released = True
+        collected = e.finalizer is not None and not e.finalizer.alive
         if e.finalizer is not None:
             e.finalizer.detach()
             e.finalizer = None
         if e.cpu_refs == 0 and e.acc_refs == 0:
             self._finish_release(e)
+        elif collected:
+            warnings.warn(f"field {e.key} was collected with {self._describe_views(e)} open: its "
+                          f"{e.nbytes} bytes stay locked until they are closed (a view opened "
+                          f"without `with`, never closed?)", LeakedViewWarning, stacklevel=4)
 
     def _finish_release(self, e):
         del self._entries[e.key]
@@ -300,6 +341,7 @@ class MemoryManager:
             elif e.cpu_writers:
                 raise self._conflict(e, mode)
             if self._unified:
+                self._lock(e)
                 e.acc_refs += 1
                 if mode.write:
                     e.acc_writers += 1
@@ -319,6 +361,7 @@ class MemoryManager:
                 e.state = _AccDirty
             if e.lru:
                 self._lru_remove(e)
+            self._lock(e)
             e.acc_refs += 1
             if mode.write:
                 e.acc_writers += 1
@@ -341,8 +384,14 @@ class MemoryManager:
                 e.state = _Consistent
         if e.lru:
             self._lru_remove(e)
+        self._lock(e)
         e.cpu_refs += 1
         return e.host
+
+    def _lock(self, e):
+        self._open_views += 1
+        if e.cpu_refs == 0 and e.acc_refs == 0:
+            self._view_bytes += e.nbytes
 
     def close(self, key, mode):
         """Close a view opened with :meth:`open`; the last close unlocks the entry."""
@@ -361,7 +410,9 @@ class MemoryManager:
             e.cpu_refs -= 1
             if mode.write:
                 e.cpu_writers -= 1
+        self._open_views -= 1
         if e.cpu_refs == 0 and e.acc_refs == 0:
+            self._view_bytes -= e.nbytes
             if e.released:
                 self._finish_release(e)
             elif e.dev is not None:               # _lru_insert, inlined (hot path)
@@ -372,6 +423,47 @@ class MemoryManager:
                     self._lru[key] = e
                     e.lru = _IN_NORMAL
                 self._evictable_bytes += e.nbytes
+
+    def abort(self, key, mode, prior):
+        """Close a view whose block raised; ``prior`` is the field's State before the view was opened.
+
+        A write view's open is undone where the contents before it survive in the other memory
+        (see "Failures" in the module docstring); other views are closed as by :meth:`close`.
+        """
+        e = self._entries.get(key)
+        if e is not None and mode.write and not self._unified and e.dev is not None:
+            if mode.accelerator:
+                if e.acc_writers == 1 and prior is not _AccDirty and e.state is _AccDirty:
+                    e.state = _CpuDirty
+            elif e.cpu_writers == 1 and prior in (_AccDirty, _Consistent):
+                e.state = _AccDirty
+        self.close(key, mode)
+
+    def prior_state(self, key):
+        """The State a view's :meth:`abort` needs: that of ``key`` now, or None if it is not live."""
+        e = self._entries.get(key)
+        return None if e is None or e.released else e.state
+
+    def _describe_views(self, e):
+        parts = []
+        if e.cpu_refs:
+            parts.append(f"{e.cpu_refs} CPU view(s) ({e.cpu_writers} writing)")
+        if e.acc_refs:
+            parts.append(f"{e.acc_refs} accelerator view(s) ({e.acc_writers} writing)")
+        return " and ".join(parts)
+
+    def open_views(self):
+        """``(key, nbytes, description)`` of every field with a view open now."""
+        return [(e.key, e.nbytes, self._describe_views(e)) for e in self._entries.values()
+                if e.cpu_refs or e.acc_refs]
+
+    def warn_open_views(self, when="at exit"):
+        """Warn (LeakedViewWarning) about every view still open; returns how many fields have one."""
+        leaks = self.open_views()
+        for key, nbytes, views in leaks:
+            warnings.warn(f"field {key} ({nbytes} bytes) still has {views} open {when}: it stays "
+                          f"locked until they are closed", LeakedViewWarning, stacklevel=2)
+        return len(leaks)
 
     def _conflict(self, e, mode):
         return ViewConflictError(
@@ -451,25 +543,26 @@ class MemoryManager:
             del bucket[id(buf)]
             if not bucket:
                 del self._pool[pk]
-            self.device.free(buf)
             self._pool_bytes -= pk[0]
             over -= pk[0]
+            self.device.free(buf)
         while over > 0:
-            lru = self._lru_inf if self._lru_inf else self._lru
-            _, victim = lru.popitem(last=False)
-            victim.lru = _NOT_IN_LRU
-            self._evictable_bytes -= victim.nbytes
+            victim = next(iter((self._lru_inf if self._lru_inf else self._lru).values()))
             over -= victim.nbytes
             self._evict(victim)
 
     def _evict(self, e):
+        """Free the device buffer of an unlocked entry; the copy back comes first, so a failing copy
+        leaves the entry as it was (on the device, in its LRU list)."""
         if e.state is _AccDirty:
             self._d2h(e)
-        self.device.free(e.dev)
+        self._lru_remove(e)
+        dev = e.dev
         e.dev = None
         e.state = _Empty
         self._live_bytes -= e.nbytes
         self._evictions += 1
+        self.device.free(dev)
 
     def set_watermark(self, watermark_bytes):
         """Change the watermark, evicting at once if the footprint is over it.
@@ -579,6 +672,8 @@ class MemoryManager:
             "pool_hits": self._pool_hits,
             "pool_bytes": self._pool_bytes,
             "locked_bytes": self._live_bytes - self._evictable_bytes,
+            "open_views": self._open_views,
+            "view_locked_bytes": self._view_bytes,
             "watermark_bytes": self._watermark,
             # a device may count what reached host memory outside the manager (a host
             # fallback of an operation that is not a device kernel on its backend)
@@ -595,7 +690,8 @@ class MemoryManager:
             f"{p} {s['entries']} fields, device footprint {s['device_bytes']} bytes "
             f"({_mb(s['device_bytes']):.2f} MB), peak {s['peak_device_bytes']} bytes "
             f"({_mb(s['peak_device_bytes']):.2f} MB)",
-            f"{p} {s['locked_bytes']} bytes locked by open views, pool {s['pool_bytes']} bytes",
+            f"{p} {s['open_views']} open views on {s['view_locked_bytes']} bytes of fields, "
+            f"{s['locked_bytes']} device bytes locked by them, pool {s['pool_bytes']} bytes",
             f"{p} host->device {s['h2d_count']} transfers, {s['h2d_bytes']} bytes "
             f"({_mb(s['h2d_bytes']):.2f} MB)",
             f"{p} device->host {s['d2h_count']} transfers, {s['d2h_bytes']} bytes "
