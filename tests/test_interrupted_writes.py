@@ -10,12 +10,11 @@ import importlib.util
 
 import numpy as np
 import pytest
+from conftest import COMPILED
 
 import pygrid as pg
 import pygrid.accelerator.backends as _bk
 from pygrid import memory as mem
-
-from conftest import COMPILED
 
 DEVICES = [("emulated", COMPILED if COMPILED != "sycl" else "openmp")]
 if importlib.util.find_spec("dpctl") is not None:

@@ -8,6 +8,7 @@ eviction order, the footprint (<= watermark) and every statistic.
 """
 
 import gc
+import warnings
 
 import numpy as np
 import pytest
@@ -15,7 +16,16 @@ from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from pygrid.errors import DeviceMemoryError
-from pygrid.memory import Advise, EmulatedDevice, MemoryManager, State, View, ViewConflictError, ViewMode
+from pygrid.memory import (
+    Advise,
+    EmulatedDevice,
+    LeakedViewWarning,
+    MemoryManager,
+    State,
+    View,
+    ViewConflictError,
+    ViewMode,
+)
 
 SIZES = (4, 8, 16)                 # float64 elements: 32, 64, 128 bytes
 MODES = list(ViewMode)
@@ -337,7 +347,11 @@ class CacheMachine(RuleBasedStateMachine):
         del self.owners[key]
         gc.collect()
         self.model.release(key)
-        self.mgr.stats()                    # drains the finalizer queue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.mgr.stats()                # drains the finalizer queue
+        leaked = [w for w in caught if issubclass(w.category, LeakedViewWarning)]
+        assert len(leaked) == (1 if self.model.entries.get(key) else 0)
 
     @precondition(lambda self: self.live_keys())
     @rule(data=st.data())

@@ -349,7 +349,8 @@ class MemoryManager:
             if e.dev is None:
                 self._allocate(e)              # may raise; nothing changed then
                 e.state = _CpuDirty
-                self._lru_insert(e)            # evictable until locked below
+                if not (e.cpu_refs or e.acc_refs):
+                    self._lru_insert(e)        # evictable until locked below, should the copy fail
             state = e.state
             if mode is _AccRead:
                 if state is _CpuDirty:
