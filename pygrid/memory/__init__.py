@@ -19,6 +19,7 @@ import sys
 
 from ..config import DEFAULT_DEVICE_MEM_MB
 from ..errors import ConfigError
+from . import interrupts
 from .devices import Device, EmulatedDevice, UnifiedDevice, make_device, register_device
 from .manager import MB, LeakedViewWarning, MemoryManager, ViewConflictError, live_managers
 from .modes import Advise, State, ViewMode

@@ -70,7 +70,11 @@ Failures (documented choice)
     is a write into the only current copy: an accelerator write view of an
     AcceleratorDirty field, a CPU write view of a field without a device buffer, and
     any write on a unified device.  The caller avoids those by failing before it
-    writes (compile first, launch last).
+    writes (compile first, launch last).  A Ctrl-C (SIGINT) that arrives during an
+    operation is deferred to its end (:mod:`pygrid.memory.interrupts`); an open it
+    interrupts is undone, so no view is left open that nobody holds, and one that
+    arrives as an open returns is raised by the next operation (at the latest, the
+    close of that view).
 
 Leaked views
     A field collected while views of it are open, and views still open at exit,
@@ -93,7 +97,9 @@ import numpy as np
 
 from ..config import DEFAULT_DEVICE_MEM_MB
 from ..errors import ConfigError, DeviceMemoryError, PyGridError, ShapeError
+from . import interrupts
 from .devices import UnifiedDevice, make_device
+from .interrupts import deferred as _deferred
 from .modes import Advise, State, ViewMode
 
 __all__ = ["MemoryManager", "ViewConflictError", "LeakedViewWarning", "MB"]
@@ -115,6 +121,7 @@ class ViewConflictError(PyGridError, RuntimeError):
     """A view whose intent conflicts with a view already open on the other side."""
 
 
+interrupts.defer_in(__file__)
 _MANAGERS = weakref.WeakSet()
 
 
@@ -125,6 +132,20 @@ def live_managers():
 
 class LeakedViewWarning(UserWarning):
     """A view left open: its field is locked (never evicted, never freed) until it is closed."""
+
+
+def _uninterrupted(method):
+    """Run a manager operation with Ctrl-C deferred to its end (see :mod:`.interrupts`)."""
+    def run(self, *args):
+        _deferred.depth += 1
+        try:
+            return method(self, *args)
+        finally:
+            _deferred.depth -= 1
+            if _deferred.pending and not _deferred.depth:
+                interrupts.fire()
+    run.__name__, run.__qualname__, run.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    return run
 
 
 def _mb(nbytes):
@@ -165,6 +186,7 @@ class MemoryManager:
     """
 
     def __init__(self, device=None, watermark_bytes=DEFAULT_DEVICE_MEM_MB * MB):
+        interrupts.install()
         self.device = UnifiedDevice() if device is None else make_device(device)
         self._unified = bool(self.device.unified)
         self._watermark = self._check_watermark(watermark_bytes)
@@ -220,6 +242,7 @@ class MemoryManager:
         return self._live_bytes + self._pool_bytes
 
     # ------------------------------------------------------------ registration
+    @_uninterrupted
     def register(self, owner, host_array):
         """Register a field's host array; returns its integer key.
 
@@ -244,6 +267,7 @@ class MemoryManager:
         self._entries[key] = e
         return key
 
+    @_uninterrupted
     def release(self, key):
         """Free the entry of ``key``: its device buffer goes to the pool.
 
@@ -327,6 +351,20 @@ class MemoryManager:
         buffer cannot be made to fit under the watermark, ViewConflictError for a
         conflicting intent, KeyError for an unknown or released key.
         """
+        d = _deferred
+        d.depth += 1
+        try:
+            prior = self.prior_state(key) if mode.write else None
+            array = self._open(key, mode)
+            if d.pending and d.depth == 1:
+                # Ctrl-C while opening, and nobody holds the view yet: undo it, then stop
+                self.abort(key, mode, prior)
+                interrupts.fire()
+            return array
+        finally:
+            d.depth -= 1
+
+    def _open(self, key, mode):
         if self._freed:
             self._drain()
         e = self._entries.get(key)
@@ -394,6 +432,7 @@ class MemoryManager:
         if e.cpu_refs == 0 and e.acc_refs == 0:
             self._view_bytes += e.nbytes
 
+    @_uninterrupted
     def close(self, key, mode):
         """Close a view opened with :meth:`open`; the last close unlocks the entry."""
         e = self._entries.get(key)
@@ -425,6 +464,7 @@ class MemoryManager:
                     e.lru = _IN_NORMAL
                 self._evictable_bytes += e.nbytes
 
+    @_uninterrupted
     def abort(self, key, mode, prior):
         """Close a view whose block raised; ``prior`` is the field's State before the view was opened.
 
@@ -565,6 +605,7 @@ class MemoryManager:
         self._evictions += 1
         self.device.free(dev)
 
+    @_uninterrupted
     def set_watermark(self, watermark_bytes):
         """Change the watermark, evicting at once if the footprint is over it.
 
@@ -590,12 +631,14 @@ class MemoryManager:
             self._make_room(over)
         self._watermark = wm
 
+    @_uninterrupted
     def trim_pool(self):
         """Free every pooled device buffer."""
         if self._pool_bytes:
             self._make_room(self._pool_bytes)
 
     # ------------------------------------------------------------------ advice
+    @_uninterrupted
     def advise(self, key, advice):
         """Advise.InfrequentUse makes the entry a preferred victim; Advise.Normal undoes it."""
         if self._freed:

@@ -1,6 +1,9 @@
 """Views as context managers."""
 
+from .interrupts import defer_in, deferred, fire
+
 __all__ = ["View"]
+defer_in(__file__)
 
 
 class View:
@@ -24,11 +27,19 @@ class View:
     def __enter__(self):
         if self._open:
             raise RuntimeError(f"View of field {self.key} ({self.mode.name}) is already open")
-        if self.mode.write:
-            self._prior = self.manager.prior_state(self.key)
-        arr = self.manager.open(self.key, self.mode)
-        self._open = True
-        return arr
+        d = deferred
+        d.depth += 1                      # no Ctrl-C between the open and ``_open`` (see interrupts)
+        try:
+            if self.mode.write:
+                self._prior = self.manager.prior_state(self.key)
+            arr = self.manager.open(self.key, self.mode)
+            self._open = True
+            if d.pending and d.depth == 1:
+                self.__exit__(KeyboardInterrupt, None, None)
+                fire()
+            return arr
+        finally:
+            d.depth -= 1
 
     def __exit__(self, exc_type, exc, tb):
         self._open = False
