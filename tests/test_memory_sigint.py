@@ -1,10 +1,11 @@
-"""Ctrl-C anywhere in the cache's bookkeeping: a real SIGINT at every line the manager runs.
+"""Ctrl-C anywhere in the cache's bookkeeping: a SIGINT at every line the manager runs.
 
 A trace function delivers SIGINT at the n-th line executed in the manager, the views and the
-interrupt deferral (``pygrid/memory/{manager,view,interrupts}.py``) during a workload of opens, kernels, evictions, watermark changes
-and releases on the emulated device, for every n.  The KeyboardInterrupt must come out of the
-operation it interrupted (at its end), the bookkeeping must agree with the device, and every
-field must hold its contents: those of before the interrupted operation, or after it.
+interrupt deferral (``pygrid/memory/{manager,view,interrupts}.py``) during a workload of opens,
+kernels, evictions, watermark changes and releases on the emulated device, for every n.  The
+KeyboardInterrupt must come out of the operation it interrupted (at its end), the bookkeeping
+must agree with the device, and every field must hold its contents: those of before the
+interrupted operation, or after it.
 """
 from __future__ import annotations
 
