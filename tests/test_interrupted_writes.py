@@ -109,3 +109,31 @@ def test_interrupt_in_the_first_compile_of_a_new_kernel(device, monkeypatch):
     np.testing.assert_array_equal(x.to_numpy(), xa)
     x @= 5.0 * z - pg.cshift(y, 0, -1)
     np.testing.assert_allclose(x.to_numpy(), 5.0 * za - np.roll(ya, 1, axis=0), rtol=1e-13)
+
+
+def test_ctrl_c_during_a_threaded_launch_returns_only_when_every_thread_is_done():
+    """A Ctrl-C stops the main thread's wait, not the other threads: the launch must not return
+    (and its views close) while they still write the output."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from pygrid.accelerator.openmp_backend import OpenMPBackend
+
+    backend = OpenMPBackend()
+    backend.set_threads(2)
+    out = np.zeros(4096)
+    main = threading.main_thread()
+
+    def kernel(lo, hi, out):
+        if threading.current_thread() is not main:
+            time.sleep(0.5)
+        out[lo:hi] = 1.0
+
+    ctrl_c = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))   # while the main thread waits
+    ctrl_c.start()
+    with pytest.raises(KeyboardInterrupt):
+        backend.accelerator_for(out.size, kernel, out)
+    ctrl_c.join()
+    assert np.all(out == 1.0)                         # every thread had finished its share

@@ -57,6 +57,27 @@ def default_threads() -> int:
     return max(1, cores // ranks_on_this_node())
 
 
+def _join(futures):
+    """Wait for every thread's share of a launch, then raise the first failure or Ctrl-C.
+
+    A Ctrl-C stops the wait, not the other threads: they go on writing the output, so the
+    launch must not return (and its views close) before they are done.
+    """
+    error = None
+    for f in futures:
+        while True:
+            try:
+                f.result()
+                break
+            except KeyboardInterrupt as e:
+                error = error or e
+            except Exception as e:
+                error = error or e
+                break
+    if error is not None:
+        raise error
+
+
 class OpenMPBackend:
     """CPU cores and SIMD through numba (``--accelerator openmp``)."""
 
@@ -109,9 +130,10 @@ class OpenMPBackend:
             self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="pygrid")
         bounds = [(i * osites) // n for i in range(n + 1)]
         futures = [self._pool.submit(kernel, bounds[i], bounds[i + 1], *args) for i in range(1, n)]
-        kernel(bounds[0], bounds[1], *args)
-        for f in futures:
-            f.result()
+        try:
+            kernel(bounds[0], bounds[1], *args)
+        finally:
+            _join(futures)
 
     # ---- kernels -----------------------------------------------------------------
     def kernel(self, ir, nsimd: int, alias: bool, dtype: str = "float64") -> Callable:
