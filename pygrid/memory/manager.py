@@ -432,9 +432,18 @@ class MemoryManager:
         if e.cpu_refs == 0 and e.acc_refs == 0:
             self._view_bytes += e.nbytes
 
-    @_uninterrupted
     def close(self, key, mode):
         """Close a view opened with :meth:`open`; the last close unlocks the entry."""
+        d = _deferred                            # _uninterrupted, inlined (hot path)
+        d.depth += 1
+        try:
+            self._close(key, mode)
+        finally:
+            d.depth -= 1
+            if d.pending and not d.depth:
+                interrupts.fire()
+
+    def _close(self, key, mode):
         e = self._entries.get(key)
         if e is None:
             raise KeyError(f"no field with memory key {key!r}")
