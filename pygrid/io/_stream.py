@@ -15,6 +15,7 @@ each rank its field plus its part of a slab; rank 0 also two slabs.
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 
 import numpy as np
@@ -43,7 +44,8 @@ class Payload:
         self.site_bytes = self.site_reals * self.dtype.itemsize
 
     def nbytes(self, gdims):
-        return int(np.prod(gdims)) * self.site_bytes
+        # exact integers: a header's dimensions may be anything, and an int64 product would wrap
+        return math.prod(int(d) for d in gdims) * self.site_bytes
 
     @property
     def word_dtype(self):
