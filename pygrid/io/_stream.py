@@ -173,9 +173,11 @@ def read_payload(f, start, grid, payload, precision, sums, path="", progress=Non
                          _site_indices(grid, t0 + tl, nt) if sums.scidac else ())
                 arr = block.reshape((nt, lz, ly, lx, 4, payload.rows, 3, 2))
                 for i in range(nt):
-                    a = arr[i].astype(U.real_dtype)
-                    if payload.rows == 2:
-                        a = reconstruct_third_row(a)
+                    # NaN and inf are data (checked, if at all, by the checksums): no floating-point warnings
+                    with np.errstate(all="ignore"):
+                        a = arr[i].astype(U.real_dtype)
+                        if payload.rows == 2:
+                            a = reconstruct_third_row(a)
                     w.put(tl + i, a)
                 done += nt * lz * ly * X * sb
                 prog.update(done)

@@ -133,7 +133,10 @@ def verify_statistics(U, h, items, itemsize, path):
     for check, text in items:
         if not text:
             continue
-        expected = float(text)
+        try:
+            expected = float(text)
+        except ValueError:  # checked for NERSC headers already; an ILDG usqcdInfo may hold anything
+            raise FormatError(f"{path}: the file's {check} {shown(text)} is not a number") from None
         # the data's rounding: the coarser of the file's reals and the field's
         tol = printed_tolerance(text) + STAT_FLOOR[min(itemsize, U.real_dtype.itemsize)]
         h.checks[check] = (expected, found[check])
