@@ -142,7 +142,7 @@ def test_one_flag_any_value():
 
     strategy = st.tuples(st.sampled_from(VALUE_FLAGS), VALUES, st.booleans()).filter(
         lambda x: x[2] or not _known(x[1]))
-    fuzz(body, strategy, 1000, "one start-up flag, any value")
+    fuzz(body, strategy, 800, "one start-up flag, any value")
 
 
 STRANGERS = ["--", "-", "--gri", "-grid", "--threads=", "--help", "-h"]
@@ -168,7 +168,7 @@ def test_random_argv_and_environment():
         it = iter(argv)
         assert all(any(a == b for b in it) for a in rest), (argv, rest)  # rest: a subsequence of argv
 
-    fuzz(body, st.tuples(ARGV, ENV), 800, "random argv and environment")
+    fuzz(body, st.tuples(ARGV, ENV), 600, "random argv and environment")
 
 
 def test_environment_variables():
@@ -186,7 +186,7 @@ def test_environment_variables():
             return
         check_config(cfg)
 
-    fuzz(body, ENV, 600, "environment variables")
+    fuzz(body, ENV, 500, "environment variables")
 
 
 KEYWORD_VALUES = st.one_of(VALUES, INTS, st.floats(), st.none(), st.booleans(),
@@ -207,7 +207,7 @@ def test_make_config_keywords():
         check_config(cfg)
 
     names = st.sampled_from(fields) | st.text(min_size=1, max_size=12).filter(str.isidentifier)
-    fuzz(body, st.tuples(names, KEYWORD_VALUES), 600, "make_config keywords")
+    fuzz(body, st.tuples(names, KEYWORD_VALUES), 500, "make_config keywords")
 
 
 # ---- the command line -------------------------------------------------------------------------
@@ -268,7 +268,7 @@ def test_cli_benchmark_flags():
         check_status(status, err, argv)
         assert status == 2, (argv, err)
 
-    fuzz(body, st.tuples(CLI_STARTUP, CLI_BENCH), 500, "pygrid benchmark flags")
+    fuzz(body, st.tuples(CLI_STARTUP, CLI_BENCH), 400, "pygrid benchmark flags")
 
 
 def test_cli_info_and_convert():
@@ -283,7 +283,7 @@ def test_cli_info_and_convert():
 
     names = st.lists(TEXT | st.sampled_from(["/", "/nonexistent/x.lime", "a\0b", "--to", "--precision", "-"]),
                      max_size=3)
-    fuzz(body, st.tuples(st.sampled_from(["info", "convert"]), CLI_STARTUP, names), 150,
+    fuzz(body, st.tuples(st.sampled_from(["info", "convert"]), CLI_STARTUP, names), 120,
          "pygrid info and convert")
 
 

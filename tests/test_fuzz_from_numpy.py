@@ -134,4 +134,4 @@ def test_from_numpy_any_input():
             want = np.asarray(a).astype(f.dtype)
         np.testing.assert_array_equal(f.to_numpy(), want)  # NaN equal to NaN
 
-    fuzz(body, inputs(), 1000, "from_numpy inputs")
+    fuzz(body, inputs(), 800, "from_numpy inputs")

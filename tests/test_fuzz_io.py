@@ -327,7 +327,7 @@ def test_damaged_files(files, fmt):
         (base, data), (mode, verify, sniff) = x
         check_read(files, base, data, reader="gauge" if sniff else fmt, mode=mode, verify=verify)
 
-    fuzz(body, st.tuples(damaged(fmt), HOW), 1000, f"damaged {fmt} files")
+    fuzz(body, st.tuples(damaged(fmt), HOW), 800, f"damaged {fmt} files")
 
 
 def test_random_bytes(files):
@@ -339,7 +339,7 @@ def test_random_bytes(files):
         check_read(files, "-", prefix + data, reader=fmt, mode=mode, verify=verify)
 
     fuzz(body, st.tuples(st.tuples(prefixes, st.binary(max_size=4096), st.sampled_from(list(READERS))), HOW),
-         500, "random bytes")
+         400, "random bytes")
 
 
 def _set_nersc(data, key, value):
@@ -382,7 +382,7 @@ def test_header_values(files, fmt):
     explicit = [(big, plaq, v, True) for v in (b"1e999", b"0e999", b"-inf")]
     explicit += [(big, ltr, b"1e" + b"9" * 5000, True)]
     fuzz(body, st.tuples(st.sampled_from(files.names(fmt)), st.sampled_from(keys), VALUES, st.booleans()),
-         500, f"{fmt} header values", explicit=explicit)
+         400, f"{fmt} header values", explicit=explicit)
 
 
 def _nersc_with_dims(data, dims):
@@ -430,7 +430,7 @@ def test_dimensions_that_disagree_with_the_file(files, fmt):
     # an int64 product of these dimensions wraps round to the lattice's 32 sites
     wrap = [(files.names(fmt)[0], dims, "new") for dims in ((2 ** 62 + 2, 2, 2, 4), (2 ** 64, 2, 2, 4))]
     fuzz(body, st.tuples(st.sampled_from(files.names(fmt)), OTHER_DIMS, st.sampled_from(["new", "into"])),
-         150, f"{fmt} dimensions against the file's size", explicit=wrap)
+         120, f"{fmt} dimensions against the file's size", explicit=wrap)
 
 
 def test_truncated_payload(files):
@@ -450,7 +450,7 @@ def test_truncated_payload(files):
         other = {SITES * 4 * rows * 6 * nbytes for rows in (2, 3) for nbytes in (4, 8)}
         assert isinstance(e, TruncatedFileError) == (have == 0 or (have % site != 0 and have not in other)), e
 
-    fuzz(body, st.tuples(st.sampled_from(files.names("nersc")), st.integers(0, 999)), 150,
+    fuzz(body, st.tuples(st.sampled_from(files.names("nersc")), st.integers(0, 999)), 120,
          "truncated NERSC payloads")
 
 
@@ -479,5 +479,5 @@ def test_convert_writes_nothing_from_a_damaged_file(files, tmp_path_factory):
             assert not os.path.exists(out)
         assert os.listdir(out_dir) == [], os.listdir(out_dir)
 
-    fuzz(body, st.tuples(st.one_of(damaged("nersc"), damaged("ildg")), st.none()), 60,
+    fuzz(body, st.tuples(st.one_of(damaged("nersc"), damaged("ildg")), st.none()), 50,
          "pygrid convert on damaged files")
