@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import platform
 import re
@@ -65,42 +66,51 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgError(message)
 
 
-def _positive(flag):
+#: Most timed or warm-up calls per kernel (``auto`` stays within 3 to 100000).
+MAX_CALLS = 10 ** 6
+#: Most lattices in one ``--sweep``.
+MAX_SWEEP = 100
+
+
+def _shown(text):
+    return _config._shown(text)
+
+
+def _int_flag(flag, low, high, form):
+    """An argparse type: an integer from ``low`` to ``high`` (decimal digits, as the start-up flags)."""
     def parse(text):
-        if not text.isdigit() or int(text) <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} {text}: expected a positive integer, like 8")
-        return int(text)
+        n = _config._as_int(text)
+        if n is None or n < low:
+            raise argparse.ArgumentTypeError(f"{flag} {_shown(text)}: {form}")
+        if n > high:
+            raise argparse.ArgumentTypeError(f"{flag} {_shown(text)}: more than {high}; {form}")
+        return n
     return parse
 
 
-def _non_negative(flag):
-    def parse(text):
-        if not text.isdigit():
-            raise argparse.ArgumentTypeError(f"{flag} {text}: expected a non-negative integer, like 2")
-        return int(text)
-    return parse
+_ls = _int_flag("--Ls", 1, _config.MAX_EXTENT, "expected a positive integer, like 8")
+_warmup = _int_flag("--warmup", 0, MAX_CALLS, "expected a non-negative integer, like 2")
+_ITERATIONS_FORM = "expected a positive integer, like 100, or 'auto' (about 2 s per kernel)"
+_calls = _int_flag("--iterations", 1, MAX_CALLS, _ITERATIONS_FORM)
 
 
 def _iterations(text):
     if text.strip().lower() == "auto":
         return None
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(
-            f"--iterations {text}: expected a positive integer, like 100, or 'auto' (about 2 s per kernel)")
-    return int(text)
+    return _calls(text)
 
 
 def _precision(text):
     t = text.strip().lower()
     if t not in PRECISIONS:
-        raise argparse.ArgumentTypeError(f"--precision {text}: expected single, double or both")
+        raise argparse.ArgumentTypeError(f"--precision {_shown(text)}: expected single, double or both")
     return t
 
 
 def _dims(flag, form):
     def parse(text):
         try:
-            return _config._parse_dims(text, f"{flag} {text}", form)
+            return _config._parse_dims(text, f"{flag} {_shown(text)}", form)
         except ConfigError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return parse
@@ -112,11 +122,14 @@ def _sweep(text):
         if not item.strip():
             continue
         try:
-            grids.append(_config._parse_dims(item, f"--sweep {text}", _SWEEP_FORM))
+            grids.append(_config._parse_dims(item, f"--sweep {_shown(text)}", _SWEEP_FORM))
         except ConfigError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     if not grids:
-        raise argparse.ArgumentTypeError(f"--sweep {text!r}: {_SWEEP_FORM}")
+        raise argparse.ArgumentTypeError(f"--sweep {_shown(repr(text))}: {_SWEEP_FORM}")
+    if len(grids) > MAX_SWEEP:
+        raise argparse.ArgumentTypeError(
+            f"--sweep: {len(grids)} lattices, more than {MAX_SWEEP}; {_SWEEP_FORM}")
     return grids
 
 
@@ -134,14 +147,14 @@ def _benchmark_parser():
     )
     p.add_argument("kind", nargs="?", metavar="KIND", help="one of " + ", ".join(KINDS))
     p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
-    p.add_argument("--Ls", type=_positive("--Ls"), default=8, metavar="N",
+    p.add_argument("--Ls", type=_ls, default=8, metavar="N",
                    help="fifth-dimension extent for dwf (default: 8)")
     p.add_argument("--precision", type=_precision, default="double", metavar="single|double|both",
                    help="precision(s) to benchmark (default: double)")
     p.add_argument("--iterations", type=_iterations, default=None, metavar="N",
                    help="timed calls per kernel (default: auto, enough for about 2 s, "
                         "estimated from a first timed call)")
-    p.add_argument("--warmup", type=_non_negative("--warmup"), default=2, metavar="N",
+    p.add_argument("--warmup", type=_warmup, default=2, metavar="N",
                    help="untimed calls before timing each kernel (default: 2)")
     p.add_argument("--json", metavar="FILE", default=None,
                    help="write every figure, the configuration and the pygrid version as JSON "
@@ -286,6 +299,9 @@ def _preflight(args, cfg):
     else:
         grids, label = [cfg.grid or DEFAULT_GRID], "--grid"
     _check_mpi(grids, cfg, label)
+    check_memory(grids, precisions, args.Ls if kind.fifth_dim else 1, label)
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        _check_output(flag, path)
     if args.plot:
         from .bench.plot import PlotUnavailable
 
@@ -301,6 +317,49 @@ def _preflight(args, cfg):
             if kind.preflight is not None:
                 kind.preflight(dims, prec, args.simd, cfg, label)
     return kind, precisions, grids
+
+
+def _host_memory():
+    """Bytes of memory of this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_memory(grids, precisions, Ls, label):
+    """ConfigError naming ``label`` when a lattice cannot fit this machine's memory, even at one
+    complex number per site (every field holds more): before anything is allocated."""
+    mem = _host_memory()
+    if mem is None:
+        return
+    comm = communicator.world()
+    per_node = max(1, communicator.ranks_on_this_node()) if comm.size > 1 else 1
+    reals = 8 if "double" in precisions else 4
+    for dims in grids:
+        sites = math.prod(dims) * Ls
+        need = -(-sites // comm.size) * per_node * 2 * reals
+        if need > mem:
+            ls = f" x Ls {Ls}" if Ls > 1 else ""
+            gib = 2 ** 30
+            raise ConfigError(
+                f"{label} {'.'.join(map(str, dims))}{ls}: {sites} sites need at least {need / gib:.3g} GiB "
+                f"(one complex number per site) on this node, more than its {mem / gib:.3g} GiB of memory")
+
+
+def _check_output(flag, path):
+    """ConfigError when ``path`` cannot be written: checked before the benchmark runs, not after."""
+    if path is None:
+        return
+    if "\0" in path:
+        raise ConfigError(f"{flag} {_shown(path)}: a file name cannot contain a NUL character")
+    where = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ConfigError(f"{flag} {_shown(path)}: is a directory")
+    if not os.path.isdir(where):
+        raise ConfigError(f"{flag} {_shown(path)}: no directory {_shown(where)}")
+    if not os.access(where, os.W_OK):
+        raise ConfigError(f"{flag} {_shown(path)}: cannot write in {_shown(where)}")
 
 
 def _verify(kind, prec, ctx):
@@ -579,7 +638,8 @@ def main(argv=None):
 
 def _one_line(e):
     text = str(e).strip() or type(e).__name__
-    return " ".join(text.split())
+    # any stream can print it: characters that cannot be encoded (lone surrogates from argv) escaped
+    return " ".join(text.split()).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 if __name__ == "__main__":

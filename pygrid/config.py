@@ -65,6 +65,18 @@ DEFAULT_ACCELERATOR_THREADS = 128
 #: Dimensions of ``--grid`` and ``--mpi``.
 NDIM = 4
 
+#: Largest extent of ``--grid`` and ``--mpi`` in one dimension (Grid's ``int``; past any real lattice).
+MAX_EXTENT = 2 ** 31 - 1
+
+#: Most CPU threads ``--threads`` (and the environment) may ask for: more than any node has cores.
+MAX_THREADS = 1024
+
+#: Most threads per block ``--accelerator-threads`` may ask for (the limit of CUDA, HIP and Intel GPUs).
+MAX_ACCELERATOR_THREADS = 1024
+
+#: Largest ``--device-mem`` in MB (an exabyte); ``none`` means no limit.
+MAX_DEVICE_MEM_MB = 2 ** 40
+
 _GRID_FORM = "expected 4 positive integers separated by dots, like 8.8.8.8"
 _MPI_FORM = "expected 4 positive integers separated by dots, like 1.1.1.2"
 _POSITIVE_INT_FORM = "expected a positive integer, like 8"
@@ -86,6 +98,23 @@ def _fail(label: str, form: str) -> ConfigError:
     return ConfigError(f"{label}: {form}")
 
 
+def _fail_large(label: str, limit: int, form: str) -> ConfigError:
+    return ConfigError(f"{label}: more than {limit}; {form}")
+
+
+def _shown(text: str) -> str:
+    """A value as an error message shows it: control characters escaped, the middle of a long one cut."""
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    if len(text) > 60:
+        text = f"{text[:30]}...{text[-20:]} ({len(text)} characters)"
+    return text
+
+
+#: Stands for an integer of more than 100 digits: past every limit, and int() refuses past 4300 digits.
+_HUGE = 10 ** 100
+
+
 def _as_int(value: Any) -> int | None:
     """The integer ``value`` stands for, or None if it is not an integer."""
     if isinstance(value, bool):
@@ -93,10 +122,13 @@ def _as_int(value: Any) -> int | None:
     if isinstance(value, str):
         text = value.strip()
         # int() also accepts "1_000" and "+5"; keep to plain decimal digits.
-        body = text[1:] if text[:1] == "-" else text
+        negative = text[:1] == "-"
+        body = text[1:] if negative else text
         if not body.isdigit() or not body.isascii():
             return None
-        return int(text)
+        digits = body.lstrip("0") or "0"
+        n = int(digits) if len(digits) <= 100 else _HUGE
+        return -n if negative else n
     try:
         return operator.index(value)  # int, numpy integers, ...
     except TypeError:
@@ -116,6 +148,8 @@ def _parse_dims(value: Any, label: str, form: str) -> tuple[int, ...] | None:
     dims = [_as_int(p) for p in parts]
     if len(dims) != NDIM or any(d is None or d <= 0 for d in dims):
         raise _fail(label, form)
+    if any(d > MAX_EXTENT for d in dims):  # type: ignore[operator]
+        raise _fail_large(label, MAX_EXTENT, form)
     return tuple(dims)  # type: ignore[arg-type]
 
 
@@ -127,17 +161,23 @@ def _parse_mpi(value: Any, label: str) -> tuple[int, ...] | None:
     return _parse_dims(value, label, _MPI_FORM)
 
 
-def _parse_positive_int(value: Any, label: str) -> int:
+def _parse_positive_int(value: Any, label: str, limit: int | None = None) -> int:
     n = _as_int(value)
     if n is None or n <= 0:
         raise _fail(label, _POSITIVE_INT_FORM)
+    if limit is not None and n > limit:
+        raise _fail_large(label, limit, _POSITIVE_INT_FORM)
     return n
 
 
 def _parse_threads(value: Any, label: str) -> int | None:
     if value is None:
         return None
-    return _parse_positive_int(value, label)
+    return _parse_positive_int(value, label, MAX_THREADS)
+
+
+def _parse_accelerator_threads(value: Any, label: str) -> int:
+    return _parse_positive_int(value, label, MAX_ACCELERATOR_THREADS)
 
 
 def _parse_omp_num_threads(value: Any, label: str) -> int:
@@ -145,7 +185,7 @@ def _parse_omp_num_threads(value: Any, label: str) -> int:
     # outermost level is the one that matters here.
     if isinstance(value, str) and "," in value:
         value = value.split(",", 1)[0]
-    return _parse_positive_int(value, label)
+    return _parse_positive_int(value, label, MAX_THREADS)
 
 
 def _parse_device_mem(value: Any, label: str) -> int | None:
@@ -156,6 +196,8 @@ def _parse_device_mem(value: Any, label: str) -> int | None:
     n = _as_int(value)
     if n is None or n < 0:
         raise _fail(label, _DEVICE_MEM_FORM)
+    if n > MAX_DEVICE_MEM_MB:
+        raise _fail_large(label, MAX_DEVICE_MEM_MB, _DEVICE_MEM_FORM)
     return n
 
 
@@ -202,7 +244,7 @@ _FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "mpi": _parse_mpi,
     "threads": _parse_threads,
     "accelerator": _parse_accelerator,
-    "accelerator_threads": _parse_positive_int,
+    "accelerator_threads": _parse_accelerator_threads,
     "device_mem": _parse_device_mem,
     "debug_mem": _parse_bool,
     "emulate_device": _parse_bool,
@@ -212,7 +254,7 @@ _FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
 
 
 def _kw_label(name: str, value: Any) -> str:
-    return f"{name}={value!r}"
+    return f"{name}={_shown(repr(value))}"
 
 
 @dataclass(frozen=True)
@@ -370,15 +412,17 @@ FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("--mpi", "mpi", "X.Y.Z.T",
              "MPI process grid; must divide --grid", "all ranks, laid out automatically"),
     FlagSpec("--threads", "threads", "N",
-             "CPU threads for the openmp backend", "all cores",
+             f"CPU threads for the openmp backend, at most {MAX_THREADS}", "all cores",
              env=("PYGRID_THREADS", "OMP_NUM_THREADS")),
     FlagSpec("--accelerator", "accelerator", "NAME",
              "backend: " + ", ".join(ACCELERATORS), "openmp",
              env=("PYGRID_ACCELERATOR",)),
     FlagSpec("--accelerator-threads", "accelerator_threads", "N",
-             "threads per block on a GPU backend", str(DEFAULT_ACCELERATOR_THREADS)),
+             f"threads per block on a GPU backend, at most {MAX_ACCELERATOR_THREADS}",
+             str(DEFAULT_ACCELERATOR_THREADS)),
     FlagSpec("--device-mem", "device_mem", "MB",
-             "device memory cache limit in MB, or 'none' for no limit", str(DEFAULT_DEVICE_MEM_MB),
+             "device memory cache limit in MB (at most 2^40), or 'none' for no limit",
+             str(DEFAULT_DEVICE_MEM_MB),
              env=("PYGRID_DEVICE_MEM",)),
     FlagSpec("--debug-mem", "debug_mem", None,
              "print the memory manager's transfer and eviction counts", "off"),
@@ -409,7 +453,7 @@ _MISSING_FORMS = {
 # Environment variables, in increasing priority: a later one wins over an earlier one.
 _ENV_VARS: tuple[tuple[str, str, Callable[[Any, str], Any]], ...] = (
     ("OMP_NUM_THREADS", "threads", _parse_omp_num_threads),
-    ("PYGRID_THREADS", "threads", _parse_positive_int),
+    ("PYGRID_THREADS", "threads", _parse_threads),
     ("PYGRID_ACCELERATOR", "accelerator", _parse_accelerator),
     ("PYGRID_DEVICE_MEM", "device_mem", _parse_device_mem),
     ("PYGRID_DSLASH", "dslash", _parse_dslash),
@@ -422,7 +466,7 @@ def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
         raw = env.get(var)
         if raw is None or raw.strip() == "":
             continue
-        values[field] = parse(raw, f"{var}={raw}")
+        values[field] = parse(raw, f"{var}={_shown(raw)}")
     return values
 
 
@@ -438,8 +482,8 @@ class _FlagParser(argparse.ArgumentParser):
         m = re.search(r"argument (--[\w-]+)", message)
         spec = _FLAG_BY_NAME.get(m.group(1)) if m else None
         if spec is not None and "ignored explicit argument" in message:
-            raise ConfigError(f"{spec.flag}={message.rsplit(' ', 1)[-1].strip(chr(39))}: "
-                              f"{spec.flag} is a switch and takes no value")
+            value = message.split("ignored explicit argument ", 1)[1].strip(chr(39))
+            raise ConfigError(f"{spec.flag}={_shown(value)}: {spec.flag} is a switch and takes no value")
         if spec is not None and "expected one argument" in message:
             raise ConfigError(f"{spec.flag}: missing value; {_MISSING_FORMS[spec.field]}")
         raise ConfigError(f"pygrid start-up flags: {message}")
@@ -454,6 +498,26 @@ def _flag_parser() -> argparse.ArgumentParser:
             p.add_argument(spec.flag, dest=spec.field, action="store_const", const=spec.value,
                            default=argparse.SUPPRESS)
     return p
+
+
+def _attach_dash_values(argv: list[str]) -> list[str]:
+    """``--grid -8.8.8.8`` as ``--grid=-8.8.8.8``: a value flag takes the next argument even when it
+    starts with a dash (as Grid does), unless that is one of our flags, so that the error names
+    the value instead of reporting it missing."""
+    value_flags = {spec.flag for spec in FLAGS if spec.takes_value}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if arg in value_flags and nxt is not None and nxt.startswith("-") and \
+                nxt.split("=", 1)[0] not in _FLAG_BY_NAME:
+            out.append(f"{arg}={nxt}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 def parse_args(
@@ -474,7 +538,7 @@ def parse_args(
     if "--" in argv:
         k = argv.index("--")
         argv, tail = argv[:k], argv[k:]
-    given, remaining = _flag_parser().parse_known_args(argv)
+    given, remaining = _flag_parser().parse_known_args(_attach_dash_values(argv))
     values = _env_values(env)
     labels: dict[str, str] = {}  # field -> how it was given, for the layout check
     for field, raw in vars(given).items():
@@ -484,7 +548,7 @@ def parse_args(
             continue
         if raw.strip() == "":
             raise ConfigError(f"{spec.flag}: missing value; {_MISSING_FORMS[field]}")
-        label = f"{spec.flag} {raw}"
+        label = f"{spec.flag} {_shown(raw)}"
         values[field] = _FIELD_PARSERS[field](raw, label)
         labels[field] = label
 
@@ -522,7 +586,7 @@ def make_config(base: Config | None = None, /, **overrides: Any) -> Config:
             close = difflib.get_close_matches(name, fields, n=1)
             hint = f"did you mean {close[0]}? " if close else ""
             raise ConfigError(
-                f"{name}={value!r}: unknown option; {hint}choose one of {', '.join(fields)}"
+                f"{_kw_label(name, value)}: unknown option; {hint}choose one of {', '.join(fields)}"
             )
         values[name] = _FIELD_PARSERS[name](value, _kw_label(name, value))
     return Config(**values)

@@ -131,7 +131,7 @@ def run(argv):
     """Entry point of ``pygrid selftest`` (argv: its flags); returns the exit status."""
     import pygrid as pg
 
-    from .cli import _benchmark_parser
+    from .cli import _benchmark_parser, check_memory
     from .config import ConfigError, current
 
     if any(a in ("-h", "--help") for a in argv):
@@ -146,6 +146,7 @@ def run(argv):
         raise ConfigError("pygrid selftest: --sweep, --json and --plot belong to pygrid benchmark")
     cfg = current()
     dims = tuple(cfg.grid or (8, 8, 8, 8))
+    check_memory([dims], ("double",), 1, "--grid")
     backend = pg.get_backend()
     print(f"pygrid selftest on {backend.describe()}, lattice {'.'.join(map(str, dims))}", flush=True)
     check = _Checks(lambda s: print(s, flush=True))

@@ -22,11 +22,12 @@ import numpy as np
 
 from ..cartesian import GridCartesian
 from ..communicator import world
+from ..errors import GridError
 from ..lattice import Lattice, LatticeGaugeField
 from ..memory import ViewMode
 from ..tensors import sitetype as st
 from ._parallel import on_root
-from .errors import FormatError
+from .errors import FormatError, dims_text
 
 _GAUGE_LEVELS = st.LorentzColourMatrix().levels
 NCOMP = 4 * 3 * 3
@@ -61,10 +62,13 @@ def reader_target(what, path, grid, into, precision, read_meta):
     meta = on_root(world() if grid is None else grid.comm, read_meta)
     dims = meta[0].dims
     if grid is None:
-        grid = GridCartesian(list(dims), precision=precision)
+        try:
+            grid = GridCartesian(list(dims), precision=precision)
+        except GridError as e:  # e.g. a lattice the job's ranks cannot divide
+            raise GridError(f"{path}: the file's {dims_text(dims)} lattice: {e}") from None
     check_grid(grid, what)
     if tuple(grid.gdims) != dims:
-        raise FormatError(f"{path}: the file holds a {'x'.join(map(str, dims))} lattice, the grid is "
+        raise FormatError(f"{path}: the file holds a {dims_text(dims)} lattice, the grid is "
                           f"{'x'.join(map(str, grid.gdims))} (dimensions do not match)")
     return grid, precision, meta
 

@@ -15,6 +15,7 @@ each rank its field plus its part of a slab; rank 0 also two slabs.
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 
 import numpy as np
@@ -43,7 +44,8 @@ class Payload:
         self.site_bytes = self.site_reals * self.dtype.itemsize
 
     def nbytes(self, gdims):
-        return int(np.prod(gdims)) * self.site_bytes
+        # exact integers: a header's dimensions may be anything, and an int64 product would wrap
+        return math.prod(int(d) for d in gdims) * self.site_bytes
 
     @property
     def word_dtype(self):
@@ -171,9 +173,11 @@ def read_payload(f, start, grid, payload, precision, sums, path="", progress=Non
                          _site_indices(grid, t0 + tl, nt) if sums.scidac else ())
                 arr = block.reshape((nt, lz, ly, lx, 4, payload.rows, 3, 2))
                 for i in range(nt):
-                    a = arr[i].astype(U.real_dtype)
-                    if payload.rows == 2:
-                        a = reconstruct_third_row(a)
+                    # NaN and inf are data (checked, if at all, by the checksums): no floating-point warnings
+                    with np.errstate(all="ignore"):
+                        a = arr[i].astype(U.real_dtype)
+                        if payload.rows == 2:
+                            a = reconstruct_third_row(a)
                     w.put(tl + i, a)
                 done += nt * lz * ly * X * sb
                 prog.update(done)

@@ -71,6 +71,9 @@ def main(argv):
 
 
 def _convert(args):
+    for what, path in (("IN", args.input), ("OUT", args.output)):
+        if "\0" in path:
+            raise ConfigError(f"pygrid convert: {what} {path!r}: a file name cannot contain a NUL character")
     if os.path.abspath(args.input) == os.path.abspath(args.output):
         raise ConfigError("pygrid convert: IN and OUT are the same file")
     in_fmt = detect_format(args.input)

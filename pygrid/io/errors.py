@@ -31,3 +31,22 @@ class ChecksumError(PyGridError, ValueError):
         extra = f" ({detail})" if detail else ""
         super().__init__(f"{where}{check} mismatch: the file says {expected}, the data give {found}{extra}; "
                          f"the file is damaged or was written with other conventions")
+
+
+def shown(value, limit=60):
+    """``value`` for an error message: repr, with the middle of a long one left out."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]}...{text[-(limit // 2):]} ({len(str(value))} characters)"
+
+
+def number_text(n):
+    """An integer for an error message, shortened when it has more than 24 digits."""
+    s = str(n)
+    return s if len(s) <= 24 else f"{s[:10]}...({len(s)} digits)"
+
+
+def dims_text(dims):
+    """'8x8x8x16' for an error message."""
+    return "x".join(number_text(d) for d in dims)

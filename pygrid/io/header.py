@@ -1,6 +1,7 @@
 """The metadata returned by the readers and writers."""
 from __future__ import annotations
 
+import math
 import re
 
 
@@ -39,8 +40,13 @@ def printed_tolerance(text):
     if not m or not (m.group(1) or m.group(2)):
         return 0.0
     ndec = len(m.group(2) or "")
-    exp = int(m.group(3) or 0)
-    return 0.5 * 10.0 ** (exp - ndec)
+    digits = (m.group(3) or "0").lstrip("+-").lstrip("0")
+    if len(digits) > 5:  # an exponent past any float's range (and past what int() parses)
+        return math.inf if not m.group(3).startswith("-") else 0.0
+    scale = int(m.group(3) or 0) - ndec
+    if scale > 300:
+        return math.inf
+    return 0.5 * 10.0 ** max(scale, -400)
 
 
 #: Floor of the plaquette / link-trace tolerance by stored precision (rounding of

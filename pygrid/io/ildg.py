@@ -33,7 +33,7 @@ from ._field import check_gauge_field, copy_field, gauge_statistics, reader_targ
 from ._parallel import on_every_rank
 from ._stream import Payload, PayloadSums, read_payload, write_file, write_payload
 from .checksums import NerscChecksum, ScidacChecksum
-from .errors import ChecksumError, FormatError
+from .errors import ChecksumError, FormatError, TruncatedFileError, dims_text, number_text, shown
 from .header import Header
 from .lime import LimeWriter, is_lime, read_record_data, read_records
 
@@ -46,7 +46,8 @@ _XML_TYPES = ("ildg-format", "scidac-checksum", "scidac-private-file-xml", "scid
 
 def xml_value(text, tag):
     """Text of the first <tag> element (any namespace prefix), stripped; None if absent."""
-    m = re.search(r"<\s*(?:[\w.-]+:)?" + re.escape(tag) + r"(?:\s[^>]*)?>([^<]*)<", text or "")
+    # [^<>]: every scan stops at the next tag, so damaged XML costs linear, not quadratic, time
+    m = re.search(r"<\s*(?:[\w.-]+:)?" + re.escape(tag) + r"(?:\s[^<>]*)?>([^<]*)<", text or "")
     return m.group(1).strip() if m else None
 
 
@@ -55,7 +56,7 @@ def _int(text, tag, path, rtype):
     try:
         return int(v)
     except (TypeError, ValueError):
-        raise FormatError(f"{path}: {rtype} has no integer <{tag}> (found {v!r})") from None
+        raise FormatError(f"{path}: {rtype} has no integer <{tag}> (found {shown(v)})") from None
 
 
 def _layout(h, path):
@@ -64,7 +65,7 @@ def _layout(h, path):
     if fmt is not None:
         field = (xml_value(fmt, "field") or "").strip()
         if field.lower() != "su3gauge":
-            raise FormatError(f"{path}: ildg-format field {field!r} is not su3gauge (unknown data type)")
+            raise FormatError(f"{path}: ildg-format field {shown(field)} is not su3gauge (unknown data type)")
         prec = _int(fmt, "precision", path, "ildg-format")
         dims = tuple(_int(fmt, t, path, "ildg-format") for t in ("lx", "ly", "lz", "lt"))
         h.data_type = "su3gauge"
@@ -76,11 +77,12 @@ def _layout(h, path):
         dt = xml_value(rec, "datatype") or ""
         if "colormatrix" not in dt.lower() or xml_value(rec, "colors") not in ("3", None) or \
                 xml_value(rec, "datacount") != "4":
-            raise FormatError(f"{path}: SciDAC datatype {dt!r} (datacount {xml_value(rec, 'datacount')}) "
+            count = shown(xml_value(rec, "datacount"))
+            raise FormatError(f"{path}: SciDAC datatype {shown(dt)} (datacount {count}) "
                               f"is not an SU(3) gauge field (unknown data type)")
         p = (xml_value(rec, "precision") or "").upper()
         if p not in ("F", "D"):
-            raise FormatError(f"{path}: SciDAC precision {p!r}, expected F or D")
+            raise FormatError(f"{path}: SciDAC precision {shown(p)}, expected F or D")
         prec = 32 if p == "F" else 64
         try:
             dims = tuple(int(x) for x in (xml_value(fil, "dims") or "").split())
@@ -88,13 +90,13 @@ def _layout(h, path):
             dims = ()
         if len(dims) != 4:
             raise FormatError(
-                f"{path}: scidac-private-file-xml dims {xml_value(fil, 'dims')!r} are not 4 integers"
+                f"{path}: scidac-private-file-xml dims {shown(xml_value(fil, 'dims'))} are not 4 integers"
             )
         h.data_type = dt
     if prec not in (32, 64):
         raise FormatError(f"{path}: precision {prec}; ILDG stores 32 or 64 bits")
     if any(d <= 0 for d in dims):
-        raise FormatError(f"{path}: bad dimensions {dims}")
+        raise FormatError(f"{path}: bad dimensions {dims_text(dims)} (each must be positive)")
     h.dims = dims
     h.floating_point = f"IEEE{prec}BIG"
     return prec // 8
@@ -114,11 +116,7 @@ def read_ildg(path: str | os.PathLike, grid: GridCartesian | None = None, into: 
     path = os.fspath(path)
     grid, precision, (h, binary, itemsize) = reader_target("read_ildg", path, grid, into, precision,
                                                 lambda: _read_meta(path))
-    payload = Payload(">f8" if itemsize == 8 else ">f4", 3)
-    want = payload.nbytes(h.dims)
-    if binary.length != want:
-        raise FormatError(f"{path}: {binary.type} holds {binary.length} bytes, {want} expected for a "
-                          f"{'x'.join(map(str, h.dims))} su3gauge field of {itemsize * 8}-bit reals")
+    payload = _payload(itemsize)
     sums = PayloadSums(payload, scidac=True)
 
     def read_mine():
@@ -136,13 +134,26 @@ def read_ildg(path: str | os.PathLike, grid: GridCartesian | None = None, into: 
     return U, h
 
 
+def _payload(itemsize):
+    return Payload(">f8" if itemsize == 8 else ">f4", 3)
+
+
 def _read_meta(path):
-    """(header, binary record, bytes per real) of a LIME file: what rank 0 reads for every rank."""
+    """(header, binary record, bytes per real) of a LIME file: what rank 0 reads for every rank.
+
+    The binary record's length is checked against the dimensions here, before
+    anything they declare (a grid, a field) is built.
+    """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         if not is_lime(f.read(4)):
             raise FormatError(f"{path}: not a LIME file (no magic number 0x456789ab at the start)")
-        records = read_records(f, size, path)
+        try:
+            records, cut = read_records(f, size, path), None
+        except TruncatedFileError as e:
+            if getattr(e, "partial", None) is None:
+                raise
+            records, cut = e.records + [e.partial], e
         h = Header()
         h.format, h.path = "ildg", path
         h.records = records
@@ -150,13 +161,36 @@ def _read_meta(path):
         for r in records:
             if r.type in BINARY_TYPES and binary is None:
                 binary = r
-            elif r.type in _XML_TYPES and r.type not in h:
+            elif r.type in _XML_TYPES and r.type not in h and (cut is None or r is not cut.partial):
                 if r.type == "scidac-checksum" and binary is None:
                     continue  # a checksum belongs to the binary record it follows
                 h[r.type] = read_record_data(f, r, path=path).rstrip(b"\0").decode("utf-8", errors="replace")
+    if cut is not None:
+        # a record runs past the end of the file; when it is the binary record and its length is not
+        # the one the dimensions give, the length is at fault (or the dimensions), not the file's end
+        if binary is cut.partial:
+            try:
+                itemsize = _layout(h, path)
+            except FormatError:
+                raise cut from None
+            _check_binary(h, binary, itemsize, path, size - binary.offset)
+        raise cut
     if binary is None:
         raise FormatError(f"{path}: no ildg-binary-data record")
-    return h, binary, _layout(h, path)
+    itemsize = _layout(h, path)
+    _check_binary(h, binary, itemsize, path)
+    return h, binary, itemsize
+
+
+def _check_binary(h, binary, itemsize, path, left=None):
+    """FormatError when the binary record's length is not what the dimensions and precision give."""
+    want = _payload(itemsize).nbytes(h.dims)
+    if binary.length != want:
+        more = "" if left is None else f", and the file holds {left} bytes after the record's header"
+        raise FormatError(f"{path}: {binary.type} declares {binary.length} bytes, the dimensions "
+                          f"{dims_text(h.dims)} of {itemsize * 8}-bit su3gauge data need "
+                          f"{number_text(want)}{more}: "
+                          f"the record's length does not match the file's dimensions")
 
 
 def _verify(U, h, itemsize, path):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 
-from .errors import FormatError, TruncatedFileError
+from .errors import FormatError, TruncatedFileError, shown
 
 LIME_MAGIC = 0x456789AB
 LIME_VERSION = 1
@@ -62,7 +62,10 @@ def read_records(f, size, path=""):
     """List the records of the LIME stream f (size bytes long), without reading their data.
 
     Raises FormatError on a bad magic number or version, TruncatedFileError when a
-    header or a record's data runs past the end of the file.
+    header or a record's data runs past the end of the file.  A TruncatedFileError for
+    a record's data carries ``records`` (the complete records before it) and
+    ``partial`` (the Record whose declared length passes the end), so that a reader
+    can tell a cut file from a length that disagrees with the file's metadata.
     """
     records = []
     pos = 0
@@ -83,12 +86,15 @@ def read_records(f, size, path=""):
             )
         name = rtype.split(b"\0", 1)[0].decode("ascii", errors="replace")
         data = pos + HEADER_BYTES
+        rec = Record(name, data, length, bool(flags & MB_FLAG), bool(flags & ME_FLAG), version, pos)
         if data + length > size:
-            raise TruncatedFileError(
-                f"{path}: LIME record {name!r} at byte {pos} holds {length} bytes but the "
-                f"file ends after {size - data} (truncated file)"
+            e = TruncatedFileError(
+                f"{path}: LIME record {shown(name)} at byte {pos} declares {length} bytes of data, but the "
+                f"file holds {size - data} bytes after its header (truncated file, or a damaged length)"
             )
-        records.append(Record(name, data, length, bool(flags & MB_FLAG), bool(flags & ME_FLAG), version, pos))
+            e.records, e.partial = records, rec
+            raise e
+        records.append(rec)
         pos = data + length + padding(length)
     return records
 
@@ -96,7 +102,8 @@ def read_records(f, size, path=""):
 def read_record_data(f, rec, limit=1 << 24, path=""):
     """The data of a (small, e.g. XML) record as bytes."""
     if rec.length > limit:
-        raise FormatError(f"{path}: LIME record {rec.type!r} of {rec.length} bytes is too large for metadata")
+        raise FormatError(f"{path}: LIME record {shown(rec.type)} of {rec.length} bytes is too large "
+                          f"for metadata (at most {limit} bytes)")
     f.seek(rec.offset)
     return f.read(rec.length)
 

@@ -14,6 +14,7 @@ calls them); see _stream.py for who reads and writes what.
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import platform
 import time
@@ -27,7 +28,7 @@ from ._field import check_gauge_field, copy_field, gauge_statistics, reader_targ
 from ._parallel import on_every_rank
 from ._stream import Payload, PayloadSums, read_payload, write_file, write_payload
 from .checksums import NerscChecksum, ScidacChecksum
-from .errors import ChecksumError, FormatError, TruncatedFileError
+from .errors import ChecksumError, FormatError, TruncatedFileError, dims_text, number_text, shown
 from .header import STAT_FLOOR, Header, printed_tolerance
 
 __all__ = ["read_nersc", "write_nersc", "read_nersc_header", "FLOATING_POINT", "DATATYPES"]
@@ -75,25 +76,27 @@ def _interpret(h, path, payload_bytes):
     dt = h.get("DATATYPE", "")
     rows = DATATYPES.get(dt.upper())
     if rows is None:
-        raise FormatError(f"{path}: unknown DATATYPE {dt!r}; pygrid reads "
+        raise FormatError(f"{path}: unknown DATATYPE {shown(dt)}; pygrid reads "
                           f"{', '.join(sorted(set(k.replace('3X3', '3x3') for k in DATATYPES)))}")
     try:
         dims = tuple(int(h[f"DIMENSION_{i + 1}"]) for i in range(4))
     except (KeyError, ValueError):
         raise FormatError(f"{path}: the header needs integer DIMENSION_1..DIMENSION_4, got "
-                          f"{[h.get(f'DIMENSION_{i + 1}') for i in range(4)]}") from None
+                          f"{[shown(h.get(f'DIMENSION_{i + 1}')) for i in range(4)]}") from None
     if any(d <= 0 for d in dims):
-        raise FormatError(f"{path}: bad dimensions {dims} in the header")
+        raise FormatError(f"{path}: bad dimensions {dims_text(dims)} in the header (each must be positive)")
     fp = h.get("FLOATING_POINT", "").upper()
     if not fp:
         # old files without the field: the size decides, big-endian as the NERSC archive
         vol = dims[0] * dims[1] * dims[2] * dims[3]
         fp = {4: "IEEE32BIG", 8: "IEEE64BIG"}.get(payload_bytes // max(vol * 4 * rows * 6, 1), "")
         if not fp or payload_bytes % (vol * 4 * rows * 6):
-            raise FormatError(f"{path}: no FLOATING_POINT in the header and the payload size "
-                              f"{payload_bytes} fits neither 32- nor 64-bit data")
+            n32 = vol * 4 * rows * 6 * 4
+            raise FormatError(f"{path}: no FLOATING_POINT in the header, and the payload of {payload_bytes} "
+                              f"bytes fits neither 32- nor 64-bit data for the header's dimensions "
+                              f"{dims_text(dims)} ({n32} or {2 * n32} bytes)")
     if fp not in FLOATING_POINT:
-        raise FormatError(f"{path}: unknown FLOATING_POINT {h.get('FLOATING_POINT')!r}; pygrid reads "
+        raise FormatError(f"{path}: unknown FLOATING_POINT {shown(h.get('FLOATING_POINT'))}; pygrid reads "
                           + ", ".join(FLOATING_POINT))
     h.dims = dims
     h.data_type = "4D_SU3_GAUGE" if rows == 2 else "4D_SU3_GAUGE_3x3"
@@ -108,7 +111,7 @@ def _hex(h, key, path):
     try:
         return int(v, 16) & 0xFFFFFFFF
     except ValueError:
-        raise FormatError(f"{path}: {key} {v!r} is not a hexadecimal number") from None
+        raise FormatError(f"{path}: {key} {shown(v)} is not a hexadecimal number") from None
 
 
 def _float(h, key, path):
@@ -118,7 +121,7 @@ def _float(h, key, path):
     try:
         return float(v), v
     except ValueError:
-        raise FormatError(f"{path}: {key} {v!r} is not a number") from None
+        raise FormatError(f"{path}: {key} {shown(v)} is not a number") from None
 
 
 def verify_statistics(U, h, items, itemsize, path):
@@ -130,12 +133,16 @@ def verify_statistics(U, h, items, itemsize, path):
     for check, text in items:
         if not text:
             continue
-        expected = float(text)
+        try:
+            expected = float(text)
+        except ValueError:  # checked for NERSC headers already; an ILDG usqcdInfo may hold anything
+            raise FormatError(f"{path}: the file's {check} {shown(text)} is not a number") from None
         # the data's rounding: the coarser of the file's reals and the field's
         tol = printed_tolerance(text) + STAT_FLOOR[min(itemsize, U.real_dtype.itemsize)]
         h.checks[check] = (expected, found[check])
-        if not abs(found[check] - expected) <= tol:
-            raise ChecksumError(check, text, f"{found[check]:.12g}", path,
+        # an infinite value in the file matches nothing ("1e999" would have an infinite tolerance)
+        if not (math.isfinite(expected) and abs(found[check] - expected) <= tol):
+            raise ChecksumError(check, shown(text), f"{found[check]:.12g}", path,
                                 f"tolerance {tol:.1e}: half the last printed digit plus the data's rounding")
 
 
@@ -164,7 +171,6 @@ def read_nersc(path: str | os.PathLike, grid: GridCartesian | None = None, into:
     path = os.fspath(path)
     grid, precision, (h, payload, have) = reader_target("read_nersc", path, grid, into, precision,
                                                 lambda: _read_meta(path))
-    _check_size(h, payload, have, path)
     # the per-site CRC32s cost more than everything else: only when the header has them to check
     want_scidac = bool(_hex(h, "SCIDAC_CHECKSUMA", path) or _hex(h, "SCIDAC_CHECKSUMB", path))
     sums = PayloadSums(payload, want_scidac)
@@ -187,24 +193,44 @@ def read_nersc(path: str | os.PathLike, grid: GridCartesian | None = None, into:
 
 
 def _read_meta(path):
-    """(header, payload, payload bytes in the file) of a NERSC file: what rank 0 reads for every rank."""
+    """(header, payload, payload bytes in the file) of a NERSC file: what rank 0 reads for every rank.
+
+    The payload's size is checked against the header here, before anything the
+    header declares (a grid, a field) is built.
+    """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         h = read_nersc_header(f, path)
     have = size - h.data_start
-    return h, _interpret(h, path, have), have
+    payload = _interpret(h, path, have)
+    _check_size(h, payload, have, path)
+    return h, payload, have
 
 
 def _check_size(h, payload, have, path):
+    """The payload's size against the header: FormatError when the header's dimensions (or its
+    DATATYPE or FLOATING_POINT) do not match the file, TruncatedFileError when the file ends
+    after its header or inside a site."""
     want = payload.nbytes(h.dims)
+    if have == want:
+        return
+    sb = payload.site_bytes
+    dims = dims_text(h.dims)
+    need = (f"{path}: the header's dimensions {dims} ({h.data_type}, {h.floating_point}: {sb} bytes per "
+            f"site) need a payload of {number_text(want)} bytes, the file holds {have} after its header")
+    if have == 0:
+        raise TruncatedFileError(f"{need}: the file ends after its header (truncated file)")
+    others = [f"{dt} with {bits}-bit reals" for dt, rows in (("4D_SU3_GAUGE_3x3", 3), ("4D_SU3_GAUGE", 2))
+              for bits in (64, 32) if Payload(f">f{bits // 8}", rows).nbytes(h.dims) == have]
+    sites = f" ({have // sb} whole sites, {number_text(want // sb)} expected)" if have % sb == 0 else ""
+    if others:
+        raise FormatError(f"{need}{sites}: the header's dimensions, DATATYPE or FLOATING_POINT do not match "
+                          f"the file's size ({have} bytes is the size of {dims} as {others[0]})")
+    if sites:
+        raise FormatError(f"{need}{sites}: the header's dimensions do not match the file's size")
     if have < want:
-        raise TruncatedFileError(f"{path}: payload of {have} bytes, {want} expected for "
-                                 f"{'x'.join(map(str, h.dims))} {h.data_type} {h.floating_point} "
-                                 f"(truncated file)")
-    if have > want:
-        raise FormatError(f"{path}: payload of {have} bytes, {want} expected for "
-                          f"{'x'.join(map(str, h.dims))} {h.data_type} {h.floating_point} "
-                          f"({have - want} trailing bytes: wrong DATATYPE or FLOATING_POINT?)")
+        raise TruncatedFileError(f"{need}, ending inside site {have // sb} (truncated file)")
+    raise FormatError(f"{need} ({have - want} trailing bytes, not a whole number of sites)")
 
 
 def _verify(U, h, payload, path):

@@ -127,7 +127,7 @@ class Lattice(FieldBase, ExprOps):
         g = self.grid
         if not g.decomposed:
             return self.from_local_numpy(array)
-        a = np.asarray(array)
+        a = _as_array(array, "from_numpy")
         want = g.gshape + self.site_shape
         if a.shape != want:
             raise ShapeError(f"from_numpy: expected an array of shape {want} (the whole lattice) for {self}, "
@@ -151,16 +151,21 @@ class Lattice(FieldBase, ExprOps):
         return out.reshape(self.grid.lshape + self.site_shape)
 
     def from_local_numpy(self, array: np.ndarray) -> Lattice:
-        """Set this rank's part of the field from an array shaped like ``to_local_numpy()``; returns self."""
-        a = np.asarray(array)
+        """Set this rank's part of the field from an array shaped like ``to_local_numpy()``; returns self.
+
+        Any numeric dtype (bool, integers, floats, complex) is converted to the field's; NaN and
+        inf are data.  Anything else raises ShapeError and leaves the field unchanged.
+        """
+        what = "from_local_numpy" if self.grid.decomposed else "from_numpy"
+        a = _as_array(array, what)
         want = self.grid.lshape + self.site_shape
         if a.shape != want:
-            what = "from_local_numpy" if self.grid.decomposed else "from_numpy"
             raise ShapeError(f"{what}: expected an array of shape {want} for {self}, got {a.shape}")
         if a.dtype.kind not in "biufc":
-            raise ShapeError(f"from_numpy: expected a numeric array, got dtype {a.dtype}")
+            raise ShapeError(f"{what}: expected a numeric array (bool, integer, float or complex), got dtype "
+                             f"{a.dtype}")
         if self.is_real and a.dtype.kind == "c" and np.any(a.imag != 0):
-            raise ShapeError("from_numpy: complex values for a Real field")
+            raise ShapeError(f"{what}: complex values for a Real field")
         sites = np.empty(self.grid.lshape + (self.site_type.ncomp, 2), dtype=self.real_dtype)
         flat = a.reshape(self.grid.lshape + (self.site_type.ncomp,))
         sites[..., 0] = flat.real
@@ -200,6 +205,15 @@ class Lattice(FieldBase, ExprOps):
 
     def __imul__(self, other: Any) -> Lattice:
         return self.assign(self * other)
+
+
+def _as_array(array: Any, what: str) -> np.ndarray:
+    """``np.asarray(array)``; ShapeError for what numpy cannot make an array of (ragged nested lists, ...)."""
+    try:
+        return np.asarray(array)
+    except (ValueError, TypeError) as e:
+        raise ShapeError(f"{what}: expected a numpy array shaped like to_numpy(), got a "
+                         f"{type(array).__name__} that numpy cannot turn into an array ({e})") from None
 
 
 def _named(site_factory, doc):

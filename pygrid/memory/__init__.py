@@ -55,7 +55,7 @@ def configure(device="unified", device_mem_mb=DEFAULT_DEVICE_MEM_MB):
     global _default
     try:
         mb = float(device_mem_mb)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"--device-mem must be a number of MB, not {device_mem_mb!r}") from None
     if not mb >= 0 or mb == float("inf"):
         raise ConfigError(f"--device-mem must be a non-negative number of MB, not {device_mem_mb!r}")
