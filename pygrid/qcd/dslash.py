@@ -133,20 +133,29 @@ def _tables(tables, dtype):
     return [np.ascontiguousarray(t, dtype=np.int32 if t.dtype.kind in "iu" else dtype) for t in tables]
 
 
-def bidiag_multiply(out, x, structure, Ls, accumulate=False):
-    """out = A x (``accumulate``: out += A x) on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd).
+def bidiag_multiply(out, x, structure, Ls, accumulate=False, add=None):
+    """out = A x, or out = A x + ``add`` (``accumulate``: out += A x), on raw 5D fermion buffers
+    (Ls * n4, 12, 2, nsimd).
 
     A is cyclic bidiagonal in s per chirality, given as ``structure =
     bidiag_structure(A)`` (pygrid.qcd.domain_wall).  ``out`` may alias ``x``,
-    except when accumulating.
+    except when accumulating; ``add`` may be ``out``.
     """
     _check_5d("bidiag_multiply", out, x, Ls)
-    if accumulate and _aliases(out, x):
-        raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
+    if accumulate:
+        if add is not None and add is not out:
+            raise ConformabilityError("bidiag_multiply: accumulate adds to out; pass add= or accumulate=")
+        add = out
+    if add is not None:
+        _check_5d("bidiag_multiply (add)", out, add, Ls)
+        if _aliases(out, x) and _aliases(add, out):
+            raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
     order, d, e, f = _tables(structure, out.dtype)
-    kernel = kg.BIDIAG_MULT_ACC if accumulate else kg.BIDIAG_MULT
-    get_backend().launch(kernel, dict(out=out, x=x, order=order, d=d, e=e, f=f, n4=out.shape[0] // Ls,
-                                      Ls=int(Ls)), out.shape[3], out.dtype)
+    args = dict(out=out, x=x, order=order, d=d, e=e, f=f, n4=out.shape[0] // Ls, Ls=int(Ls))
+    kernel = kg.BIDIAG_MULT
+    if add is not None:
+        kernel, args["y"] = kg.BIDIAG_MULT_ACC, add
+    get_backend().launch(kernel, args, out.shape[3], out.dtype)
     return out
 
 

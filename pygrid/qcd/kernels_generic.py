@@ -213,7 +213,8 @@ def _bidiag_mult_body(E, o, _s, accumulate):
 
         def row(sj, v, q):
             if accumulate:
-                v = v + E.read("out", base + sj, q)
+                # y is read at the row about to be written: y may be out itself
+                v = v + E.read("y", base + sj, q)
             E.store("out", base + sj, q, v)
 
         with E.loop("jr", 0, Ls - 1) as jr:
@@ -228,14 +229,16 @@ def _bidiag_mult_body(E, o, _s, accumulate):
 
 
 def bidiag_multiply_kernel(accumulate):
-    """out = A x (``accumulate``: out += A x) per 4D site and chirality, A cyclic bidiagonal."""
+    """out = A x (``accumulate``: out = A x + y) per 4D site and chirality, A cyclic bidiagonal."""
+    y = (Param("y", "field", 12),) if accumulate else ()
     return Kernel(
         name="bidiag_mult_acc" if accumulate else "bidiag_mult",
-        params=(Param("out", "field", 12, out=True), Param("x", "field", 12), Param("order", "itable"),
-                Param("d", "rtable"), Param("e", "rtable"), Param("f", "rtable"),
+        params=(Param("out", "field", 12, out=True), Param("x", "field", 12)) + y + (
+                Param("order", "itable"), Param("d", "rtable"), Param("e", "rtable"), Param("f", "rtable"),
                 Param("n4", "int"), Param("Ls", "int")),
         n="n4", body=lambda E, o, s: _bidiag_mult_body(E, o, s, accumulate), statics=(bool(accumulate),),
-        doc="out = A x (or out += A x), A cyclic bidiagonal in s per chirality (pygrid.qcd.kernels_generic).",
+        doc="out = A x (or out = A x + y), A cyclic bidiagonal in s per chirality "
+            "(pygrid.qcd.kernels_generic).",
     )
 
 
