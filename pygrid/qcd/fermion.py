@@ -22,8 +22,7 @@ field).
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from ..errors import ConformabilityError, SiteTypeError
 from ..lattice import Lattice, convert
@@ -32,21 +31,30 @@ from ..tensors import sitetype as st
 FERMION = st.SpinColourVector()
 
 
-@contextlib.contextmanager
-def committing(res: Lattice, cb: int | None) -> Iterator[Lattice]:
+class committing:
     """Around the last kernel of a call, the one that writes ``res``: ``res`` has checkerboard ``cb``
-    (None: unchanged) inside, and gets its old one back if the kernel fails."""
-    old = res.checkerboard
-    if cb is None or cb == old:
-        yield res
-        return
-    # the expression kernels check the destination's checkerboard, so it is set before, not after
-    res.checkerboard = cb
-    try:
-        yield res
-    except BaseException:
-        res.checkerboard = old
-        raise
+    (None: unchanged) inside, and gets its old one back if the kernel fails.
+
+    The expression kernels check the destination's checkerboard, so it is set before the kernel
+    rather than after.  A class, not a generator: it wraps every operator call.
+    """
+
+    __slots__ = ("res", "cb", "old")
+
+    def __init__(self, res: Lattice, cb: int | None) -> None:
+        self.res, self.cb, self.old = res, cb, None
+
+    def __enter__(self) -> Lattice:
+        res = self.res
+        self.old = res.checkerboard
+        if self.cb is not None and self.cb != self.old:
+            res.checkerboard = self.cb
+        return res
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and self.res.checkerboard != self.old:
+            self.res.checkerboard = self.old
+        return False
 
 
 class FermionOperator:
@@ -133,8 +141,11 @@ class FermionOperator:
         """``res`` = ``hop(src, tgt)``, a kernel that writes ``tgt`` and must not write over its source:
         into res directly, or, when res is src, into a scratch field copied into res."""
         if res is not src:
-            with committing(res, cb):
+            if cb is None or cb == res.checkerboard:
                 hop(src, res)
+            else:
+                with committing(res, cb):
+                    hop(src, res)
             return res
         tmp = self._scratch("alias", src.grid.checkerboarded, cb)
         hop(src, tmp)
