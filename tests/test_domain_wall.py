@@ -330,6 +330,13 @@ def test_banded_s_matrices_match_dense(Ls):
         assert relerr(bidiag_multiply(z.copy(), x, band, Ls, accumulate=True), z + want) < 1e-14
         with pytest.raises(pg.ConformabilityError, match="alias"):
             bidiag_multiply(y, y, band, Ls, accumulate=True)
+        # adding another field: out = A x + z, or A x + B z; out may be x or z (M and Mdag finish so,
+        # writing out once)
+        y = x.copy()
+        assert relerr(bidiag_multiply(y, y, band, Ls, add=z), z + want) < 1e-14
+        zc = z.copy()
+        Az = s_apply(np.empty_like(z), z, A, Ls=Ls)
+        assert relerr(bidiag_multiply(zc, x, band, Ls, add=zc, add_structure=band), want + Az) < 1e-14
         tables = bidiag_solver(A)
         assert tables is not None
         want = s_apply(np.empty_like(x), x, np.linalg.inv(A), Ls=Ls)

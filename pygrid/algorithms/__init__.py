@@ -7,6 +7,10 @@
 Operators: see :mod:`pygrid.algorithms.operators` for the protocol (``M``,
 ``Mdag``, optional ``MdagM``, ``converted(precision)``, ``flops_per_apply``).
 Logging: logger ``'pygrid.solver'``, Grid levels; see :mod:`pygrid.algorithms.log`.
+
+A solve only reads ``b`` and ``x0``: it iterates on fields of its own and returns
+the solution as a new field, so one that fails or is interrupted (an error in the
+operator, KeyboardInterrupt) leaves the source and the initial guess as they were.
 """
 from .base import SolverError, SolverRecord
 from .bicgstab import BiCGStab

@@ -19,7 +19,7 @@ class BiCGStab(IterativeSolver):
     the operator protocol, or is a function returning a field/expression).
     Only ``M`` is applied, twice per iteration.  Stops when the iterated
     residual ``|r| <= tol |b|``; the true residual is recomputed at the end.
-    Options as for :class:`ConjugateGradient`.
+    Options, and what happens to ``b`` and ``x0`` (nothing), as for :class:`ConjugateGradient`.
     """
 
     def __init__(self, tol: float = 1e-8, maxiter: int = 1000, verbose: str | bool | None = None,

@@ -20,6 +20,8 @@ class ConjugateGradient(IterativeSolver):
     with ``M(x, out=None)`` whose ``M`` is HPD, or a function returning a
     field or expression.  Stops when ``|r| <= tol |b|`` for the iterated
     residual ``r``; then recomputes the true residual ``|b - A x| / |b|``.
+    ``x0`` (the initial guess) is copied, never written: the solution is a new
+    field, and an interrupted solve leaves ``b`` and ``x0`` as they were.
 
     ``maxiter``        iteration limit
     ``verbose``        None (follow ``pygrid.current_config().log``), a Grid log level

@@ -23,7 +23,8 @@ class MixedPrecisionConjugateGradient:
     ``e`` to ``x`` in double.  It stops when ``|r| <= tol |b|``, so the
     tolerance is reached in double precision.  ``A_s`` is ``op_single`` if
     given, else ``op.converted('single')`` (see the operator protocol).
-    ``op`` must be Hermitian positive definite, as for CG.
+    ``op`` must be Hermitian positive definite, as for CG.  ``b`` and ``x0`` are
+    only read, as for CG: the solution is a new double-precision field.
 
     The record's ``iterations`` counts inner iterations over all outer steps,
     ``outer_iterations`` the outer steps, ``inner_iterations`` each inner

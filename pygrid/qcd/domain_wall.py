@@ -68,6 +68,8 @@ coefficients is not).
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..cartesian import GridCartesian5D
@@ -77,7 +79,7 @@ from ..memory import ViewMode
 from ..tensors.constant import Gamma
 from . import kernels_wilson as kw
 from .dslash import bidiag_apply, bidiag_multiply, dhop
-from .fermion import FERMION, FermionOperator
+from .fermion import FERMION, FermionOperator, committing
 from .fifth_dim import (
     bidiag_solver,
     bidiag_structure,
@@ -148,6 +150,8 @@ class MobiusFermion(FermionOperator):
             "M5D": one - S,                            # 1 - S
             "Mooee": self.bee * one - self.cee * S,    # bee - cee S
         }
+        # all of M but the 4D hop: M = -1/2 hop (b + c S) + Ms, so that M ends with the hop kernel
+        mats["Ms"] = a * mats["bcS"] + mats["M5D"]
         mats["MooeeInv"] = np.linalg.inv(mats["Mooee"])
         for k in list(mats):
             mats[k + "Dag"] = dagger(mats[k])
@@ -161,7 +165,7 @@ class MobiusFermion(FermionOperator):
                         "MooeeInvDag": cast(bidiag_solver(mats["MooeeDag"]))}
         # and the other s matrices (all cyclic bidiagonal) as O(Ls) multiplies
         self._banded = {k: cast(bidiag_structure(mats[k]))
-                        for k in ("Mooee", "MooeeDag", "M5D", "M5DDag", "bcS", "bcSDag")}
+                        for k in ("Mooee", "MooeeDag", "M5D", "M5DDag", "bcS", "bcSDag", "Ms", "MsDag")}
         self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
 
     def __repr__(self):
@@ -183,9 +187,9 @@ class MobiusFermion(FermionOperator):
 
     # ---- building blocks on raw buffers ------------------------------------------
     def _smat(self, psi, key, out=None, name="s"):
-        """out = mats[key] . psi in s, per chirality (full or red-black fields; out may be psi)."""
+        """out = mats[key] . psi in s per chirality, one kernel (full or red-black fields; out may be psi)."""
         self._check(psi, None, name)
-        res, _ = self._out(psi, out, psi.checkerboard, name)
+        res = self._result(psi, out, psi.checkerboard, name)
         sweep, band = self._sweeps.get(key), self._banded.get(key)
 
         def apply(o, p):
@@ -196,17 +200,41 @@ class MobiusFermion(FermionOperator):
             else:
                 s_apply(o, p, self._mats[key], Ls=self.Ls)
 
-        if res is psi:
-            # one writable view is source and result (the kernels read a site's rows before writing them)
-            with res.view(ViewMode.AcceleratorWrite) as o:
-                apply(o, o)
-            return res
-        with psi.view(ViewMode.AcceleratorRead) as p, res.view(ViewMode.AcceleratorWriteDiscard) as o:
-            apply(o, p)
+        with committing(res, psi.checkerboard):
+            if res is psi:
+                # one writable view is source and result (the kernels read a site's rows before writing them)
+                with res.view(ViewMode.AcceleratorWrite) as o:
+                    apply(o, o)
+                return res
+            with psi.view(ViewMode.AcceleratorRead) as p, res.view(ViewMode.AcceleratorWriteDiscard) as o:
+                apply(o, p)
+        return res
+
+    def _smat_add(self, res, x, key, y, ykey=None):
+        """res = mats[key] . x + mats[ykey] . y (the identity when ykey is None) on full 5D fields, in one
+        kernel; res may be x or y."""
+        band = self._banded[key]
+        yband = None if ykey is None else self._banded[ykey]
+
+        def apply(o, xv, yv):
+            if band is not None and (ykey is None or yband is not None and
+                                     np.array_equal(band[0], yband[0])):
+                bidiag_multiply(o, xv, band, self.Ls, add=yv, add_structure=yband)
+            else:
+                by = self._mats["one" if ykey is None else ykey]
+                s_apply(o, xv, self._mats[key], yv, by, Ls=self.Ls)
+
+        aliased = res is x or res is y
+        with contextlib.ExitStack() as views:
+            o = views.enter_context(res.view(ViewMode.AcceleratorWrite if aliased
+                                             else ViewMode.AcceleratorWriteDiscard))
+            xv = o if x is res else views.enter_context(x.view(ViewMode.AcceleratorRead))
+            yv = o if y is res else views.enter_context(y.view(ViewMode.AcceleratorRead))
+            apply(o, xv, yv)
         return res
 
     def _hop(self, psi, tgt, dag, alpha=0.0, diag=None, scale=-0.5):
-        """tgt = scale * hop(psi) + alpha * diag on the full 5D grid (tgt must not alias psi)."""
+        """tgt = scale * hop(psi) + alpha * diag on the full 5D grid (tgt must not alias psi): one kernel."""
         w = self._w
         with (
             psi.view(ViewMode.AcceleratorRead) as p,
@@ -224,11 +252,11 @@ class MobiusFermion(FermionOperator):
         return tgt
 
     def _hop_cb(self, psi, tgt, dag):
-        """tgt = Dhop from psi's checkerboard to the other one (tgt must not alias psi)."""
+        """tgt's buffer = Dhop from psi's checkerboard to the other one (tgt must not alias psi; its
+        checkerboard is the caller's): one kernel."""
         w = self._w
         cb_in = psi.checkerboard
         cb_out = 1 - cb_in
-        tgt.checkerboard = cb_out
         with psi.view(ViewMode.AcceleratorRead) as p, \
                 w.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
                 w.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
@@ -242,9 +270,8 @@ class MobiusFermion(FermionOperator):
         """The 4D hopping term (Grid's -1/2 included) on every s slice, one kernel call; ``dag``: its
         adjoint."""
         self._check(psi, False, "Dhop")
-        res, tgt = self._out(psi, out, None, "Dhop", avoid=(psi,))
-        self._hop(psi, tgt, dag)
-        return self._finish(res, tgt)
+        res = self._result(psi, out, None, "Dhop")
+        return self._final_hop(psi, res, None, lambda src, tgt: self._hop(src, tgt, dag))
 
     def M5D(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """The fifth-dimension part ``1 - S`` (Grid's M5D): Shamir's M is ``(4 - M5) + Dhop + M5D``."""
@@ -256,52 +283,40 @@ class MobiusFermion(FermionOperator):
     def M(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``Dw (b + c S) psi + (1 - S) psi``: Shamir's M for b=1, c=0."""
         self._check(psi, False, "M")
-        res, tgt = self._out(psi, out, None, "M", avoid=(psi,))
-        if self._trivial_bc:
-            t = psi
-        else:
-            t = self._smat(psi, "bcS", None, "M")
-        self._hop(t, tgt, False, 4.0 - self.M5, t)           # tgt = Dw t
-        with tgt.view(ViewMode.AcceleratorWrite) as o, psi.view(ViewMode.AcceleratorRead) as p:
-            band = self._banded["M5D"]
-            if band is not None:
-                bidiag_multiply(o, p, band, self.Ls, accumulate=True)
-            else:
-                s_apply(o, o, self._mats["one"], p, self._mats["M5D"], Ls=self.Ls)
-        return self._finish(res, tgt)
+        res = self._result(psi, out, None, "M")
+        t = psi if self._trivial_bc else self._smat(psi, "bcS", self._scratch("t", False), "M")
+        d = self._smat(psi, "Ms", self._scratch("w", False), "M")       # d = ((4 - M5)(b + c S) + 1 - S) psi
+        # the hop last, adding d: measured faster than a hop into a kept field and a sum into out
+        return self._final_hop(t, res, None, lambda src, tgt: self._hop(src, tgt, False, 1.0, d))
 
     def Mdag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``(b + c S^dag) Dw^dag psi + (1 - S^dag) psi``: the adjoint of M."""
         self._check(psi, False, "Mdag")
-        res, tgt = self._out(psi, out, None, "Mdag", avoid=(psi,))
-        self._hop(psi, tgt, True, 4.0 - self.M5, psi)         # tgt = Dw^dag psi
-        with tgt.view(ViewMode.AcceleratorWrite) as o, psi.view(ViewMode.AcceleratorRead) as p:
-            bc, m5 = self._banded["bcSDag"], self._banded["M5DDag"]
-            if bc is not None and m5 is not None:
-                if not self._trivial_bc:
-                    bidiag_multiply(o, o, bc, self.Ls)
-                bidiag_multiply(o, p, m5, self.Ls, accumulate=True)
-            else:
-                s_apply(o, o, self._mats["bcSDag"], p, self._mats["M5DDag"], Ls=self.Ls)
-        return self._finish(res, tgt)
+        res = self._result(psi, out, None, "Mdag")
+        if self._trivial_bc:
+            d = self._smat(psi, "MsDag", self._scratch("w", False), "Mdag")  # d = (4 - M5 + 1 - S^dag) psi
+            return self._final_hop(psi, res, None, lambda src, tgt: self._hop(src, tgt, True, 1.0, d))
+        w = self._hop(psi, self._scratch("w", False), True, 4.0 - self.M5, psi)   # w = Dw^dag psi
+        return self._smat_add(res, w, "bcSDag", psi, "M5DDag")   # (b + c S^dag) w + (1 - S^dag) psi
 
     # ---- even-odd pieces --------------------------------------------------------------
     def Meooe(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``Dhop_eo (b + c S)``: from psi's checkerboard to the other one."""
         self._check(psi, True, "Meooe")
-        res, tgt = self._out(psi, out, 1 - psi.checkerboard, "Meooe", avoid=(psi,))
-        t = psi if self._trivial_bc else self._smat(psi, "bcS", None, "Meooe")
-        self._hop_cb(t, tgt, False)
-        return self._finish(res, tgt)
+        cb = 1 - psi.checkerboard
+        res = self._result(psi, out, cb, "Meooe")
+        t = psi if self._trivial_bc else self._smat(psi, "bcS", self._scratch("t", True), "Meooe")
+        return self._final_hop(t, res, cb, lambda src, tgt: self._hop_cb(src, tgt, False))
 
     def MeooeDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``(b + c S^dag) Dhop_eo^dag``: the adjoint of Meooe."""
         self._check(psi, True, "MeooeDag")
-        res, tgt = self._out(psi, out, 1 - psi.checkerboard, "MeooeDag", avoid=(psi,))
-        self._hop_cb(psi, tgt, True)
-        if not self._trivial_bc:
-            self._smat(tgt, "bcSDag", tgt, "MeooeDag")
-        return self._finish(res, tgt)
+        cb = 1 - psi.checkerboard
+        res = self._result(psi, out, cb, "MeooeDag")
+        if self._trivial_bc:
+            return self._final_hop(psi, res, cb, lambda src, tgt: self._hop_cb(src, tgt, True))
+        w = self._hop_cb(psi, self._scratch("w", True, cb), True)
+        return self._smat(w, "bcSDag", res, "MeooeDag")
 
     def Mooee(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``bee - cee S`` (block diagonal in the 4D site): full or red-black fields."""
@@ -330,14 +345,16 @@ class MobiusFermion(FermionOperator):
         """The physical 4D quark field ``P_- psi_0 + P_+ psi_{Ls-1}`` (Grid's
         ExportPhysicalFermionSolution)."""
         self._check(psi5, False, "physical_field")
-        res = self.new_fermion4d() if out is None else out
-        self._check4(res, "physical_field (out)")
+        if out is not None:
+            self._check4(out, "physical_field (out)")
+        # two writes: into a new field, then one copy into out
+        res = self.new_fermion4d()
         Ls = self.Ls
         with psi5.view(ViewMode.AcceleratorRead) as p, res.view(ViewMode.AcceleratorWriteDiscard) as o:
             p5 = p.reshape((p.shape[0] // Ls, Ls) + p.shape[1:])
             o[:, :6] = p5[:, Ls - 1, :6]     # P_+ psi_{Ls-1}
             o[:, 6:] = p5[:, 0, 6:]          # P_- psi_0
-        return res
+        return res if out is None else out.assign(res)
 
     def import_physical_source(self, src4: Lattice, out: Lattice | None = None) -> Lattice:
         """The 5D source of a 4D one: ``D_minus eta`` with ``eta_0 = P_+ q``, ``eta_{Ls-1} = P_- q``.
@@ -345,26 +362,28 @@ class MobiusFermion(FermionOperator):
         Grid's ImportPhysicalFermionSource; ``D_minus = 1 - c Dw`` is the identity for Shamir.
         """
         self._check4(src4, "import_physical_source")
-        res = self.new_fermion() if out is None else out
-        self._check(res, False, "import_physical_source (out)")
+        if out is not None:
+            self._check(out, False, "import_physical_source (out)")
         Ls = self.Ls
-        eta = res if self.c == 0.0 else self.new_fermion()
+        # eta is written in three steps: in a new field, out then written by one kernel
+        eta = self.new_fermion()
         with src4.view(ViewMode.AcceleratorRead) as q, eta.view(ViewMode.AcceleratorWriteDiscard) as e:
             e5 = e.reshape((e.shape[0] // Ls, Ls) + e.shape[1:])
             e5[...] = 0
             e5[:, 0, :6] = q[:, :6]           # P_+ q at s = 0
             e5[:, Ls - 1, 6:] = q[:, 6:]      # P_- q at s = Ls-1
-        if self.c != 0.0:
-            # res = eta - c Dw eta = (1 - c (4 - M5)) eta + (c/2) hop(eta)
-            self._hop(eta, res, False, 1.0 - self.c * (4.0 - self.M5), eta, scale=0.5 * self.c)
-        return res
+        if self.c == 0.0:
+            return eta if out is None else out.assign(eta)
+        res = self.new_fermion() if out is None else out
+        # res = eta - c Dw eta = (1 - c (4 - M5)) eta + (c/2) hop(eta)
+        return self._hop(eta, res, False, 1.0 - self.c * (4.0 - self.M5), eta, scale=0.5 * self.c)
 
     def Dminus(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """``1 - c Dw`` on a full 5D field (Grid's Dminus)."""
         self._check(psi, False, "Dminus")
-        res, tgt = self._out(psi, out, None, "Dminus", avoid=(psi,))
-        self._hop(psi, tgt, False, 1.0 - self.c * (4.0 - self.M5), psi, scale=0.5 * self.c)
-        return self._finish(res, tgt)
+        res = self._result(psi, out, None, "Dminus")
+        return self._final_hop(psi, res, None, lambda src, tgt: self._hop(
+            src, tgt, False, 1.0 - self.c * (4.0 - self.M5), src, scale=0.5 * self.c))
 
 
 class DomainWallFermion(MobiusFermion):

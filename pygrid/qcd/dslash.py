@@ -133,21 +133,48 @@ def _tables(tables, dtype):
     return [np.ascontiguousarray(t, dtype=np.int32 if t.dtype.kind in "iu" else dtype) for t in tables]
 
 
-def bidiag_multiply(out, x, structure, Ls, accumulate=False):
-    """out = A x (``accumulate``: out += A x) on raw 5D fermion buffers (Ls * n4, 12, 2, nsimd).
+def bidiag_multiply(out, x, structure, Ls, accumulate=False, add=None, add_structure=None):
+    """out = A x, or out = A x + B ``add`` (``accumulate``: out += A x), on raw 5D fermion buffers
+    (Ls * n4, 12, 2, nsimd).
 
     A is cyclic bidiagonal in s per chirality, given as ``structure =
-    bidiag_structure(A)`` (pygrid.qcd.domain_wall).  ``out`` may alias ``x``,
-    except when accumulating.
+    bidiag_structure(A)`` (pygrid.qcd.domain_wall); so is B, ``add_structure``
+    (the identity when None), with A's sweep order.  ``out`` may alias ``x`` and
+    ``add``, except when accumulating.
     """
     _check_5d("bidiag_multiply", out, x, Ls)
-    if accumulate and _aliases(out, x):
-        raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
+    if accumulate:
+        if add is not None and add is not out:
+            raise ConformabilityError("bidiag_multiply: accumulate adds to out; pass add= or accumulate=")
+        if _aliases(out, x):
+            raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
+        add = out
     order, d, e, f = _tables(structure, out.dtype)
-    kernel = kg.BIDIAG_MULT_ACC if accumulate else kg.BIDIAG_MULT
-    get_backend().launch(kernel, dict(out=out, x=x, order=order, d=d, e=e, f=f, n4=out.shape[0] // Ls,
-                                      Ls=int(Ls)), out.shape[3], out.dtype)
+    args = dict(out=out, x=x, order=order, d=d, e=e, f=f, n4=out.shape[0] // Ls, Ls=int(Ls))
+    kernel = kg.BIDIAG_MULT
+    if add is not None:
+        _check_5d("bidiag_multiply (add)", out, add, Ls)
+        if add_structure is None:
+            d2, e2, f2 = _identity(out.dtype)
+        else:
+            order2, d2, e2, f2 = _tables(add_structure, out.dtype)
+            if not np.array_equal(order2, order):
+                raise ConformabilityError("bidiag_multiply: the two matrices sweep s in different orders")
+        kernel = kg.BIDIAG_MULT_ACC
+        args.update(y=add, d2=d2, e2=e2, f2=f2)
+    get_backend().launch(kernel, args, out.shape[3], out.dtype)
     return out
+
+
+_IDENTITY = {}
+
+
+def _identity(dtype):
+    """(d, e, f) of the identity in s, kept: the device backends copy small tables once by content."""
+    dtype = np.dtype(dtype)
+    if dtype not in _IDENTITY:
+        _IDENTITY[dtype] = (np.ones(2, dtype), np.zeros(2, dtype), np.zeros(2, dtype))
+    return _IDENTITY[dtype]
 
 
 def bidiag_apply(out, x, tables, Ls):

@@ -7,19 +7,54 @@ provides Grid's interface: ``M``, ``Mdag``, ``MdagM``, ``Dhop``, ``DhopDag``,
 ``MooeeInvDag``, ``DhopEO``, ``DhopOE``, ``Mdiag``.  Every method returns a new
 field, or writes into ``out=`` and returns it; ``out`` may be the input.
 
+``out`` is written by the last kernel of the call alone: intermediates live in
+fields the operator keeps (:meth:`FermionOperator._scratch`), and ``out`` takes
+its new checkerboard with that kernel (:func:`committing`).  A call that fails or
+is interrupted before its last kernel leaves ``out``, data and checkerboard, as
+it was.
+
 A subclass sets ``U``, ``precision``, ``grid`` and ``rb_grid`` and implements
 ``M``, ``Mdag``, ``Dhop``, ``Meooe``, ``MeooeDag``, the ``Mooee`` family,
 ``_hop_cb(psi, tgt, dag)`` (the hopping term from psi's checkerboard into
-``tgt``, which never aliases psi) and ``_with_gauge(U)`` (the same operator on
-another gauge field).
+``tgt``'s buffer, one kernel; ``tgt`` never aliases psi and its checkerboard is
+the caller's to set) and ``_with_gauge(U)`` (the same operator on another gauge
+field).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from ..errors import ConformabilityError, SiteTypeError
 from ..lattice import Lattice, convert
 from ..tensors import sitetype as st
 
 FERMION = st.SpinColourVector()
+
+
+class committing:
+    """Around the last kernel of a call, the one that writes ``res``: ``res`` has checkerboard ``cb``
+    (None: unchanged) inside, and gets its old one back if the kernel fails.
+
+    The expression kernels check the destination's checkerboard, so it is set before the kernel
+    rather than after.  A class, not a generator: it wraps every operator call.
+    """
+
+    __slots__ = ("res", "cb", "old")
+
+    def __init__(self, res: Lattice, cb: int | None) -> None:
+        self.res, self.cb, self.old = res, cb, None
+
+    def __enter__(self) -> Lattice:
+        res = self.res
+        self.old = res.checkerboard
+        if self.cb is not None and self.cb != self.old:
+            res.checkerboard = self.cb
+        return res
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and self.res.checkerboard != self.old:
+            self.res.checkerboard = self.old
+        return False
 
 
 class FermionOperator:
@@ -77,31 +112,52 @@ class FermionOperator:
                 f"{name}: a {psi.precision}-precision field for a {self.precision}-precision operator; "
                 f"use pg.convert(psi, {self.precision!r}) or op.converted({psi.precision!r})")
 
-    def _out(self, psi, out, cb: int | None, name: str, avoid=()) -> tuple[Lattice, Lattice]:
-        """The result field ``res`` (``out`` checked with its checkerboard set, or a new field like
-        psi) and ``tgt``, where a kernel that must not write over a field in ``avoid`` writes;
-        :meth:`_finish` copies ``tgt`` into ``res`` when they differ."""
+    def _result(self, psi: Lattice, out: Lattice | None, cb: int | None, name: str) -> Lattice:
+        """Where the call's last kernel writes: ``out``, checked and left as it is, or a new field like
+        psi with checkerboard ``cb``."""
         if out is None:
-            res = Lattice(psi.grid, FERMION, self.precision, checkerboard=cb)
-        else:
-            self._check(out, psi.grid.checkerboarded, name + " (out)")
-            if cb is not None:
-                out.checkerboard = cb
-            res = out
-        tgt = res
-        if any(res is a for a in avoid):
-            tgt = Lattice(psi.grid, FERMION, self.precision, checkerboard=cb)
-        return res, tgt
+            return Lattice(psi.grid, FERMION, self.precision, checkerboard=cb)
+        self._check(out, psi.grid.checkerboarded, name + " (out)")
+        return out
 
-    @staticmethod
-    def _finish(res: Lattice, tgt: Lattice) -> Lattice:
-        if tgt is not res:
-            res.assign(tgt)
+    def _scratch(self, slot: str, rb: bool, cb: int | None = None) -> Lattice:
+        """The operator's field ``slot`` on its red-black grid (``rb``) or its grid, with checkerboard
+        ``cb``: where a call keeps an intermediate result.
+
+        Kept between calls because a solver applies the operator thousands of times, and a fresh
+        field costs an allocation and a MemoryManager entry each time.  Never returned to the caller;
+        a call writes it in full before reading it, so one that failed leaves nothing to clean up.
+        """
+        fields = self.__dict__.setdefault("_scratch_fields", {})
+        f = fields.get((slot, rb))
+        if f is None:
+            f = fields[(slot, rb)] = Lattice(self.rb_grid if rb else self.grid, FERMION, self.precision)
+        if cb is not None:
+            f.checkerboard = cb
+        return f
+
+    def _final_hop(self, src: Lattice, res: Lattice, cb: int | None,
+                   hop: Callable[[Lattice, Lattice], object]) -> Lattice:
+        """``res`` = ``hop(src, tgt)``, a kernel that writes ``tgt`` and must not write over its source:
+        into res directly, or, when res is src, into a scratch field copied into res."""
+        if res is not src:
+            if cb is None or cb == res.checkerboard:
+                hop(src, res)
+            else:
+                with committing(res, cb):
+                    hop(src, res)
+            return res
+        tmp = self._scratch("alias", src.grid.checkerboarded, cb)
+        hop(src, tmp)
+        with committing(res, cb):
+            res.assign(tmp)
         return res
 
     # ---- composed operators ----------------------------------------------------------
     def MdagM(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
-        return self.Mdag(self.M(psi), out=out)
+        self._check(psi, None, "MdagM")
+        t = self.M(psi, out=self._scratch("MdagM", psi.grid.checkerboarded, psi.checkerboard))
+        return self.Mdag(t, out=out)
 
     def Mdiag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self.Mooee(psi, out)
@@ -113,9 +169,9 @@ class FermionOperator:
     def _dhop_cb(self, psi: Lattice, out: Lattice | None, dag: bool, name: str) -> Lattice:
         """The hopping term from psi's checkerboard to the other one."""
         self._check(psi, True, name)
-        res, tgt = self._out(psi, out, 1 - psi.checkerboard, name, avoid=(psi,))
-        self._hop_cb(psi, tgt, dag)
-        return self._finish(res, tgt)
+        cb = 1 - psi.checkerboard
+        res = self._result(psi, out, cb, name)
+        return self._final_hop(psi, res, cb, lambda src, tgt: self._hop_cb(src, tgt, dag))
 
     def DhopEO(self, psi_odd: Lattice, out: Lattice | None = None, dag: bool = False) -> Lattice:
         """Even output from an odd field (Grid's DhopEO)."""

@@ -206,36 +206,46 @@ def _bidiag_mult_body(E, o, _s, accumulate):
     order = E.itable("order")
     base = o * Ls
     for c in range(2):
-        d, e, f = E.uniform("d", c), E.uniform("e", c), E.uniform("f", c)
+        # (field, d, e, f): A x, and with accumulate B y, B sharing A's sweep order
+        terms = [("x", E.uniform("d", c), E.uniform("e", c), E.uniform("f", c))]
+        if accumulate:
+            terms.append(("y", E.uniform("d2", c), E.uniform("e2", c), E.uniform("f2", c)))
         last = E.let(order[c * Ls + Ls - 1], "sl")
-        # x_last is kept for row 0: the rows are written from the last down, and out may be x
-        xl = [E.read("x", base + last, q) for q in _chirality(c)]
-
-        def row(sj, v, q):
-            if accumulate:
-                v = v + E.read("out", base + sj, q)
-            E.store("out", base + sj, q, v)
+        # the last slices are kept for row 0: the rows are written from the last down, and out may be x or y
+        lasts = [[E.read(t[0], base + last, q) for q in _chirality(c)] for t in terms]
 
         with E.loop("jr", 0, Ls - 1) as jr:
             j = Ls - 1 - jr
             sj = E.let(order[c * Ls + j], "sj")
             sp = E.let(order[c * Ls + j - 1], "sp")
             for q in _chirality(c):
-                row(sj, E.fma(e, E.read("x", base + sp, q), d * E.read("x", base + sj, q)), q)
+                v = None
+                for name, d, e, _f in terms:
+                    w = E.fma(e, E.read(name, base + sp, q), d * E.read(name, base + sj, q))
+                    v = w if v is None else v + w
+                E.store("out", base + sj, q, v)
         s0 = E.let(order[c * Ls], "s0")
-        for t, q in zip(xl, _chirality(c)):
-            row(s0, E.fma(f, t, d * E.read("x", base + s0, q)), q)
+        for i, q in enumerate(_chirality(c)):
+            v = None
+            for (name, d, _e, f), kept in zip(terms, lasts):
+                w = E.fma(f, kept[i], d * E.read(name, base + s0, q))
+                v = w if v is None else v + w
+            E.store("out", base + s0, q, v)
 
 
 def bidiag_multiply_kernel(accumulate):
-    """out = A x (``accumulate``: out += A x) per 4D site and chirality, A cyclic bidiagonal."""
+    """out = A x (``accumulate``: out = A x + B y) per 4D site and chirality, A and B cyclic bidiagonal
+    with the same sweep order."""
+    fields = ("x", "y") if accumulate else ("x",)
+    tables = ("d", "e", "f") + (("d2", "e2", "f2") if accumulate else ())
     return Kernel(
         name="bidiag_mult_acc" if accumulate else "bidiag_mult",
-        params=(Param("out", "field", 12, out=True), Param("x", "field", 12), Param("order", "itable"),
-                Param("d", "rtable"), Param("e", "rtable"), Param("f", "rtable"),
-                Param("n4", "int"), Param("Ls", "int")),
+        params=(Param("out", "field", 12, out=True),) + tuple(Param(x, "field", 12) for x in fields)
+        + (Param("order", "itable"),) + tuple(Param(t, "rtable") for t in tables)
+        + (Param("n4", "int"), Param("Ls", "int")),
         n="n4", body=lambda E, o, s: _bidiag_mult_body(E, o, s, accumulate), statics=(bool(accumulate),),
-        doc="out = A x (or out += A x), A cyclic bidiagonal in s per chirality (pygrid.qcd.kernels_generic).",
+        doc="out = A x (or out = A x + B y), A and B cyclic bidiagonal in s per chirality "
+            "(pygrid.qcd.kernels_generic).",
     )
 
 

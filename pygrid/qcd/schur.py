@@ -17,6 +17,10 @@ Solving ``M x = b`` with ``cb`` the solve checkerboard (default odd, 1) and
 ``record`` is the solver's :class:`pygrid.algorithms.SolverRecord` for the
 preconditioned system, with two attributes added: ``full_residual``
 (``|b - M x| / |b|`` of the reconstructed solution) and ``checkerboard``.
+
+``b`` and ``x0`` are only read (the source and the guess are picked into new
+red-black fields), and ``x`` is a new field: a solve that fails or is interrupted
+leaves the caller's fields as they were.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
 from . import kernels_wilson as kw
 from .dslash import dhop
-from .fermion import FermionOperator
+from .fermion import FermionOperator, committing
 
 _GAUGE = st.LorentzColourMatrix()
 
@@ -80,18 +80,21 @@ class WilsonFermion(FermionOperator):
     def _hop(self, psi, out, dag, alpha, name):
         """Full-grid hopping term (alpha != 0: plus alpha * psi)."""
         self._check(psi, False, name)
-        res, tgt = self._out(psi, out, None, name, avoid=(psi,))
-        with psi.view(ViewMode.AcceleratorRead) as p, self.U.view(ViewMode.AcceleratorRead) as u, \
-                tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
-            dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag,
-                 link_halo=self.link_halo(self.stencil, self.U, u))
-        return self._finish(res, tgt)
+        res = self._result(psi, out, None, name)
+
+        def hop(src, tgt):
+            with src.view(ViewMode.AcceleratorRead) as p, self.U.view(ViewMode.AcceleratorRead) as u, \
+                    tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
+                dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag,
+                     link_halo=self.link_halo(self.stencil, self.U, u))
+
+        return self._final_hop(psi, res, None, hop)
 
     def _hop_cb(self, psi, tgt, dag):
-        """tgt = the hopping term from psi's checkerboard to the other one (tgt does not alias psi)."""
+        """tgt's buffer = the hopping term from psi's checkerboard to the other one (tgt does not alias
+        psi; its checkerboard is the caller's)."""
         cb_in = psi.checkerboard
         cb_out = 1 - cb_in
-        tgt.checkerboard = cb_out
         with psi.view(ViewMode.AcceleratorRead) as p, \
                 self.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
                 self.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
@@ -123,8 +126,9 @@ class WilsonFermion(FermionOperator):
 
     def _scale(self, psi, out, factor, name):
         self._check(psi, psi.grid.checkerboarded, name)
-        res, _ = self._out(psi, out, psi.checkerboard, name)
-        return res.assign(factor * psi)
+        res = self._result(psi, out, psi.checkerboard, name)
+        with committing(res, psi.checkerboard):
+            return res.assign(factor * psi)
 
     def Mooee(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         """The diagonal block (4 + m)."""
@@ -161,33 +165,46 @@ class SchurDiagMooeeOperator:
         self.cb = cb
         self.grid = fermion_op.rb_grid
         self.precision = fermion_op.precision
+        self._scratch_fields = {}
+
+    def _scratch(self, slot, cb):
+        """A kept red-black field for an intermediate (see FermionOperator._scratch)."""
+        f = self._scratch_fields.get(slot)
+        if f is None:
+            f = self._scratch_fields[slot] = self.op.new_fermion(cb)
+        f.checkerboard = cb
+        return f
+
+    def _check_in(self, psi, out, name):
+        if psi.checkerboard != self.cb:
+            raise ConformabilityError(
+                f"SchurDiagMooeeOperator works on checkerboard {self.cb}, got {psi.checkerboard}"
+            )
+        check = getattr(self.op, "_check", None)
+        if out is not None and check is not None:
+            check(out, True, f"SchurDiagMooeeOperator.{name} (out)")
+
+    def _apply(self, psi, out, name, hop, inv, diag):
+        """diag psi - hop inv hop psi; out is written by the last kernel alone."""
+        self._check_in(psi, out, name)
+        t = hop(psi, out=self._scratch("hop", 1 - self.cb))
+        inv(t, out=t)
+        t2 = hop(t, out=self._scratch("hop2", self.cb))
+        d = diag(psi, out=self._scratch("diag", self.cb))
+        res = self.new_fermion() if out is None else out
+        with committing(res, self.cb):
+            return res.assign(d - t2)
 
     def M(self, psi, out=None):
         op = self.op
-        if psi.checkerboard != self.cb:
-            raise ConformabilityError(
-                f"SchurDiagMooeeOperator works on checkerboard {self.cb}, got {psi.checkerboard}"
-            )
-        t = op.Meooe(psi)
-        t = op.MooeeInv(t, out=t)
-        t2 = op.Meooe(t)
-        d = op.Mooee(psi, out=out)
-        return d.assign(d - t2)
+        return self._apply(psi, out, "M", op.Meooe, op.MooeeInv, op.Mooee)
 
     def Mdag(self, psi, out=None):
         op = self.op
-        if psi.checkerboard != self.cb:
-            raise ConformabilityError(
-                f"SchurDiagMooeeOperator works on checkerboard {self.cb}, got {psi.checkerboard}"
-            )
-        t = op.MeooeDag(psi)
-        t = op.MooeeInvDag(t, out=t)
-        t2 = op.MeooeDag(t)
-        d = op.MooeeDag(psi, out=out)
-        return d.assign(d - t2)
+        return self._apply(psi, out, "Mdag", op.MeooeDag, op.MooeeInvDag, op.MooeeDag)
 
     def MdagM(self, psi, out=None):
-        return self.Mdag(self.M(psi), out=out)
+        return self.Mdag(self.M(psi, out=self._scratch("MdagM", self.cb)), out=out)
 
     HermOp = MdagM
 
@@ -208,7 +225,8 @@ class SchurDiagMooeeOperator:
         b_e = pick_checkerboard(1 - self.cb, b)
         t = op.Meooe(x_cb)
         x_e = op.MooeeInv(b_e.assign(b_e - t))
-        res = out if out is not None else op.new_fermion()
-        set_checkerboard(res, x_e)
-        set_checkerboard(res, x_cb)
-        return res
+        # both halves into a new field: out, if given, is then written by one copy
+        x = op.new_fermion()
+        set_checkerboard(x, x_e)
+        set_checkerboard(x, x_cb)
+        return x if out is None else out.assign(x)
