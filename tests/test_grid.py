@@ -120,3 +120,9 @@ def test_grid_3d_and_2d():
     for dims in ([4, 8, 4], [8, 8]):
         g = pg.GridCartesian(dims, simd_layout=(1,) * (len(dims) - 1) + (2,))
         assert g.nd == len(dims) and g.osites * g.nsimd == math.prod(dims)
+
+
+@pytest.mark.parametrize("dims", [[4, 4, 4, 2 ** 31], [2 ** 20, 2 ** 20, 2 ** 20, 2 ** 5]])
+def test_absurd_dimensions_are_a_grid_error_not_a_numpy_one(dims):
+    with pytest.raises(pg.GridError, match="at most 2147483647 per dimension"):
+        pg.GridCartesian(dims)

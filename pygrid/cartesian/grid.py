@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from ..communicator.base import Communicator
 
 
+MAX_EXTENT = 2 ** 31 - 1
+MAX_SITES = 2 ** 62
+
+
 def _dims(name, value, nd=None):
     try:
         dims = tuple(int(v) for v in value)
@@ -31,6 +35,9 @@ def _dims(name, value, nd=None):
         raise GridError(f"{name} {dims} has {len(dims)} entries; expected {nd}")
     if not dims or any(d <= 0 for d in dims):
         raise GridError(f"{name} {dims}: every dimension must be a positive integer")
+    if any(d > MAX_EXTENT for d in dims) or math.prod(dims) > MAX_SITES:
+        raise GridError(f"{name} {dims}: at most {MAX_EXTENT} per dimension and {MAX_SITES} in all "
+                        f"(site indices are 64-bit integers)")
     return dims
 
 
