@@ -34,7 +34,7 @@ def on_root(comm, fn):
     if comm.rank == 0:
         try:
             outcome = (True, fn())
-        except Exception as e:
+        except BaseException as e:  # a Ctrl-C on rank 0 too: the others must not wait in bcast
             own, outcome = e, (False, _portable(e))
     ok, value = comm.bcast(outcome, root=0)
     if own is not None:
@@ -55,7 +55,7 @@ def on_every_rank(comm, fn):
     result, own = None, None
     try:
         result = fn()
-    except Exception as e:
+    except BaseException as e:  # KeyboardInterrupt included: the others must not wait
         own = e
     errors = comm.allgather(None if own is None else _portable(own))
     if own is not None:

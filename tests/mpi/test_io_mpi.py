@@ -279,3 +279,22 @@ def test_read_failing_on_one_rank_fails_on_every_rank(shared_dir, hot, monkeypat
         pg.io.read_nersc(path, into=dest)
     agreed(str(e.value))
     np.testing.assert_array_equal(dest.to_numpy(), pg.qcd.unit_gauge(g).to_numpy())
+
+
+def test_a_ctrl_c_on_one_rank_stops_every_rank_instead_of_leaving_them_waiting():
+    from pygrid.io._parallel import on_every_rank, on_root
+
+    comm = pg.GridCartesian([4, 4, 4, 8]).comm
+
+    def interrupted_on(rank):
+        def fn():
+            if comm.rank == rank:
+                raise KeyboardInterrupt
+            return comm.rank
+        return fn
+
+    with pytest.raises(KeyboardInterrupt):
+        on_root(comm, interrupted_on(0))
+    with pytest.raises(KeyboardInterrupt):
+        on_every_rank(comm, interrupted_on(comm.size - 1))
+    assert on_every_rank(comm, interrupted_on(-1)) == comm.rank   # and the collectives still match
