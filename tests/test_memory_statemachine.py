@@ -7,7 +7,6 @@ with it: the current data of every field, which fields are on the device, the
 eviction order, the footprint (<= watermark) and every statistic.
 """
 
-import gc
 import warnings
 
 import numpy as np
@@ -344,8 +343,7 @@ class CacheMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(busy if prefer_open and busy else candidates))
         if self.model.entries[key].cpu or self.model.entries[key].acc:
             event("freed with open views")
-        del self.owners[key]
-        gc.collect()
+        del self.owners[key]                # no cycle: its finalizer runs now, as a collection would
         self.model.release(key)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -360,7 +358,6 @@ class CacheMachine(RuleBasedStateMachine):
         self.mgr.release(key)
         self.model.release(key)
         self.owners.pop(key, None)          # finalizer was detached: collecting does nothing
-        gc.collect()
 
     @precondition(lambda self: self.live_keys())
     @rule(data=st.data(), advice=st.sampled_from(list(Advise)))
