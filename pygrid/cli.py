@@ -147,7 +147,7 @@ def _benchmark_parser():
     )
     p.add_argument("kind", nargs="?", metavar="KIND", help="one of " + ", ".join(KINDS))
     p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
-    p.add_argument("--Ls", type=_ls, default=8, metavar="N",
+    p.add_argument("--Ls", type=_ls, default=None, metavar="N",
                    help="fifth-dimension extent for dwf (default: 8)")
     p.add_argument("--precision", type=_precision, default="double", metavar="single|double|both",
                    help="precision(s) to benchmark (default: double)")
@@ -293,6 +293,12 @@ def _preflight(args, cfg):
     if args.kind not in KINDS:
         raise ConfigError(f"benchmark kind {args.kind!r}: choose one of " + ", ".join(KINDS))
     kind = get_kind(args.kind)
+    if args.Ls is None:
+        args.Ls = 8
+    elif not kind.fifth_dim:
+        fifth = ", ".join(k for k in KINDS if get_kind(k).fifth_dim)
+        raise ConfigError(f"--Ls {args.Ls}: the {kind.name} benchmark has no fifth dimension "
+                          f"(--Ls applies to {fifth})")
     precisions = PRECISIONS[args.precision]
     if args.sweep:
         grids, label = args.sweep, "--sweep"
@@ -309,6 +315,7 @@ def _preflight(args, cfg):
             import matplotlib  # noqa: F401
         except ImportError:
             raise PlotUnavailable("--plot needs matplotlib: pip install matplotlib") from None
+        _check_plot_format(args.plot)
     from .bench.common import make_grid
 
     for dims in grids:
@@ -345,6 +352,18 @@ def check_memory(grids, precisions, Ls, label):
             raise ConfigError(
                 f"{label} {'.'.join(map(str, dims))}{ls}: {sites} sites need at least {need / gib:.3g} GiB "
                 f"(one complex number per site) on this node, more than its {mem / gib:.3g} GiB of memory")
+
+
+def _check_plot_format(path):
+    """ConfigError unless matplotlib can write ``path``'s format (its extension), before the run."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext not in formats:
+        raise ConfigError(f"--plot {_shown(path)}: matplotlib cannot write "
+                          f"{'.' + ext + ' files' if ext else 'a file without an extension'}; "
+                          f"use one of {', '.join('.' + f for f in sorted(formats))}")
 
 
 def _check_output(flag, path):

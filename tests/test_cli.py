@@ -61,6 +61,8 @@ BAD = [
     (["benchmark", "cache", "--grid", "16.16.16.16", "--device-mem", "1"], "--device-mem 1", "or more"),
     (["benchmark"], "KIND", "wilson"),
     (["frobnicate"], "frobnicate", "benchmark"),
+    (["benchmark", "wilson", "--Ls", "4"], "--Ls 4", "no fifth dimension"),
+    (["benchmark", "wilson", "--grid", "4.4.4.4", "--plot", "out.txt"], "--plot out.txt", ".png"),
 ]
 
 

@@ -279,3 +279,10 @@ def test_gamma_matrices_are_designs_chiral_basis():
     for mu, g in enumerate(GAMMA_MU):
         np.testing.assert_array_equal(pg.Gamma.mu[mu].array(), g)
     np.testing.assert_array_equal(pg.Gamma.Five.array(), GAMMA_5)
+
+
+def test_trace_of_a_field_without_matrix_levels_is_an_error():
+    psi = pg.LatticeFermion(grid())
+    with pytest.raises(pg.SiteTypeError, match="SpinColourVector: it has no matrix level to trace"):
+        pg.trace(psi)
+    assert pg.trace(pg.LatticeComplex(grid())).site_type == pg.LatticeComplex(grid()).site_type

@@ -159,6 +159,10 @@ def identity_map(t: SiteType):
 
 @functools.cache
 def trace(t: SiteType, levels=LEVELS):
+    traced = [lv.kind for name, lv in zip(LEVELS, t.levels) if name in levels]
+    if MATRIX not in traced and VECTOR in traced:
+        raise SiteTypeError(f"trace of a {t}: it has no matrix level to trace (a vector is not traced; "
+                            f"for a sum of components use pg.sum or an inner product)")
     out_levels, per = [], []
     for name, lv in zip(LEVELS, t.levels):
         if name in levels and lv.kind == MATRIX:
