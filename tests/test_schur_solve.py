@@ -105,3 +105,10 @@ def test_schur_solve_initial_guess_and_errors():
     with pytest.raises(pg.GridError):
         pg.qcd.SchurRedBlackDiagMooeeSolve(ConjugateGradient(), cb=2)
     assert np.isfinite(rec.full_residual)
+
+
+def test_schur_solve_given_the_schur_operator_names_the_mistake():
+    op = make("wilson")
+    solver = pg.qcd.SchurRedBlackDiagMooeeSolve(ConjugateGradient(tol=1e-8))
+    with pytest.raises(pg.ConformabilityError, match="takes the fermion operator itself"):
+        solver(pg.qcd.SchurDiagMooeeOperator(op), source(op))

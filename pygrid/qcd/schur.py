@@ -69,6 +69,10 @@ class SchurRedBlackDiagMooeeSolve:
         from ..algorithms import MdagMOperator
         from ..lattice import pick_checkerboard
 
+        if isinstance(op, SchurDiagMooeeOperator):
+            raise ConformabilityError(
+                "schur_solve takes the fermion operator itself (e.g. WilsonFermion), not its Schur "
+                "operator: it builds the Schur complement and reconstructs the full-grid solution")
         if b.grid != op.grid:
             raise ConformabilityError(
                 f"schur_solve: the source {b} is not on the operator's full grid {op.grid}"
