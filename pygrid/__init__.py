@@ -21,6 +21,7 @@ from .errors import (
     ConformabilityError,
     DeviceMemoryError,
     GridError,
+    PerformanceWarning,
     PyGridError,
     ShapeError,
     SiteTypeError,

@@ -36,3 +36,7 @@ class BackendError(PyGridError, RuntimeError):
 
 class DeviceMemoryError(PyGridError, MemoryError):
     """The device cache cannot make room under the --device-mem watermark."""
+
+
+class PerformanceWarning(UserWarning):
+    """Something runs correctly but slower than it could (fewer SIMD lanes than the machine has)."""

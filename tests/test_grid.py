@@ -1,5 +1,6 @@
 """Grids: SIMD layouts, outer sites, global site indices, red-black and 5D grids."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -126,3 +127,13 @@ def test_grid_3d_and_2d():
 def test_absurd_dimensions_are_a_grid_error_not_a_numpy_one(dims):
     with pytest.raises(pg.GridError, match="at most 2147483647 per dimension"):
         pg.GridCartesian(dims)
+
+
+def test_a_lattice_too_small_for_the_simd_width_says_so():
+    want = pg.cartesian.default_nsimd("double")           # what this machine's vectors hold
+    with pytest.warns(pg.PerformanceWarning, match=f"can hold only Nsimd 1 of the {want} SIMD lanes"):
+        g = pg.GridCartesian([2, 2, 2, 2])
+    assert g.nsimd == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pg.GridCartesian([8, 8, 8, 8]).nsimd == want     # a full layout warns nothing

@@ -7,13 +7,14 @@ index over simd_layout.  A local coordinate x_d = o_d + rdims[d] * l_d.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import communicator
-from ..errors import GridError
+from ..errors import GridError, PerformanceWarning
 from .simd import check_layout, default_nsimd, default_simd_layout
 
 if TYPE_CHECKING:
@@ -88,6 +89,13 @@ class GridCartesian:
             want = nsimd or default_nsimd(precision)
             skip = tuple(self._no_simd_dims())
             simd_layout = default_simd_layout(self.ldims, want, skip=skip)
+            if math.prod(simd_layout) < want:
+                warnings.warn(
+                    f"the local lattice {'.'.join(map(str, self.ldims))} can hold only Nsimd "
+                    f"{math.prod(simd_layout)} of the {want} SIMD lanes of {precision} precision "
+                    f"here, so kernels use part of the vector width; extents with more factors of "
+                    f"two (at least 4 in a dimension for each factor) fill them",
+                    PerformanceWarning, stacklevel=2)
             # lanes in a rank-split dimension make halo rows half remote (a merge, and twice the bytes sent):
             # keep them out of those dimensions when the others can hold as many lanes
             split = tuple(d for d, p in enumerate(mpi_layout) if p > 1)
