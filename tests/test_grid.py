@@ -137,3 +137,16 @@ def test_a_lattice_too_small_for_the_simd_width_says_so():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pg.GridCartesian([8, 8, 8, 8]).nsimd == want     # a full layout warns nothing
+
+
+def test_grid_without_dimensions_takes_those_of_the_grid_flag():
+    from pygrid import config
+
+    old = config.set_current(config.make_config(config.current(), grid=None))
+    try:
+        with pytest.raises(pg.GridError, match="takes them from --grid"):
+            pg.GridCartesian()
+        config.set_current(config.make_config(config.current(), grid=(4, 4, 4, 8)))
+        assert pg.GridCartesian().gdims == (4, 4, 4, 8)
+    finally:
+        config.set_current(old)

@@ -53,16 +53,19 @@ def _strides(extents):
 class GridCartesian:
     """A Cartesian lattice, its decomposition over ranks and its SIMD layout.
 
-    ``fdims`` are the global dimensions, ``(x, y, z, t)`` for 4D.  ``simd_layout``
+    ``fdims`` are the global dimensions, ``(x, y, z, t)`` for 4D; without them, those of
+    ``--grid`` (Grid's ``GridDefaultLatt()``).  ``simd_layout``
     splits each local dimension into virtual nodes (lanes); by default it is
     chosen from ``precision`` and the host's SIMD width.
     """
 
     checkerboarded = False
 
-    def __init__(self, fdims: Sequence[int], simd_layout: Sequence[int] | None = None,
+    def __init__(self, fdims: Sequence[int] | None = None, simd_layout: Sequence[int] | None = None,
                  mpi_layout: Sequence[int] | None = None, precision: str = "double", nsimd: int | None = None,
                  comm: Communicator | None = None) -> None:
+        if fdims is None:
+            fdims = self._configured_grid()
         fdims = _dims("grid dimensions", fdims)
         nd = len(fdims)
         self.comm = communicator.world() if comm is None else comm
@@ -108,6 +111,17 @@ class GridCartesian:
         self._set_layout(self.ldims, simd_layout)
         self.parity_dims = tuple(range(nd))
         self._rb = None
+
+    @staticmethod
+    def _configured_grid():
+        # Grid's GridDefaultLatt(): the lattice of --grid when the program names none
+        from ..config import current
+
+        grid = current().grid
+        if grid is None:
+            raise GridError("GridCartesian() without dimensions takes them from --grid X.Y.Z.T "
+                            "(pg.init(sys.argv[1:]) or pg.init(grid=...)), and none was given")
+        return grid
 
     @staticmethod
     def _configured_mpi(nd):
