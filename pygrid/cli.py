@@ -22,10 +22,11 @@ import platform
 import re
 import sys
 import time
+import warnings
 
 from . import communicator
 from .bench.kinds import NAMES as KINDS, get_kind
-from .errors import BackendError, ConfigError, PyGridError
+from .errors import BackendError, ConfigError, PerformanceWarning, PyGridError
 
 _config = importlib.import_module("pygrid.config")
 
@@ -318,11 +319,13 @@ def _preflight(args, cfg):
         _check_plot_format(args.plot)
     from .bench.common import make_grid
 
-    for dims in grids:
-        for prec in precisions:
-            make_grid(dims, prec, args.simd)
-            if kind.preflight is not None:
-                kind.preflight(dims, prec, args.simd, cfg, label)
+    with warnings.catch_warnings():             # checks only: the banner reports the layout
+        warnings.simplefilter("ignore", PerformanceWarning)
+        for dims in grids:
+            for prec in precisions:
+                make_grid(dims, prec, args.simd)
+                if kind.preflight is not None:
+                    kind.preflight(dims, prec, args.simd, cfg, label)
     return kind, precisions, grids
 
 
@@ -642,7 +645,9 @@ def main(argv=None):
         # one report per job, from rank 0, as Grid does; errors still reach stderr from every rank
         sys.stdout = open(os.devnull, "w")
     try:
-        status = _dispatch(list(argv))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            status = _dispatch(list(argv))
     except (PyGridError, BenchmarkUnavailable, PlotUnavailable) as e:
         if comm.size > 1:
             comm.abort(f"error: {_one_line(e)}", EXIT_USAGE)
@@ -653,6 +658,11 @@ def main(argv=None):
         status = 130
     sys.stdout.flush()
     return status
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    # a command prints one line per warning, as it does per error, not Python's file:line form
+    print(f"pygrid: warning: {_one_line(message)}", file=sys.stderr if file is None else file, flush=True)
 
 
 def _one_line(e):

@@ -281,3 +281,13 @@ def test_selftest_reports_a_wrong_operator(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert status == 1
     assert "FAIL Wilson Dhop" in out and "ok   norm2" in out
+
+
+def test_a_lattice_smaller_than_the_simd_width_is_one_warning_line(in_process, capsys):
+    from pygrid.cli import main
+
+    assert main(["benchmark", "axpy", "--grid", "2.2.2.4", "--iterations", "1", "--warmup", "0"]) == 0
+    err = capsys.readouterr().err
+    warned = [ln for ln in err.splitlines() if "SIMD lanes" in ln]
+    assert len(warned) == 1 and warned[0].startswith("pygrid: warning: the local lattice 2.2.2.4"), err
+    assert "PerformanceWarning" not in err
