@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import COMPILED, assert_close, backend, grid, pool_field
+from conftest import assert_close, backend, grid, pool_field
 
 import pygrid as pg
 from pygrid.accelerator import backends as _bk, sycl_backend
@@ -170,82 +170,8 @@ def test_sycl_work_group_sizes(tpb, monkeypatch):
     assert_close(got, np.roll(a, -5, axis=3) - 3.0 * a)
 
 
-# ---- the memory cache on real USM device memory: a random walk against a numpy model ----------
-
-if HAVE_DPCTL:
-    from hypothesis import settings, strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-
-    class UsmCacheMachine(RuleBasedStateMachine):
-        """Fields created, written from the host, combined by sycl kernels, freed, under changing watermarks.
-
-        After every step each live field reads back (CpuRead, through the cache) what the numpy
-        model says, and the device footprint is under the watermark.
-        """
-
-        def __init__(self):
-            super().__init__()
-            from pygrid import memory as mem
-
-            self.mem = mem
-            self.saved = mem.get_manager()
-            _bk.set_backend("sycl")
-            self.m = mem.configure(
-                device="sycl", device_mem_mb=0.06
-            )  # 4^4 ColourVector: 12 KB, so about 5 fields
-            self.g = grid()
-            self.fields, self.model = [], []
-            self.rng = np.random.default_rng(7)
-
-        def teardown(self):
-            self.fields.clear()
-            self.mem._default = self.saved
-            _bk.set_backend(COMPILED)
-
-        @initialize()
-        def some_fields(self):
-            for _ in range(8):  # more than fit under the watermark
-                self.create()
-
-        @rule()
-        def create(self):
-            f = pg.Lattice(self.g, pg.ColourVector())
-            a = self.rng.normal(size=f.grid.lshape + (3,)) + 1j * self.rng.normal(size=f.grid.lshape + (3,))
-            f.from_numpy(a)
-            self.fields.append(f)
-            self.model.append(a)
-
-        @precondition(lambda self: len(self.fields) >= 2)
-        @rule(data=st.data(), shift=st.integers(-2, 2), c=st.floats(-2, 2))
-        def kernel(self, data, shift, c):
-            n = len(self.fields)
-            i = data.draw(st.integers(0, n - 1))
-            j = data.draw(st.integers(0, n - 1))
-            k = data.draw(st.integers(0, n - 1))
-            self.fields[k] @= c * self.fields[i] + pg.cshift(self.fields[j], 2, shift)
-            self.model[k] = c * self.model[i] + np.roll(self.model[j], -shift, axis=2)
-
-        @precondition(lambda self: len(self.fields) >= 1)
-        @rule(data=st.data())
-        def free(self, data):
-            i = data.draw(st.integers(0, len(self.fields) - 1))
-            del self.fields[i], self.model[i]
-
-        @rule(mb=st.sampled_from([0.04, 0.06, 0.1, 0.5]))
-        def watermark(self, mb):
-            try:
-                self.m.set_watermark(int(mb * self.mem.MB))
-            except pg.DeviceMemoryError:
-                pass  # nothing changed; the invariants below still hold
-
-        @invariant()
-        def data_and_footprint(self):
-            assert self.m.device_bytes <= self.m.watermark_bytes
-            for f, a in zip(self.fields, self.model):
-                np.testing.assert_allclose(f.to_numpy(), a, rtol=1e-12, atol=1e-12)
-
-    UsmCacheMachine.TestCase.settings = settings(max_examples=10, stateful_step_count=40, deadline=None)
-    test_sycl_memory_cache_state_machine = UsmCacheMachine.TestCase
+# The memory cache on real USM device memory, driven at random with injected faults, is
+# tests/test_memory_faults.py::test_fields_under_faults_in_sycl_usm.
 
 
 # ---- the Dirac operators and solvers on the device ------------------------------------------
