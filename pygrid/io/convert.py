@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import warnings
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PerformanceWarning
 from . import detect_format, read_gauge, write_ildg, write_nersc
 
 _ILDG_EXT = {".lime", ".ildg", ".scidac", ".ilime"}
@@ -64,7 +65,9 @@ def _sums(h):
 def main(argv):
     args = _parser().parse_args(argv)
     try:
-        return _convert(args)
+        with warnings.catch_warnings():  # the SIMD fill of the file's lattice does not matter to a copy
+            warnings.simplefilter("ignore", PerformanceWarning)
+            return _convert(args)
     except OSError as e:  # missing file, permissions, full disk: one line, not a traceback
         where = f" {e.filename}" if getattr(e, "filename", None) else ""
         raise ConfigError(f"pygrid convert:{where}: {e.strerror or e}") from None
