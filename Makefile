@@ -43,7 +43,7 @@ EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions
 # brought back between and inside their kernels and solves.
 SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py \
                tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py \
-               tests/test_failure_atomic.py tests/test_propagator.py
+               tests/test_failure_atomic.py tests/test_propagator.py tests/test_boundary_conditions.py
 
 # The MPI passes run the collective suites of tests/mpi (expressions, shifts, reductions, RNG,
 # Wilson, domain wall, CG, gauge IO) as 2- and 4-rank jobs of MPICH (the [mpi] extra),

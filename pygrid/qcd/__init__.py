@@ -10,6 +10,7 @@
     S, recs = pg.qcd.propagator(D, src, pg.algorithms.ConjugateGradient(1e-10))
     C = pg.qcd.correlator(pg.qcd.meson(S, S))                    # the pion, C[t]
 """
+from .boundary import ANTIPERIODIC_T, PERIODIC, FermionBoundary
 from .contractions import correlator, effective_mass, meson
 from .domain_wall import DomainWallFermion, MobiusFermion
 from .gauge import (
@@ -33,5 +34,6 @@ __all__ = [
     "SchurRedBlackDiagMooeeSolve", "unit_gauge", "random_gauge", "plaquette", "link_trace",
     "project_su3", "project_su3_array", "gauge_transform", "gauge_transform_fermion", "FLOPS_PER_SITE",
     "projection_tables", "point_source", "wall_source", "z2_source", "gaussian_smear", "momentum_phase",
-    "propagator", "spin_colour_unit_vector", "meson", "correlator", "effective_mass",
+    "propagator", "spin_colour_unit_vector", "ANTIPERIODIC_T", "PERIODIC", "FermionBoundary", "meson",
+    "correlator", "effective_mass",
 ]

@@ -106,24 +106,28 @@ _check_chiral_basis()
 class MobiusFermion(FermionOperator):
     """The Möbius domain-wall operator in Grid's Cayley form (see the module docstring).
 
-    ``MobiusFermion(U, Ls, mass, M5, b, c)``; ``U`` a ``LatticeGaugeField`` on a
-    full 4D grid.  Attributes: ``grid4`` (U's grid), ``grid5`` / ``grid`` (the 5D
+    ``MobiusFermion(U, Ls, mass, M5, b, c, boundary_phases=None, twists=None)``; ``U`` a
+    ``LatticeGaugeField`` on a full 4D grid; the boundary conditions are those of the 4D
+    Wilson operator (:class:`pygrid.qcd.WilsonFermion`, :mod:`pygrid.qcd.boundary`), the same
+    on every s slice.  Attributes: ``grid4`` (U's grid), ``grid5`` / ``grid`` (the 5D
     grid), ``grid5_rb`` / ``rb_grid`` (its red-black grid), ``Ls``, ``mass``,
-    ``M5``, ``b``, ``c``, ``precision``.  Every method takes a 5D fermion and
+    ``M5``, ``b``, ``c``, ``boundary``, ``precision``.  Every method takes a 5D fermion and
     returns a new field, or writes into ``out=`` and returns it.
     """
 
     flops_per_site = kw.FLOPS_PER_SITE
     fermion_label = "5D LatticeFermion"
 
-    def __init__(self, U: Lattice, Ls: int, mass: float, M5: float, b: float, c: float) -> None:
+    def __init__(self, U: Lattice, Ls: int, mass: float, M5: float, b: float, c: float,
+                 boundary_phases=None, twists=None) -> None:
         if not isinstance(Ls, (int, np.integer)) or Ls < 1:
             raise GridError(f"Ls must be a positive integer, got {Ls!r}")
         for name, v in (("mass", mass), ("M5", M5), ("b", b), ("c", c)):
             if isinstance(v, complex) or not np.isreal(v):
                 raise TypeError(f"{type(self).__name__}: {name} must be real, got {v!r}")
         # the 4D Wilson operator at mass -M5: checks U and holds the stencils and checkerboarded links
-        self._w = WilsonFermion(U, -float(M5))
+        self._w = WilsonFermion(U, -float(M5), boundary_phases, twists)
+        self.boundary = self._w.boundary
         self.U = U
         self.Ls = int(Ls)
         self.mass = float(mass)
@@ -170,13 +174,13 @@ class MobiusFermion(FermionOperator):
 
     def __repr__(self):
         return (
-            f"{type(self).__name__}(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, b={self.b}, c={self.c}, "
-            f"{self.precision}, {self.grid4})"
+            f"{type(self).__name__}(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, b={self.b}, c={self.c}"
+            f"{self.boundary.describe()}, {self.precision}, {self.grid4})"
         )
 
     # ---- construction helpers ------------------------------------------------------
     def _with_gauge(self, U):
-        return MobiusFermion(U, self.Ls, self.mass, self.M5, self.b, self.c)
+        return MobiusFermion(U, self.Ls, self.mass, self.M5, self.b, self.c, **self.boundary.kwargs())
 
     def _grid_note(self):
         return f" (the operator's 5D grid, Ls={self.Ls})"
@@ -238,10 +242,10 @@ class MobiusFermion(FermionOperator):
         w = self._w
         with (
             psi.view(ViewMode.AcceleratorRead) as p,
-            w.U.view(ViewMode.AcceleratorRead) as u,
+            w.links.view(ViewMode.AcceleratorRead) as u,
             tgt.view(ViewMode.AcceleratorWriteDiscard if diag is not tgt else ViewMode.AcceleratorWrite) as o,
         ):
-            lh = w.link_halo(w.stencil, w.U, u)
+            lh = w.link_halo(w.stencil, w.links, u)
             if diag is None or alpha == 0.0:
                 dhop(o, p, u, u, w.stencil, self.Ls, scale, 0.0, None, dag, link_halo=lh)
             elif diag is psi:
@@ -393,13 +397,15 @@ class DomainWallFermion(MobiusFermion):
         with +m P_- psi_0 at s = Ls-1 and +m P_+ psi_{Ls-1} at s = 0 for the wrap-around terms.
     """
 
-    def __init__(self, U: Lattice, Ls: int, mass: float, M5: float) -> None:
-        super().__init__(U, Ls, mass, M5, 1.0, 0.0)
+    def __init__(self, U: Lattice, Ls: int, mass: float, M5: float, boundary_phases=None,
+                 twists=None) -> None:
+        super().__init__(U, Ls, mass, M5, 1.0, 0.0, boundary_phases, twists)
 
     def _with_gauge(self, U):
-        return DomainWallFermion(U, self.Ls, self.mass, self.M5)
+        return DomainWallFermion(U, self.Ls, self.mass, self.M5, **self.boundary.kwargs())
 
     def __repr__(self):
         return (
-            f"DomainWallFermion(Ls={self.Ls}, mass={self.mass}, M5={self.M5}, {self.precision}, {self.grid4})"
+            f"DomainWallFermion(Ls={self.Ls}, mass={self.mass}, M5={self.M5}{self.boundary.describe()}, "
+            f"{self.precision}, {self.grid4})"
         )

@@ -18,27 +18,47 @@ GAMMA_MU = [GAMMA_X, GAMMA_Y, GAMMA_Z, GAMMA_T]
 GAMMA_5 = np.diag([1, 1, -1, -1]).astype(complex)
 
 
+def _hop_phases(L, phase, twist):
+    """(forward, backward) phase per coordinate along one axis: what psi(x+mu) and psi(x-mu) pick up
+    on the way to x, from the boundary phase at the edge and the twist on every hop."""
+    w = np.exp(2j * np.pi * twist / L)
+    fwd = np.full(L, w, dtype=np.complex128)
+    fwd[L - 1] *= phase
+    bwd = np.full(L, np.conj(w), dtype=np.complex128)
+    bwd[0] *= np.conj(phase)
+    return fwd, bwd
+
+
 def dhop(U: np.ndarray, psi: np.ndarray, dag: bool = False,
-         lattice_axes: tuple[int, int, int, int] = (0, 1, 2, 3)) -> np.ndarray:
+         lattice_axes: tuple[int, int, int, int] = (0, 1, 2, 3), boundary_phases=None,
+         twists=None) -> np.ndarray:
     """Grid's Wilson hopping term, in complex128.
 
         Dhop psi(x) = -1/2 sum_mu [(1 - g_mu) U_mu(x) psi(x+mu) + (1 + g_mu) U_mu(x-mu)^dag psi(x-mu)]
 
     ``U``: [x, y, z, t, mu, a, b] links; ``psi``: [..., x, y, z, t, spin, colour] with the four
     lattice axes of psi at ``lattice_axes`` (a leading s axis for 5D fields); ``dag`` swaps the
-    projectors (the adjoint, g5 Dhop g5).
+    projectors (the adjoint, g5 Dhop g5).  ``boundary_phases`` / ``twists`` (docs/conventions.md,
+    "Fermion boundary conditions"): here the neighbour psi(x +- mu) carries the phase, the links are
+    left as they are.
     """
     U = np.asarray(U, dtype=np.complex128)
     psi = np.asarray(psi, dtype=np.complex128)
+    phases = [1.0] * 4 if boundary_phases is None else list(boundary_phases)
+    tw = [0.0] * 4 if twists is None else list(twists)
     sgn = 1.0 if dag else -1.0
     res = np.zeros_like(psi)
     for mu in range(4):
         ax = lattice_axes[mu]
+        L = psi.shape[ax]
+        fwd, bwd = _hop_phases(L, phases[mu], tw[mu])
+        shape = [1] * psi.ndim
+        shape[ax] = L
         Umu = U[..., mu, :, :]
-        t = np.einsum("...ab,...sb->...sa", Umu, np.roll(psi, -1, axis=ax))
+        t = np.einsum("...ab,...sb->...sa", Umu, np.roll(psi, -1, axis=ax) * fwd.reshape(shape))
         res += t + sgn * np.einsum("st,...tc->...sc", GAMMA_MU[mu], t)
         Ub = np.roll(Umu, 1, axis=mu)
-        t = np.einsum("...ba,...sb->...sa", Ub.conj(), np.roll(psi, 1, axis=ax))
+        t = np.einsum("...ba,...sb->...sa", Ub.conj(), np.roll(psi, 1, axis=ax) * bwd.reshape(shape))
         res += t - sgn * np.einsum("st,...tc->...sc", GAMMA_MU[mu], t)
     return -0.5 * res
 

@@ -18,6 +18,7 @@ from ..stencil import Stencil, wilson_displacements
 from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
 from . import kernels_wilson as kw
+from .boundary import FermionBoundary
 from .dslash import dhop
 from .fermion import FermionOperator, committing
 
@@ -28,15 +29,20 @@ class WilsonFermion(FermionOperator):
     """The Wilson Dirac operator ``M = (4 + mass) + Dhop`` on the gauge field ``U``.
 
     ``U`` is a ``LatticeGaugeField`` on a full 4D grid; the operator works in U's
-    precision and on fields of U's grid (``M``, ``Mdag``, ``MdagM``, ``Dhop``) or
-    of its red-black grid (``Meooe``, ``MeooeDag``, ``Mooee``, ``MooeeDag``,
-    ``MooeeInv``, ``MooeeInvDag``, ``DhopEO``, ``DhopOE``).  Each method returns
+    precision.  ``boundary_phases`` (4 complex numbers of modulus 1, default
+    periodic; ``[1, 1, 1, -1]`` is antiperiodic in time) and ``twists`` (4 reals,
+    Grid's ``twist_n_2pi_L``) set the fermion boundary conditions
+    (:mod:`pygrid.qcd.boundary`).  The even-odd pieces, and every hop when boundary
+    conditions are set, read links copied from U at construction: make a new
+    operator after changing U.  The operator acts on fields of U's grid (``M``, ``Mdag``,
+    ``MdagM``, ``Dhop``) or of its red-black grid (``Meooe``, ``MeooeDag``, ``Mooee``,
+    ``MooeeDag``, ``MooeeInv``, ``MooeeInvDag``, ``DhopEO``, ``DhopOE``).  Each method returns
     a new field, or writes into ``out=`` and returns it.
     """
 
     flops_per_site = kw.FLOPS_PER_SITE
 
-    def __init__(self, U: Lattice, mass: float) -> None:
+    def __init__(self, U: Lattice, mass: float, boundary_phases=None, twists=None) -> None:
         if not isinstance(U, Lattice) or U.site_type.levels != _GAUGE.levels:
             raise SiteTypeError(f"WilsonFermion needs a LatticeGaugeField, got {U!r}")
         g = U.grid
@@ -44,21 +50,24 @@ class WilsonFermion(FermionOperator):
             raise GridError(f"WilsonFermion needs a gauge field on a full 4D grid, got {g}")
         self.U = U
         self.mass = float(mass)
+        self.boundary = FermionBoundary(boundary_phases, twists, g.nd)
         self.grid = g
         self.rb_grid = g.red_black
         self.precision = U.precision
         self.diag = 4.0 + self.mass
+        # the links the hops read: U itself, or U with the boundary phases and twists applied
+        self.links = self.boundary.apply(U)
         self.stencil = Stencil(g, wilson_displacements())
-        # even-odd: U on each checkerboard; stencil[cb] reads a source field of checkerboard cb
-        self.U_cb = (pick_checkerboard(0, U), pick_checkerboard(1, U))
+        # even-odd: the links on each checkerboard; stencil[cb] reads a source field of checkerboard cb
+        self.U_cb = (pick_checkerboard(0, self.links), pick_checkerboard(1, self.links))
         self.stencil_cb = tuple(Stencil(self.rb_grid, wilson_displacements(), cb) for cb in (0, 1))
         self._link_halos = {}
 
     def __repr__(self):
-        return f"WilsonFermion(mass={self.mass}, {self.precision}, {self.grid})"
+        return f"WilsonFermion(mass={self.mass}{self.boundary.describe()}, {self.precision}, {self.grid})"
 
     def _with_gauge(self, U):
-        return type(self)(U, self.mass)
+        return type(self)(U, self.mass, **self.boundary.kwargs())
 
     def link_halo(self, stencil, links, buf):
         """The links of ``links`` (its open view ``buf``) at the backward neighbours on other ranks.
@@ -83,10 +92,10 @@ class WilsonFermion(FermionOperator):
         res = self._result(psi, out, None, name)
 
         def hop(src, tgt):
-            with src.view(ViewMode.AcceleratorRead) as p, self.U.view(ViewMode.AcceleratorRead) as u, \
+            with src.view(ViewMode.AcceleratorRead) as p, self.links.view(ViewMode.AcceleratorRead) as u, \
                     tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
                 dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag,
-                     link_halo=self.link_halo(self.stencil, self.U, u))
+                     link_halo=self.link_halo(self.stencil, self.links, u))
 
         return self._final_hop(psi, res, None, hop)
 
