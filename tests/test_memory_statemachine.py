@@ -65,6 +65,7 @@ class MEntry:
         self.cpu = self.acc = self.cpuw = self.accw = 0
         self.inf = False
         self.released = False
+        self.shared = False
 
 
 class Model:
@@ -84,6 +85,20 @@ class Model:
         for lst in (self.lru, self.lru_inf):
             if key in lst:
                 lst.remove(key)
+
+    def _d2h(self, e):
+        self.stats["d2h_bytes"] += e.nbytes
+        self.stats["d2h_count"] += 1
+
+    def share(self, key):
+        e = self.entries[key]
+        if e.accw:
+            return ViewConflictError
+        if e.state is State.AcceleratorDirty:
+            self._d2h(e)
+            e.state = State.Consistent
+        e.shared = True
+        return None
 
     def _evict(self, key):
         e = self.entries[key]
@@ -129,6 +144,8 @@ class Model:
                                                           self.live + self.poolb + e.nbytes)
                 self.live += e.nbytes
                 e.dev, e.state = True, State.CpuDirty
+            elif e.shared and e.state is State.Consistent and not e.acc:
+                e.state = State.CpuDirty
             copy_in = e.state is State.CpuDirty and mode in (AccRead, AccWrite)
             if copy_in:
                 self.stats["h2d_bytes"] += e.nbytes
@@ -157,6 +174,9 @@ class Model:
     def close(self, key, mode):
         e = self.entries[key]
         if mode.accelerator:
+            if e.shared and mode.write and e.accw == 1 and e.state is State.AcceleratorDirty:
+                self._d2h(e)
+                e.state = State.Consistent
             e.acc -= 1
             e.accw -= mode.write
         else:
@@ -212,6 +232,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.model = Model(256)
         self.owners = {}            # key -> Owner, for fields freed by garbage collection
         self.views = []             # open (key, mode) pairs
+        self.shared = {}            # key -> host array handed out by share_host
         self.rng = np.random.default_rng(0)
 
     # ---------------------------------------------------------------- helpers
@@ -334,6 +355,34 @@ class CacheMachine(RuleBasedStateMachine):
                     arr *= 2
                     self.model.entries[key].data = self.model.entries[key].data * 2
                 self.do_close(key, mode)
+
+    @precondition(lambda self: self.live_keys())
+    @rule(data=st.data())
+    def share_host(self, data):
+        key = data.draw(st.sampled_from(self.live_keys()))
+        expected = self.model.share(key)
+        if expected is not None:
+            with pytest.raises(expected):
+                self.mgr.share_host(key)
+            return
+        event("host shared")
+        self.shared[key] = self.mgr.share_host(key)
+
+    def shared_keys(self):
+        return [k for k in self.live_keys() if k in self.shared]
+
+    @precondition(lambda self: self.shared_keys())
+    @rule(data=st.data())
+    def write_shared_host(self, data):
+        """Another library writes the shared host array between pygrid's views."""
+        key = data.draw(st.sampled_from(self.shared_keys()))
+        e = self.model.entries[key]
+        if e.cpu or e.acc:
+            return
+        event("shared host written")
+        new = self.fresh(e.data.shape)
+        self.shared[key][...] = new
+        e.data = new
 
     @precondition(lambda self: self.owners)
     @rule(data=st.data(), prefer_open=st.booleans())

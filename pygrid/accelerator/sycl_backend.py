@@ -136,14 +136,19 @@ class UsmArray:
     not fast; those operations are not device kernels on this backend.
     """
 
-    __slots__ = ("usm_data", "shape", "dtype", "stats")
+    __slots__ = ("usm_data", "shape", "dtype", "stats", "writable")
 
-    def __init__(self, mem, shape, dtype, stats=None):
+    def __init__(self, mem, shape, dtype, stats=None, writable=True):
         self.usm_data = mem
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         # the owning UsmDevice's counters of host round trips outside the memory manager
         self.stats = stats
+        self.writable = writable
+
+    def read_only(self):
+        """The same allocation, refusing ``set`` and item assignment (what a read view hands out)."""
+        return UsmArray(self.usm_data, self.shape, self.dtype, self.stats, writable=False)
 
     @property
     def size(self):
@@ -166,7 +171,7 @@ class UsmArray:
             shape = tuple(n // known if s == -1 else s for s in shape)
         if int(np.prod(shape, dtype=np.int64)) != n:
             raise ValueError(f"cannot reshape a device array of shape {self.shape} to {shape}")
-        return UsmArray(self.usm_data, shape, self.dtype, self.stats)
+        return UsmArray(self.usm_data, shape, self.dtype, self.stats, self.writable)
 
     # ---- host round trips (numpy interop) ----
     def _count(self, key):
@@ -182,6 +187,8 @@ class UsmArray:
         return host
 
     def set(self, host, count=True):
+        if not self.writable:
+            raise ValueError("assignment destination is read-only (a read view of a field)")
         host = np.ascontiguousarray(host, dtype=self.dtype)
         if host.size != self.size:
             raise ValueError(f"set: {host.shape} does not fit a device array of shape {self.shape}")
@@ -201,6 +208,8 @@ class UsmArray:
         return self.get()[key]
 
     def __setitem__(self, key, value):
+        if not self.writable:
+            raise ValueError("assignment destination is read-only (a read view of a field)")
         host = self.get()
         host[key] = np.asarray(value)
         self.set(host)

@@ -96,13 +96,13 @@ def _with_halos(inputs, tables, halos):
 
 
 def _run(backend, launch, out, tables, alias, halos=()):
-    views = [f.view(ViewMode.AcceleratorRead) for f in launch.fields if f is not out]
+    views = [f._kernel_view(ViewMode.AcceleratorRead) for f in launch.fields if f is not out]
     arrays = {}
     try:
         for v in views:
             arrays[id(v)] = v.__enter__()
         mode = ViewMode.AcceleratorWrite if alias else ViewMode.AcceleratorWriteDiscard
-        with out.view(mode) as o:
+        with out._kernel_view(mode) as o:
             inputs = []
             it = iter(views)
             for f in launch.fields:

@@ -1,3 +1,4 @@
+from .interop import from_dlpack, peek_site, poke_site, site_type_for_shape
 from .lattice import (
     Lattice,
     LatticeColourMatrix,

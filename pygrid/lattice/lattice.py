@@ -24,21 +24,41 @@ _CPLX = {"double": np.complex128, "single": np.complex64}
 class Lattice(FieldBase, ExprOps):
     """A field on ``grid`` with one ``site_type`` tensor per site.
 
-    ``precision`` is 'double' or 'single'.  On a red-black grid the field holds
-    one checkerboard (``checkerboard`` 0 = even, 1 = odd; default 0).
-    Fields start zeroed.
+    ``precision`` is 'double' (the default) or 'single'.  On a red-black grid the field
+    holds one checkerboard (``checkerboard`` 0 = even, 1 = odd; default 0).  Fields start
+    zeroed.  ``Lattice(grid, array)`` copies an array indexed ``[x, y, z, t, *site]`` (as
+    ``to_numpy()`` gives): the site type comes from the trailing axes, the precision from
+    the dtype (complex64 / float32: single).
     """
 
-    def __init__(self, grid: GridCartesian, site_type: st.SiteType = st.Complex, precision: str = "double",
+    def __init__(self, grid: GridCartesian, site_type: Any = st.Complex, precision: str | None = None,
                  checkerboard: int | None = None, manager: memory.MemoryManager | None = None) -> None:
+        array = None
+        if not isinstance(site_type, st.SiteType) and _array_like(site_type):
+            from .interop import precision_of_dtype, split_array
+
+            array, site_type = split_array(grid, site_type, "Lattice(grid, array)") \
+                if isinstance(grid, GridCartesian) else (None, site_type)
+            if array is not None and precision is None:
+                precision = precision_of_dtype(array.dtype)
+        if precision is None:
+            precision = "double"
         if not isinstance(grid, GridCartesian):
             raise GridError(f"a Lattice needs a grid (pg.GridCartesian), got {type(grid).__name__}")
         if not isinstance(site_type, st.SiteType):
             raise SiteTypeError(
-                f"site_type must be a pygrid site type such as pg.ColourMatrix(), got {site_type!r}"
+                f"site_type must be a pygrid site type such as pg.ColourMatrix(), or an array to copy, "
+                f"got {site_type!r}"
             )
         if precision not in _REAL:
             raise ShapeError(f"precision must be 'double' or 'single', got {precision!r}")
+        buf = np.zeros((grid.osites, site_type.ncomp, 2, grid.nsimd), dtype=_REAL[precision])
+        self._adopt(grid, site_type, precision, checkerboard, buf, manager)
+        if array is not None:
+            self.from_numpy(array)
+
+    def _adopt(self, grid, site_type, precision, checkerboard, buf, manager=None) -> None:
+        """Make this field the owner of ``buf`` (the SIMD-layout array) and register it."""
         self.grid = grid
         self.site_type = site_type
         self.precision = precision
@@ -47,7 +67,7 @@ class Lattice(FieldBase, ExprOps):
             self.checkerboard = 0 if checkerboard is None else checkerboard
         elif checkerboard is not None:
             raise GridError("checkerboard is only meaningful for fields on a red-black grid")
-        self._buf = np.zeros((grid.osites, site_type.ncomp, 2, grid.nsimd), dtype=_REAL[precision])
+        self._buf = buf
         self._manager = manager if manager is not None else memory.get_manager()
         self._key = self._manager.register(self, self._buf)
 
@@ -92,9 +112,16 @@ class Lattice(FieldBase, ExprOps):
     def view(self, mode: ViewMode) -> memory.View:
         """A view of the buffer for ``mode`` (a pg.ViewMode): ``with f.view(pg.CpuRead) as a:``.
 
-        The array is shaped (osites, ncomp, 2, nsimd) in the layout of docs/design.md.
+        The array is shaped (osites, ncomp, 2, nsimd) in the layout of docs/design.md.  A read
+        view (CpuRead, AcceleratorRead) is read-only where the array type allows it (numpy,
+        the sycl backend's USM arrays; not CuPy's).
         """
         return memory.View(self._manager, self._key, mode)
+
+    def _kernel_view(self, mode: ViewMode) -> memory.View:
+        """``view(mode)`` for pygrid's own kernels: a read view gives the array itself, writable, so
+        that numba compiles one variant of a kernel whether or not an input aliases its output."""
+        return memory.View(self._manager, self._key, mode, read_only=False)
 
     def advise(self, advice: memory.Advise) -> None:
         self._manager.advise(self._key, advice)
@@ -174,6 +201,42 @@ class Lattice(FieldBase, ExprOps):
             self.grid.sites_to_buffer(sites, b)
         return self
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(field)``: ``to_numpy()``, a copy in natural coordinates."""
+        if copy is False:
+            raise ValueError(f"np.asarray({self}, copy=False): a field is stored in the SIMD layout, so "
+                             f"an array in lattice coordinates is always a copy; for shared memory use "
+                             f"np.from_dlpack(field) (the SIMD layout, docs/interop.md)")
+        if self.grid.decomposed:
+            raise GridError(f"np.asarray({self}): the lattice is split over {self.grid.comm.size} ranks; "
+                            f"call field.to_numpy() on every rank (collective, the whole lattice) or "
+                            f"field.to_local_numpy() (this rank's part)")
+        a = self.to_numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .interop import DLPACK_CPU
+
+        return (DLPACK_CPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Share the field's memory (the host buffer, in the SIMD layout, shaped
+        ``(osites, ncomp, 2, nsimd)``) with another library: ``np.from_dlpack(field)``,
+        ``torch.from_dlpack(field)``.  From then on the memory manager keeps that buffer
+        current between kernels (docs/interop.md)."""
+        from .interop import DLPACK_CPU
+
+        if dl_device is not None and tuple(dl_device) != (DLPACK_CPU, 0):
+            raise BufferError(f"{self}: DLPack export is of host memory (device {(DLPACK_CPU, 0)}), "
+                              f"{tuple(dl_device)} was asked for")
+        if copy:
+            with self.view(ViewMode.CpuRead) as b:
+                buf = np.array(b)
+        else:
+            buf = self._manager.share_host(self._key)
+        kw = {} if max_version is None else {"max_version": max_version}
+        return buf.__dlpack__(stream=stream, **kw)
+
     # ---- assignment -----------------------------------------------------------
     def assign(self, expr: Any) -> Lattice:
         """Evaluate ``expr`` into this field as one fused kernel; returns self."""
@@ -207,6 +270,11 @@ class Lattice(FieldBase, ExprOps):
         return self.assign(self * other)
 
 
+def _array_like(x: Any) -> bool:
+    return isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__") or \
+        hasattr(x, "__array_interface__")
+
+
 def _as_array(array: Any, what: str) -> np.ndarray:
     """``np.asarray(array)``; ShapeError for what numpy cannot make an array of (ragged nested lists, ...)."""
     try:
@@ -217,7 +285,7 @@ def _as_array(array: Any, what: str) -> np.ndarray:
 
 
 def _named(site_factory, doc):
-    def make(grid: GridCartesian, precision: str = "double", checkerboard: int | None = None,
+    def make(grid: GridCartesian, precision: str | None = None, checkerboard: int | None = None,
              **kw: Any) -> Lattice:
         return Lattice(grid, site_factory(**kw), precision, checkerboard)
 

@@ -116,7 +116,10 @@ def poke_index(field: Lattice, value: Any, level: str, *index: int) -> Lattice:
         raise SiteTypeError("poke_index needs a field value")
     nodes._conform("poke_index", nodes.Leaf(field), nodes.Leaf(val))
     rows = _poke_rows(r)
-    with val.view(ViewMode.AcceleratorRead) as src, field.view(ViewMode.AcceleratorWrite) as dst:
+    with (
+        val._kernel_view(ViewMode.AcceleratorRead) as src,
+        field._kernel_view(ViewMode.AcceleratorWrite) as dst,
+    ):
         get_backend().relayout("setcomp", dst, src, rows[1], rows[0])
     return field
 
@@ -163,7 +166,7 @@ def where(mask: Any, a: Any, b: Any) -> nodes.Expr:
 def norm2(x: Any) -> float:
     """sum over sites of |x|^2, as a float (accumulated in double precision)."""
     f = _field(x)
-    with f.view(ViewMode.AcceleratorRead) as a:
+    with f._kernel_view(ViewMode.AcceleratorRead) as a:
         return f.grid.comm.sum(get_backend().norm2(a))
 
 
@@ -173,14 +176,14 @@ def inner_product(a: Any, b: Any) -> complex:
     nodes._conform("inner_product", nodes.Leaf(fa), nodes.Leaf(fb))
     if fa.site_type.levels != fb.site_type.levels:
         raise SiteTypeError(f"inner_product of a {fa.site_type} and a {fb.site_type}")
-    with fa.view(ViewMode.AcceleratorRead) as x, fb.view(ViewMode.AcceleratorRead) as y:
+    with fa._kernel_view(ViewMode.AcceleratorRead) as x, fb._kernel_view(ViewMode.AcceleratorRead) as y:
         return fa.grid.comm.sum(get_backend().inner_product(x, y))
 
 
 def sum(x: Any) -> np.ndarray:  # noqa: A001
     """Sum over all sites: a numpy array of the site shape."""
     f = _field(x)
-    with f.view(ViewMode.AcceleratorRead) as a:
+    with f._kernel_view(ViewMode.AcceleratorRead) as a:
         s = f.grid.comm.sum(get_backend().site_sum(a))
     s = np.asarray(s).reshape(f.site_shape)
     return s.real.copy() if f.is_real else s
@@ -194,7 +197,7 @@ def slice_sum(x: Any, dim: int) -> np.ndarray:
     if not 0 <= dim < f.grid.nd:
         raise ConformabilityError(f"slice_sum: dimension {dim} out of range 0..{f.grid.nd - 1}")
     table = _slice_table(f.grid, dim)
-    with f.view(ViewMode.AcceleratorRead) as a:
+    with f._kernel_view(ViewMode.AcceleratorRead) as a:
         s = get_backend().slice_sum(a, table)
     s = np.asarray(s).reshape((table.shape[0],) + tuple(f.site_shape))
     g = f.grid
@@ -232,7 +235,7 @@ def coordinate(grid: GridCartesian, mu: int, checkerboard: int | None = None,
     sites = np.zeros(grid.lshape + (1, 2))
     idx = tuple(grid.stored_coords().reshape(-1, grid.nd).T)
     sites[idx + (0, 0)] = full.reshape(-1)
-    with out.view(ViewMode.CpuWrite) as b:
+    with out._kernel_view(ViewMode.CpuWrite) as b:
         grid.sites_to_buffer(sites, b)
     return out
 
@@ -241,7 +244,10 @@ def convert(x: Any, precision: str) -> Lattice:
     """A copy of x in another precision ('single' or 'double')."""
     f = _field(x)
     out = Lattice(f.grid, f.site_type, precision, checkerboard=f.checkerboard)
-    with f.view(ViewMode.AcceleratorRead) as a, out.view(ViewMode.AcceleratorWriteDiscard) as b:
+    with (
+        f._kernel_view(ViewMode.AcceleratorRead) as a,
+        out._kernel_view(ViewMode.AcceleratorWriteDiscard) as b,
+    ):
         get_backend().relayout("cast", b, a)
     return out
 
@@ -263,7 +269,10 @@ def pick_checkerboard(cb: int, full_field: Lattice) -> Lattice:
         raise GridError(f"checkerboard must be 0 or 1, got {cb!r}")
     out = Lattice(f.grid.red_black, f.site_type, f.precision, checkerboard=cb)
     o, l = _cb_map(f.grid, cb)
-    with f.view(ViewMode.AcceleratorRead) as a, out.view(ViewMode.AcceleratorWriteDiscard) as b:
+    with (
+        f._kernel_view(ViewMode.AcceleratorRead) as a,
+        out._kernel_view(ViewMode.AcceleratorWriteDiscard) as b,
+    ):
         get_backend().relayout("gather", b, a, o, l)
     return out
 
@@ -278,6 +287,9 @@ def set_checkerboard(full_field: Lattice, half: Lattice) -> Lattice:
     if h.site_type.levels != full_field.site_type.levels or h.precision != full_field.precision:
         raise SiteTypeError(f"set_checkerboard: {h} does not match {full_field}")
     o, l = _cb_map(full_field.grid, h.checkerboard)
-    with h.view(ViewMode.AcceleratorRead) as a, full_field.view(ViewMode.AcceleratorWrite) as b:
+    with (
+        h._kernel_view(ViewMode.AcceleratorRead) as a,
+        full_field._kernel_view(ViewMode.AcceleratorWrite) as b,
+    ):
         get_backend().relayout("scatter", b, a, o, l)
     return full_field

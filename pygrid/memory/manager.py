@@ -81,6 +81,12 @@ Leaked views
     are reported with a :class:`LeakedViewWarning` naming the field and its open
     views; ``stats()`` counts the open views and the bytes they lock.
 
+Shared host memory
+    :meth:`share_host` hands a field's host array out (``Lattice.__dlpack__``): someone
+    else may read or write it between pygrid's views.  The manager then keeps the host
+    array current whenever no accelerator write view is open (the close of the last one
+    copies the device buffer back) and copies it in again at the next accelerator open.
+
 Unified devices (``device.unified``) never allocate, copy, count or evict: the
 accelerator view is the host array, and only the view reference counts (and the
 conflict checks) are kept.
@@ -155,7 +161,7 @@ def _mb(nbytes):
 class _Entry:
     __slots__ = ("key", "host", "dev", "nbytes", "dtype", "shape", "state", "cpu_refs",
                  "acc_refs", "cpu_writers", "acc_writers", "infrequent", "lru",
-                 "released", "finalizer", "writes")
+                 "released", "finalizer", "writes", "shared")
 
     def __init__(self, key, host):
         self.key = key
@@ -174,6 +180,7 @@ class _Entry:
         self.released = False
         self.finalizer = None
         self.writes = 0
+        self.shared = False       # host buffer handed out (DLPack): kept current between views
 
 
 class MemoryManager:
@@ -389,6 +396,8 @@ class MemoryManager:
                 e.state = _CpuDirty
                 if not (e.cpu_refs or e.acc_refs):
                     self._lru_insert(e)        # evictable until locked below, should the copy fail
+            elif e.shared and e.state is _Consistent and not e.acc_refs:
+                e.state = _CpuDirty            # whoever holds the host buffer may have written it
             state = e.state
             if mode is _AccRead:
                 if state is _CpuDirty:
@@ -450,6 +459,9 @@ class MemoryManager:
         if mode.accelerator:
             if e.acc_refs <= 0 or (mode.write and e.acc_writers <= 0):
                 raise ValueError(f"close({key}, {mode.name}) without a matching open")
+            if e.shared and mode.write and e.acc_writers == 1 and e.state is _AccDirty:
+                self._d2h(e)                   # may raise: the view stays open, as before the close
+                e.state = _Consistent
             e.acc_refs -= 1
             if mode.write:
                 e.acc_writers -= 1
@@ -488,6 +500,27 @@ class MemoryManager:
             elif e.cpu_writers == 1 and prior in (_AccDirty, _Consistent):
                 e.state = _AccDirty
         self.close(key, mode)
+
+    @_uninterrupted
+    def share_host(self, key):
+        """Hand the host array of ``key`` out for others to read and write at any time (DLPack).
+
+        From now on the host array is current whenever no accelerator write view is open:
+        the close of the last accelerator write view copies the device buffer back, and an
+        accelerator open copies the host array in again.  Permanent for the entry's life.
+        Returns the host array.
+        """
+        if self._freed:
+            self._drain()
+        e = self._get(key)
+        if e.acc_writers:
+            raise ViewConflictError(f"field {key}: cannot share its host memory while "
+                                    f"{self._describe_views(e)} are open")
+        if e.state is _AccDirty:
+            self._d2h(e)
+            e.state = _Consistent
+        e.shared = True
+        return e.host
 
     def prior_state(self, key):
         """The State a view's :meth:`abort` needs: that of ``key`` now, or None if it is not live."""
@@ -679,7 +712,7 @@ class MemoryManager:
                 "accelerator_views": e.acc_refs, "cpu_writers": e.cpu_writers,
                 "accelerator_writers": e.acc_writers,
                 "advise": Advise.InfrequentUse if e.infrequent else Advise.Normal,
-                "released": e.released}
+                "released": e.released, "shared": e.shared}
 
     def peek(self, key):
         """The array holding the current data, without transfer or state change.

@@ -1,13 +1,30 @@
 """Views as context managers."""
 
+import numpy as np
+
 from .interrupts import defer_in, deferred, fire
 
-__all__ = ["View"]
+__all__ = ["View", "read_only"]
 defer_in(__file__)
+
+
+def read_only(arr):
+    """An alias of ``arr`` that refuses writes: numpy's writeable flag off, or the device array's
+    ``read_only()`` where its backend has one (CuPy arrays have no such flag: returned as they are)."""
+    if isinstance(arr, np.ndarray):
+        ro = arr.view()
+        ro.flags.writeable = False
+        return ro
+    alias = getattr(arr, "read_only", None)
+    return alias() if alias is not None else arr
 
 
 class View:
     """``with View(manager, key, mode) as arr:`` opens a view on enter, closes it on exit.
+
+    A read view (CpuRead, AcceleratorRead) gives a read-only alias (:func:`read_only`):
+    writing through it would change the data behind the manager's back.  ``read_only=False``
+    gives the array itself (pygrid's kernels, which never write their inputs).
 
     The view is closed even when the block raises; a write view is then closed by
     :meth:`MemoryManager.abort`, which keeps the field's previous contents where they
@@ -15,14 +32,15 @@ class View:
     entered again after it was closed, but not while it is open.
     """
 
-    __slots__ = ("manager", "key", "mode", "_open", "_prior")
+    __slots__ = ("manager", "key", "mode", "_open", "_prior", "_read_only")
 
-    def __init__(self, manager, key, mode):
+    def __init__(self, manager, key, mode, read_only=True):
         self.manager = manager
         self.key = key
         self.mode = mode
         self._open = False
         self._prior = None
+        self._read_only = read_only and not mode.write
 
     def __enter__(self):
         if self._open:
@@ -34,6 +52,8 @@ class View:
                 self._prior = self.manager.prior_state(self.key)
             arr = self.manager.open(self.key, self.mode)
             self._open = True
+            if self._read_only:
+                arr = read_only(arr)
             if d.pending and d.depth == 1:
                 self.__exit__(KeyboardInterrupt, None, None)
                 fire()

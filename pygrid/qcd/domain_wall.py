@@ -207,10 +207,13 @@ class MobiusFermion(FermionOperator):
         with committing(res, psi.checkerboard):
             if res is psi:
                 # one writable view is source and result (the kernels read a site's rows before writing them)
-                with res.view(ViewMode.AcceleratorWrite) as o:
+                with res._kernel_view(ViewMode.AcceleratorWrite) as o:
                     apply(o, o)
                 return res
-            with psi.view(ViewMode.AcceleratorRead) as p, res.view(ViewMode.AcceleratorWriteDiscard) as o:
+            with (
+                psi._kernel_view(ViewMode.AcceleratorRead) as p,
+                res._kernel_view(ViewMode.AcceleratorWriteDiscard) as o,
+            ):
                 apply(o, p)
         return res
 
@@ -230,10 +233,10 @@ class MobiusFermion(FermionOperator):
 
         aliased = res is x or res is y
         with contextlib.ExitStack() as views:
-            o = views.enter_context(res.view(ViewMode.AcceleratorWrite if aliased
+            o = views.enter_context(res._kernel_view(ViewMode.AcceleratorWrite if aliased
                                              else ViewMode.AcceleratorWriteDiscard))
-            xv = o if x is res else views.enter_context(x.view(ViewMode.AcceleratorRead))
-            yv = o if y is res else views.enter_context(y.view(ViewMode.AcceleratorRead))
+            xv = o if x is res else views.enter_context(x._kernel_view(ViewMode.AcceleratorRead))
+            yv = o if y is res else views.enter_context(y._kernel_view(ViewMode.AcceleratorRead))
             apply(o, xv, yv)
         return res
 
@@ -241,9 +244,10 @@ class MobiusFermion(FermionOperator):
         """tgt = scale * hop(psi) + alpha * diag on the full 5D grid (tgt must not alias psi): one kernel."""
         w = self._w
         with (
-            psi.view(ViewMode.AcceleratorRead) as p,
-            w.links.view(ViewMode.AcceleratorRead) as u,
-            tgt.view(ViewMode.AcceleratorWriteDiscard if diag is not tgt else ViewMode.AcceleratorWrite) as o,
+            psi._kernel_view(ViewMode.AcceleratorRead) as p,
+            w.links._kernel_view(ViewMode.AcceleratorRead) as u,
+            tgt._kernel_view(ViewMode.AcceleratorWriteDiscard if diag is not tgt
+                             else ViewMode.AcceleratorWrite) as o,
         ):
             lh = w.link_halo(w.stencil, w.links, u)
             if diag is None or alpha == 0.0:
@@ -251,7 +255,7 @@ class MobiusFermion(FermionOperator):
             elif diag is psi:
                 dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, p, dag, link_halo=lh)
             else:
-                with diag.view(ViewMode.AcceleratorRead) as d:
+                with diag._kernel_view(ViewMode.AcceleratorRead) as d:
                     dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, d, dag, link_halo=lh)
         return tgt
 
@@ -261,10 +265,10 @@ class MobiusFermion(FermionOperator):
         w = self._w
         cb_in = psi.checkerboard
         cb_out = 1 - cb_in
-        with psi.view(ViewMode.AcceleratorRead) as p, \
-                w.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
-                w.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
-                tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
+        with psi._kernel_view(ViewMode.AcceleratorRead) as p, \
+                w.U_cb[cb_out]._kernel_view(ViewMode.AcceleratorRead) as uf, \
+                w.U_cb[cb_in]._kernel_view(ViewMode.AcceleratorRead) as ub, \
+                tgt._kernel_view(ViewMode.AcceleratorWriteDiscard) as o:
             dhop(o, p, uf, ub, w.stencil_cb[cb_in], self.Ls, -0.5, 0.0, None, dag,
                  link_halo=w.link_halo(w.stencil_cb[cb_in], w.U_cb[cb_in], ub))
         return tgt
@@ -354,7 +358,10 @@ class MobiusFermion(FermionOperator):
         # two writes: into a new field, then one copy into out
         res = self.new_fermion4d()
         Ls = self.Ls
-        with psi5.view(ViewMode.AcceleratorRead) as p, res.view(ViewMode.AcceleratorWriteDiscard) as o:
+        with (
+            psi5._kernel_view(ViewMode.AcceleratorRead) as p,
+            res._kernel_view(ViewMode.AcceleratorWriteDiscard) as o,
+        ):
             p5 = p.reshape((p.shape[0] // Ls, Ls) + p.shape[1:])
             o[:, :6] = p5[:, Ls - 1, :6]     # P_+ psi_{Ls-1}
             o[:, 6:] = p5[:, 0, 6:]          # P_- psi_0
@@ -371,7 +378,10 @@ class MobiusFermion(FermionOperator):
         Ls = self.Ls
         # eta is written in three steps: in a new field, out then written by one kernel
         eta = self.new_fermion()
-        with src4.view(ViewMode.AcceleratorRead) as q, eta.view(ViewMode.AcceleratorWriteDiscard) as e:
+        with (
+            src4._kernel_view(ViewMode.AcceleratorRead) as q,
+            eta._kernel_view(ViewMode.AcceleratorWriteDiscard) as e,
+        ):
             e5 = e.reshape((e.shape[0] // Ls, Ls) + e.shape[1:])
             e5[...] = 0
             e5[:, 0, :6] = q[:, :6]           # P_+ q at s = 0

@@ -106,7 +106,10 @@ def project_su3(U: Lattice) -> Lattice:
         raise SiteTypeError(f"project_su3 needs a field of 3x3 colour matrices, got {U!r}")
     out = U.new_like()
     nmat = U.site_type.ncomp // 9
-    with U.view(ViewMode.AcceleratorRead) as u, out.view(ViewMode.AcceleratorWriteDiscard) as o:
+    with (
+        U._kernel_view(ViewMode.AcceleratorRead) as u,
+        out._kernel_view(ViewMode.AcceleratorWriteDiscard) as o,
+    ):
         get_backend().launch(
             project_su3_kernel(nmat), dict(out=o, links=u, n=o.shape[0]), o.shape[3], o.dtype
         )

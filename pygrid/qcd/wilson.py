@@ -92,8 +92,9 @@ class WilsonFermion(FermionOperator):
         res = self._result(psi, out, None, name)
 
         def hop(src, tgt):
-            with src.view(ViewMode.AcceleratorRead) as p, self.links.view(ViewMode.AcceleratorRead) as u, \
-                    tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
+            with src._kernel_view(ViewMode.AcceleratorRead) as p, \
+                    self.links._kernel_view(ViewMode.AcceleratorRead) as u, \
+                    tgt._kernel_view(ViewMode.AcceleratorWriteDiscard) as o:
                 dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag,
                      link_halo=self.link_halo(self.stencil, self.links, u))
 
@@ -104,10 +105,10 @@ class WilsonFermion(FermionOperator):
         psi; its checkerboard is the caller's)."""
         cb_in = psi.checkerboard
         cb_out = 1 - cb_in
-        with psi.view(ViewMode.AcceleratorRead) as p, \
-                self.U_cb[cb_out].view(ViewMode.AcceleratorRead) as uf, \
-                self.U_cb[cb_in].view(ViewMode.AcceleratorRead) as ub, \
-                tgt.view(ViewMode.AcceleratorWriteDiscard) as o:
+        with psi._kernel_view(ViewMode.AcceleratorRead) as p, \
+                self.U_cb[cb_out]._kernel_view(ViewMode.AcceleratorRead) as uf, \
+                self.U_cb[cb_in]._kernel_view(ViewMode.AcceleratorRead) as ub, \
+                tgt._kernel_view(ViewMode.AcceleratorWriteDiscard) as o:
             dhop(o, p, uf, ub, self.stencil_cb[cb_in], 1, -0.5, 0.0, None, dag,
                  link_halo=self.link_halo(self.stencil_cb[cb_in], self.U_cb[cb_in], ub))
         return tgt
