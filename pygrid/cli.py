@@ -42,6 +42,7 @@ _USAGE = """usage: pygrid benchmark KIND [flags]    KIND: wilson, dwf, su3, axpy
        pygrid info [flags]
        pygrid convert IN OUT [flags]    NERSC <-> ILDG gauge files, checked and re-written
        pygrid selftest [flags]          every operator on the backend against numpy, then the Dirac benchmarks
+       pygrid precompile [flags]        compile the Dirac operators' and solvers' kernels ahead of a job
        pygrid --version
 
 pygrid benchmark --help    every flag with its default
@@ -399,10 +400,12 @@ def _verify(kind, prec, ctx):
 
 def _run(kind, grids, precisions, ctx):
     """Every (lattice, precision) of the kind, printed as it completes; (runs, seconds)."""
+    from .accelerator.compile_log import totals
     from .bench.report import format_run
 
     runs = []
     t0 = time.perf_counter()
+    n0, c0 = totals()
     for dims in grids:
         for prec in precisions:
             r = kind.run(dims, prec, ctx)
@@ -415,7 +418,10 @@ def _run(kind, grids, precisions, ctx):
                 print("  " + rep.replace("\n", "\n  "))
     ctx.progress.clear()
     elapsed = time.perf_counter() - t0
-    print(f"\ndone in {elapsed:.1f} s", flush=True)
+    n, c = totals()
+    compiled = (f"{c - c0:.1f} s of it compiling {n - n0} kernel{'s' if n - n0 != 1 else ''}" if n > n0
+                else "no kernel compiled: all from the cache")
+    print(f"\ndone in {elapsed:.1f} s ({compiled})", flush=True)
     return runs, elapsed
 
 
@@ -630,7 +636,12 @@ def _dispatch(argv):
         from .io.convert import main as _convert
 
         return _convert(rest)
-    raise ConfigError(f"unknown command {cmd!r}; choose benchmark, info, convert or selftest (pygrid --help)")
+    if cmd == "precompile":
+        from .precompile import run as _precompile
+
+        return _precompile(rest)
+    raise ConfigError(f"unknown command {cmd!r}; choose benchmark, info, convert, selftest or precompile "
+                      f"(pygrid --help)")
 
 
 def main(argv=None):

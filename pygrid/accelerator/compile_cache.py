@@ -14,6 +14,8 @@ import sys
 import tempfile
 import threading
 
+from .compile_log import install_numba_listener, label_module
+
 _memory = {}
 _lock = threading.Lock()
 
@@ -23,13 +25,17 @@ def cache_dir():
     return os.path.abspath(d)
 
 
-def load_module(source: str, prefix: str = "pygrid", module_name: str | None = None):
+def load_module(source: str, prefix: str = "pygrid", module_name: str | None = None,
+                label: str | None = None):
     """Import generated source (written once to the disk cache) and return the module.
 
     The module is registered in sys.modules under its name, so other generated
-    modules can import from it.
+    modules can import from it.  ``label`` names its kernels in compile messages.
     """
     name = module_name or f"{prefix}_{hashlib.sha1(source.encode()).hexdigest()[:20]}"
+    install_numba_listener()
+    if label:
+        label_module(name, label)
     with _lock:
         mod = _memory.get(name)
         if mod is not None:

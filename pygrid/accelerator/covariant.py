@@ -729,7 +729,9 @@ def numba_kernel(kernel: Kernel, nsimd: int, dtype):
     if fn is None:
         from .compile_cache import load_module
 
-        fn = getattr(load_module(generate(kernel, "numba", nsimd, dtype), "pygrid_cov"), kernel.name)
+        label = f"kernel {kernel.name} ({np.dtype(dtype).name}, Nsimd {nsimd})"
+        module = load_module(generate(kernel, "numba", nsimd, dtype), "pygrid_cov", label=label)
+        fn = getattr(module, kernel.name)
         _numba_kernels[key] = fn
     return fn
 

@@ -146,7 +146,8 @@ class OpenMPBackend:
             from .numba_ops import ops_source
 
             load_module(ops_source(nsimd, dtype), module_name=ops_module_name(nsimd, dtype))
-            k = load_module(kernel_source(ir, nsimd, alias, dtype), "pygrid_omp").kernel
+            k = load_module(kernel_source(ir, nsimd, alias, dtype), "pygrid_omp",
+                            label=f"an expression kernel ({np.dtype(dtype).name}, Nsimd {nsimd})").kernel
             self._kernels[key] = k
         return k
 

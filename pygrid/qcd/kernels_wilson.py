@@ -391,7 +391,9 @@ def _module(nsimd, dtype, Ls):
         # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
         # version is part of the source, so a change recompiles
         src = f"# simd_numba version {simd_numba.VERSION}\n" + _source(*key)
-        m = load_module(src, "pygrid_wilson")
+        what = "5D domain-wall" if key[2] else "Wilson"
+        m = load_module(src, "pygrid_wilson",
+                        label=f"the unrolled {what} Dhop kernels ({key[1]}, Nsimd {key[0]})")
         _modules[key] = m
     try:
         _modules[fast] = m
