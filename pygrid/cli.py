@@ -243,7 +243,7 @@ def _config_block(kind, cfg, args, grids, precisions, numba_threads):
     lines.append(f"  backend         {backend.name}, {threads} threads "
                  f"(numba parallel loops: {numba_threads})")
     lines.append(f"  precision       {', '.join(precisions)}")
-    lines.append(f"  device-mem      {dm} ({mgr.device.name} device)")
+    lines.append(f"  device-mem      {dm} ({kind.device or mgr.device.name} device)")
     it = "auto (about 2 s per kernel)" if args.iterations is None else str(args.iterations)
     lines.append(f"  iterations      {it}, warm-up {args.warmup}")
     comm = communicator.world()

@@ -215,9 +215,11 @@ def test_json(kind, tmp_path):
         rs = run["kernels"]["read_sweep"]
         assert rs["h2d_per_call"] > 0 and rs["evictions_per_call"] > 0
         assert run["write_sweep_lost_fields"] == 0
-    # the human-readable output states the counts
+        assert rs["sites_are"] == "view" and "(emulated device)" in r.stdout
+        assert "overflow" not in r.stderr, r.stderr
+    # the human-readable output states the counts, per site (per view opened for the cache)
     assert "flop/site" in r.stdout or kind == "cache"
-    assert "B/site" in r.stdout and "roofline" in r.stdout
+    assert ("B/view" if kind == "cache" else "B/site") in r.stdout and "roofline" in r.stdout
 
 
 def test_debug_mem_and_both_precisions():

@@ -28,6 +28,8 @@ class Kind:
     preflight: Callable[..., None] | None = None
     #: whether the lattice has a fifth dimension of ``--Ls`` slices
     fifth_dim: bool = False
+    #: the device its fields live on, when not the backend's (the banner names it)
+    device: str | None = None
 
 
 def get_kind(name: str) -> Kind:

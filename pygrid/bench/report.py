@@ -23,6 +23,8 @@ class Kernel:
     bytes_per_site: float
     description: str = ""
     extra: dict = field(default_factory=dict)
+    #: what ``sites`` counts, in the labels: "site", or e.g. "view" for the cache benchmark
+    per: str = "site"
 
     @property
     def flops(self):
@@ -53,6 +55,7 @@ class Kernel:
             "seconds_min": self.seconds_min,
             "iterations": self.iterations,
             "sites": self.sites,
+            "sites_are": self.per,
             "flops_per_site": self.flops_per_site,
             "bytes_per_site": self.bytes_per_site,
             "flops_per_call": self.flops,
@@ -157,9 +160,9 @@ def format_run(run: Run) -> str:
     for k in run.kernels:
         parts = [f"  {k.name:<{name_w}}  {format_seconds(k.seconds)}/call"]
         if k.flops_per_site:
-            parts.append(f"{k.gflops:9.3f} GFlop/s [{_count(k.flops_per_site)} flop/site]")
+            parts.append(f"{k.gflops:9.3f} GFlop/s [{_count(k.flops_per_site)} flop/{k.per}]")
         if k.bytes_per_site:
-            parts.append(f"{k.gbps:9.3f} GB/s [{_count(k.bytes_per_site)} B/site]")
+            parts.append(f"{k.gbps:9.3f} GB/s [{_count(k.bytes_per_site)} B/{k.per}]")
         if c and k.bytes_per_site and k.role != "roofline":
             roof = k.roofline_gflops(c)
             if k.flops_per_site and roof:
