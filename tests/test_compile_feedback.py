@@ -34,8 +34,8 @@ def test_a_slow_compile_announces_itself_and_its_time(monkeypatch, capsys, log_l
     with compile_log.compiling("the fast kernel"):
         pass
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "pygrid : Message   : compiling the slow kernel ..."
-    assert out[1].startswith("pygrid : Message   : compiled the slow kernel in 0.3 s (")
+    assert out[0] == "pygrid : INFO      : compiling the slow kernel ..."
+    assert out[1].startswith("pygrid : INFO      : compiled the slow kernel in 0.3 s (")
     assert len(out) == 2, out                              # the fast one says nothing
     n, s = compile_log.totals()
     assert n == n0 + 2 and s - s0 >= 0.3
@@ -47,7 +47,7 @@ def test_debug_shows_every_compile_and_warning_none(monkeypatch, capsys, log_lev
     log_level("debug")
     with compile_log.compiling("k1"):
         pass
-    assert capsys.readouterr().out.startswith("pygrid : Debug     : compiled k1 in 0.0 s")
+    assert capsys.readouterr().out.startswith("pygrid : DEBUG     : compiled k1 in 0.0 s")
     log_level("warning")
     with compile_log.compiling("k2"):
         time.sleep(0.2)

@@ -12,7 +12,7 @@ timed here:
 - under ``--log warning`` or ``error`` nothing is printed.
 
 Lines go to stdout, rank 0 only under MPI, in the solvers' format
-(``pygrid : Message   : ...``).  :func:`totals` gives the count and seconds of
+(``pygrid : INFO      : ...``).  :func:`totals` gives the count and seconds of
 compiles in this process (the benchmarks report them apart from the run time).
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _say(level: str, text: str) -> None:
             return
     except Exception:  # pragma: no cover - no communicator yet
         pass
-    tag = {"message": "Message", "debug": "Debug"}[level]
+    tag = {"message": "INFO", "debug": "DEBUG"}[level]  # the solvers' log format
     print(f"pygrid : {tag:<9} : {text}", file=sys.stdout, flush=True)
 
 
