@@ -256,3 +256,22 @@ def test_stencil_lane_xor_marks_exactly_the_xor_maps(layout, nsimd):
             assert not any(np.array_equal(row, ids ^ y) for y in (1, 2, 4))
     # 2-way splits give only xor maps; a 4-way split of t gives rotations, which are not
     assert (layout == (1, 1, 1, 4)) == (0 in st.lane_xor[1:])
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.complex128, 1e-14), (np.complex64, 1e-6)])
+def test_careful_numpy_baseline_matches_the_reference(dtype, tol):
+    """The benchmarks' np.matmul Dhop (their numpy baseline) is the operator of docs/conventions.md."""
+    from pygrid.bench.numpy_dhop import MatmulDhop
+    from pygrid.qcd.reference import dhop
+
+    r = np.random.default_rng(4)
+
+    def cplx(shape):
+        return (r.standard_normal(shape) + 1j * r.standard_normal(shape)).astype(dtype)
+
+    U = cplx((4, 2, 6, 8, 4, 3, 3))
+    for psi, axes in ((cplx((4, 2, 6, 8, 4, 3)), (0, 1, 2, 3)), (cplx((3, 4, 2, 6, 8, 4, 3)), (1, 2, 3, 4))):
+        out = np.full_like(psi, np.nan)
+        MatmulDhop(U, axes)(psi, out)
+        ref = dhop(U.astype(complex), psi.astype(complex), lattice_axes=axes)
+        assert np.abs(out - ref).max() < tol * np.abs(ref).max()
