@@ -1,0 +1,137 @@
+"""pygrid against Grid C++ on this machine, in one run: Grid's own Dhop benchmarks and
+`pygrid benchmark`, alternated on the same lattice, thread count and precision.
+
+    python benchmarks/vs_grid.py --grid-build ~/grid-anchor [--threads 2] [--rounds 2] [--quick]
+                                 [--cases wilson-double,dwf8-double,dwf16-single] [--lattices 8.8.8.8,...]
+
+Grid comes from ../shared/anchors/grid/build.sh (its build directory is --grid-build).
+Each round runs, per case and lattice, Grid's generic kernel, Grid's --dslash-unroll
+kernel and pygrid's openmp backend, each in a fresh process; Grid's figure is the best of
+its two kernels (the first `mflop/s =` line of its output, the hopping term), pygrid's the
+Dhop GFlop/s of its --json report.  The table gives the median over the rounds of each, and
+the ratio pygrid / Grid, with the machine (CPU model, SIMD width) on every row.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+#: case -> (Grid benchmark binary, its extra flags, pygrid kind, pygrid flags, precision, lattices)
+CASES = {
+    "wilson-double": ("Benchmark_wilson", [], "wilson", [], "double",
+                      ("8.8.8.8", "16.16.16.16", "24.24.24.24")),
+    "dwf8-double": ("Benchmark_dwf", ["-Ls", "8"], "dwf", ["--Ls", "8"], "double",
+                    ("8.8.8.8", "16.16.16.16")),
+    "dwf16-single": ("Benchmark_dwf_fp32", ["-Ls", "16"], "dwf", ["--Ls", "16"], "single",
+                     ("8.8.8.8", "16.16.16.16")),
+}
+_MFLOPS = re.compile(r"mflop/s\s*=\s*([0-9.]+(?:[eE][+-]?\d+)?)")
+
+
+def grid_gflops(output: str) -> float:
+    """The hopping term's GFlop/s in a Grid benchmark's output: its first ``mflop/s =`` line."""
+    m = _MFLOPS.search(output)
+    if m is None:
+        raise ValueError("no 'mflop/s =' line in the Grid benchmark's output")
+    return float(m.group(1)) / 1000.0
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    from pygrid.cartesian import host_simd_bits
+
+    bits = host_simd_bits()
+    simd = {512: "AVX-512", 256: "AVX2"}.get(bits, f"{bits}-bit SIMD")
+    return f"{model}, {simd}"
+
+
+def run_grid(binary, extra, lattice, threads, unroll):
+    cmd = [binary, "--grid", lattice, "--threads", str(threads)] + extra
+    if unroll:
+        cmd.append("--dslash-unroll")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return grid_gflops(r.stdout)
+
+
+def run_pygrid(kind, flags, lattice, threads, precision):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "run.json")
+        cmd = [sys.executable, "-m", "pygrid", "benchmark", kind, "--grid", lattice, "--threads",
+               str(threads), "--precision", precision, "--json", out, "--log", "warning"] + flags
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
+        with open(out) as f:
+            doc = json.load(f)
+    return doc["runs"][0]["kernels"]["Dhop"]["gflops"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--grid-build", required=True, help="build directory of ../shared/anchors/grid/build.sh")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--lattices", default=None, help="override every case's lattices (comma-separated)")
+    p.add_argument("--quick", action="store_true", help="8.8.8.8 only, one round")
+    args = p.parse_args(argv)
+    bench_dir = os.path.join(os.path.expanduser(args.grid_build), "build", "benchmarks")
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    for c in cases:
+        if c not in CASES:
+            p.error(f"--cases: unknown case {c!r}; choose from {', '.join(CASES)}")
+    rounds = 1 if args.quick else args.rounds
+    where = machine()
+    print(f"pygrid vs Grid C++ on {where}, {args.threads} threads, {rounds} round(s); Grid from {bench_dir}",
+          flush=True)
+    rows = []
+    for case in cases:
+        binary, gflags, kind, pflags, prec, lattices = CASES[case]
+        binary = os.path.join(bench_dir, binary)
+        if not os.path.exists(binary):
+            sys.exit(f"vs_grid: {binary} not found: build Grid with ../shared/anchors/grid/build.sh "
+                     f"{args.grid_build}")
+        if args.lattices:
+            lattices = tuple(args.lattices.split(","))
+        if args.quick:
+            lattices = ("8.8.8.8",)
+        for lat in lattices:
+            grid_runs, py_runs = [], []
+            for k in range(rounds):
+                g = max(run_grid(binary, gflags, lat, args.threads, False),
+                        run_grid(binary, gflags, lat, args.threads, True))
+                py = run_pygrid(kind, pflags, lat, args.threads, prec)
+                grid_runs.append(g)
+                py_runs.append(py)
+                print(f"  {case:<13} {lat:<12} round {k + 1}: Grid {g:7.2f}  pygrid {py:7.2f} GFlop/s",
+                      flush=True)
+            g, py = statistics.median(grid_runs), statistics.median(py_runs)
+            rows.append((case, lat, g, py))
+    print()
+    print("| Dhop | lattice | Grid C++ GFlop/s (best of generic and unrolled) | pygrid GFlop/s "
+          "| pygrid / Grid | machine |")
+    print("|---|---|---|---|---|---|")
+    for case, lat, g, py in rows:
+        print(f"| {case} | {lat} | {g:.1f} | {py:.1f} | {py / g:.2f} | {where}, {args.threads} threads |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

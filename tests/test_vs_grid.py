@@ -1,0 +1,37 @@
+"""benchmarks/vs_grid.py: reading Grid's benchmark output (the runs themselves need Grid built)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import vs_grid  # noqa: E402
+
+# lines as Grid's Benchmark_wilson / Benchmark_dwf print them (benchmarks/Benchmark_*.cc)
+SAMPLE = """Grid : Message : 1.234567 s : Called Dw
+Grid : Message : 1.234600 s : flops per site 1320
+Grid : Message : 1.234700 s : mflop/s =   15823.4
+Grid : Message : 1.234700 s : mflop/s per rank =  15823.4
+Grid : Message : 2.000000 s : Deo mflop/s =   17000.1
+"""
+
+
+def test_the_first_mflops_line_is_the_hopping_term():
+    assert vs_grid.grid_gflops(SAMPLE) == pytest.approx(15.8234)
+    assert vs_grid.grid_gflops("x : mflop/s =   2.5e+04\n") == pytest.approx(25.0)
+
+
+def test_output_without_a_figure_is_an_error():
+    with pytest.raises(ValueError, match="no 'mflop/s =' line"):
+        vs_grid.grid_gflops("Grid : Message : Nsimd 8\n")
+
+
+def test_machine_names_the_simd_width():
+    assert vs_grid.machine().endswith(("AVX-512", "AVX2", "-bit SIMD"))
+
+
+def test_a_missing_grid_build_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="Benchmark_wilson not found"):
+        vs_grid.main(["--grid-build", str(tmp_path), "--cases", "wilson-double", "--quick"])
