@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from pygrid.cartesian.simd import default_nsimd
 from pygrid.qcd import kernels_wilson as kw
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -30,7 +31,7 @@ def main():
     ap.add_argument("--precision", choices=("double", "single"), default="double")
     args = ap.parse_args()
     dt = "float64" if args.precision == "double" else "float32"
-    ns = 4 if args.precision == "double" else 8
+    ns = default_nsimd(args.precision)  # the lane count a lattice gets on this host
     Ls, n4, nsrc = args.Ls, 64, 2
     rng = np.random.default_rng(1)
     psi = rng.random((nsrc * Ls, 12, 2, ns)).astype(dt)

@@ -93,6 +93,32 @@ def test_dhop_and_m_against_numpy(dims, layout, prec):
     assert relerr(p2.to_numpy(), m_ref(Un, pn, MASS)) < TOL[prec]
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_both_register_structures_against_numpy(monkeypatch, wide):
+    """The unrolled kernel's wide (AVX-512) and narrow (AVX2) structures: the host runs only one by
+    default, so the other is forced here; 4D with a general lane permute, and 5D."""
+    if dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    monkeypatch.setattr(kw, "wide_default", lambda: wide)
+    monkeypatch.setattr(kw, "_modules", {})
+    monkeypatch.setattr(kw, "_states", {})
+    grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
+    assert relerr(D.Mdag(psi).to_numpy(), m_ref(Un, pn, MASS, dag=True)) < 1e-12
+    g5d = pg.GridCartesian5D(grid, 3)
+    psi5 = pg.LatticeFermion(g5d)
+    pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
+    out5 = pg.LatticeFermion(g5d)
+    with psi5.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u, \
+            out5.view(pg.AcceleratorWriteDiscard) as o:
+        dslash.dhop(o, p, u, u, D.stencil, 3)
+    p5, o5 = psi5.to_numpy(), out5.to_numpy()
+    for s in range(3):
+        assert relerr(o5[s], dhop_ref(Un, p5[s])) < 1e-12
+
+
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_gamma5_hermiticity_and_adjoint(prec):
     grid, rng, U, psi = setup((4, 4, 4, 8), None, prec)

@@ -39,18 +39,24 @@ neighbour spinors of one direction are read as one stream, with a software
 prefetch of the neighbour spinor (its first slice) and link ``PREFETCH_DISTANCE``
 sites ahead, and for 5D fields of the neighbour's slice ``SLICE_PREFETCH`` slices
 ahead inside the loop over s (a separate variant of the kernel).  Per site,
-slice and point the work is split by the spin of the half spinor (Grid keeps
-the whole spinor in AVX-512's 32 registers; AVX2 has 16): for each of its two
-spins the neighbour is projected (3 colours, 6 vectors) with the +-1/+-i
+slice and point the neighbour is projected to a half spinor with the +-1/+-i
 structure of g_mu fixed in the code and the sign (forward, backward, dagger) a
 splatted +-1 folded into fused multiply-adds; its lanes are permuted only when
 the neighbour wrapped around a virtual node (a constant lane map ``l ^ x``, one
 shuffle per vector, for the half swap of a 2-way split dimension; any other map
 through the lane table); it is multiplied by U (or U^dag of the backward link,
 whose product is permuted instead of the link), reading the link from memory;
-and the two spins of the accumulator that it rebuilds are updated in place.
-That keeps every live value in registers (6 + 6 + 2 + a sign): no spills, and
-stores only to the accumulator.  The last point writes ``scale * acc + alpha *
+and the spins of the accumulator that it rebuilds are updated in place.  How
+much of that is live at once follows the host's registers (:func:`wide_default`,
+the structure is fixed when numba compiles for the host):
+
+* wide (AVX-512, 32 vector registers): both spins of the half spinor go through
+  the link together (12 + 12 vectors and the link's two), so each link element
+  is read once per point, as Grid keeps the spinor in registers;
+* narrow (AVX2, 16 registers): one spin at a time (6 + 6 + 2 + a sign), so
+  nothing spills; each link is read twice, from L1.
+
+The last point writes ``scale * acc + alpha *
 diag`` straight to ``out``: 1320 flops per site (Grid's count).
 
 Flat 1D arrays are indexed with unsigned integers (``U = np.uint64``; numba's
@@ -78,6 +84,7 @@ import numpy as np
 
 from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
+from ..cartesian.simd import host_simd_bits
 from ..errors import ConformabilityError, SiteTypeError
 from ..stencil.halo import exchange_rows
 from ..tensors.constant import Gamma
@@ -156,11 +163,13 @@ def gamma_structure():
     return tuple(out)
 
 
-def _source(ns, dtype, five_d):
+def _source(ns, dtype, five_d, wide=False):
     """numba source of the hopping kernel written with explicit SIMD vectors (pygrid.accelerator.simd_numba).
 
     ``five_d``: the variant for 5D fields, which also prefetches the neighbour's slice
     ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
+    ``wide``: both spins of the half spinor go through the link together (12 + 12 live
+    vectors and the link's two: for 32 registers), so each link is read once per point.
     """
     NS = int(ns)
     gam = gamma_structure()
@@ -282,6 +291,40 @@ def _source(ns, dtype, five_d):
         fn(f"{name}(u, b, h)", body,
            ("U^dag" if adj else "U")
            + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
+    if wide:
+        for mu in range(4):
+            fn(f"proj{mu}(psi, b, g)",
+               [f"p = proj{mu}h0(psi, b, g)", f"q = proj{mu}h1(psi, b, g)",
+                "return (" + ", ".join([f"p[{k}]" for k in range(6)] + [f"q[{k}]" for k in range(6)]) + ")"],
+               f"Both spins of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (12 vectors).")
+        for name, adj in (("mult2", False), ("mult2_adj", True)):
+            body = ["(" + ", ".join(f"{h}{j}{ri}" for h in "hk" for j in range(3) for ri in "ri") + ") = h"]
+            for i in range(3):
+                for j in range(3):
+                    e = 2 * (3 * j + i if adj else 3 * i + j)
+                    body += [f"ur = vload(u, b + Q{e}, W)", f"ui = vload(u, b + Q{e + 1}, W)"]
+                    for h, w in (("h", "w"), ("k", "v")):
+                        r, m, hr, hi = f"{w}{i}r", f"{w}{i}i", f"{h}{j}r", f"{h}{j}i"
+                        if j == 0:
+                            body += [f"{r} = ur * {hr}", f"{m} = ur * {hi}"]
+                        else:
+                            body += [f"{r} = vfma(ur, {hr}, {r})", f"{m} = vfma(ur, {hi}, {m})"]
+                        if adj:
+                            body += [f"{r} = vfma(ui, {hi}, {r})", f"{m} = vfms(ui, {hr}, {m})"]
+                        else:
+                            body += [f"{r} = vfms(ui, {hi}, {r})", f"{m} = vfma(ui, {hr}, {m})"]
+            body.append("return (" + ", ".join(f"{w}{i}{ri}" for w in "wv" for i in range(3) for ri in "ri")
+                        + ")")
+            fn(f"{name}(u, b, h)", body,
+               ("U^dag" if adj else "U") + " h for the link at u[b:] and both spins of a half spinor h.")
+        fn("hload2(h, b)", ["return (" + ", ".join(f"vload(h, b + Q{k}, W)" for k in range(12)) + ")"],
+           "Both spins of a half spinor at h[b:], as received in a halo.")
+        body = []
+        for x in [1 << k for k in range(NS.bit_length() - 1)]:
+            body += [f"if px == {x}:",
+                     "    return (" + ", ".join(f"vxor(t[{k}], {x})" for k in range(12)) + ")"]
+        body.append("return (" + ", ".join(f"vpermute(t[{k}], lanes, off)" for k in range(12)) + ")")
+        fn("perm12(t, px, lanes, off)", body, "perm6 of both spins of a half spinor.")
     fn("hload(h, b)", ["return (" + ", ".join(f"vload(h, b + Q{k}, W)" for k in range(6)) + ")"],
        "One spin of a half spinor (3 colours, re/im) at h[b:], as received in a halo.")
     fn("hstore(h, b, w)", [f"vstore(h, b + Q{k}, w[{k}])" for k in range(6)],
@@ -315,12 +358,12 @@ def _source(ns, dtype, five_d):
        "Lanes of 6 vectors permuted: l ^ px for a power of two px (one shuffle each), else lanes[off + l].")
     fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile, "
        "sites, halo, ubh)",
-       _kernel_body(nls, nlg, five_d),
+       _kernel_body(nls, nlg, five_d, wide),
        "The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop().", "@_jit")
     return "\n".join(out) + "\n"
 
 
-def _kernel_body(nls, nlg, five_d):
+def _kernel_body(nls, nlg, five_d, wide=False):
     body = [
         "sc = vsplat(coef[0], W)",
         "al = vsplat(coef[1], W)",
@@ -356,6 +399,25 @@ def _kernel_body(nls, nlg, five_d):
             # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
             # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
             body += [f"            prefetch(psi, B + SPF * FS + L{q})" for q in range(nls)]
+        if wide:
+            body += ["            if n < N4:", f"                w = proj{mu}(psi, B, {g})"]
+            if p >= 4:
+                body += [f"                w = mult2_adj(ub, n * GS + M{mu}, w)"]
+            body += ["            else:", "                w = hload2(halo, ((n - N4) * LS + S) * HS)"]
+            if p >= 4:
+                body += [f"                w = mult2_adj(ubh, (n - N4) * GS + M{mu}, w)"]
+            body += ["            if m != 0:", "                w = perm12(w, pxor[m], lanes, U(m) * NSU)"]
+            if p < 4:
+                body += [f"            w = mult2(uf, uo * GS + M{mu}, w)"]
+            for a in range(2):
+                half = "(" + ", ".join(f"w[{6 * a + k}]" for k in range(6)) + ")"
+                if p == 0:
+                    body += [f"            init{mu}h{a}(acc_t, A, {half}, {g})"]
+                elif p < 7:
+                    body += [f"            add{mu}h{a}(acc_t, A, {half}, {g})"]
+                else:
+                    body += [f"            fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, al, use_diag)"]
+            continue
         for a in range(2):
             # a neighbour on another rank arrives projected (and its backward link in ubh)
             body += ["            if n < N4:", f"                w = proj{mu}h{a}(psi, B, {g})"]
@@ -380,12 +442,17 @@ def _kernel_body(nls, nlg, five_d):
 _modules = {}
 
 
-def _module(nsimd, dtype, Ls):
-    fast = (nsimd, dtype, Ls > 1)  # what dhop() passes: a lookup without np.dtype(...).name (7 us a call)
+def wide_default():
+    """Whether the host's vector registers take the wide kernel (AVX-512's 32; AVX2 has 16)."""
+    return host_simd_bits() >= 512
+
+
+def _module(nsimd, dtype, Ls, wide=None):
+    fast = (nsimd, dtype, Ls > 1, wide)  # what dhop() passes: a lookup without np.dtype(...).name (7 us)
     m = _modules.get(fast)
     if m is not None:
         return m
-    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1)
+    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, wide_default() if wide is None else bool(wide))
     m = _modules.get(key)
     if m is None:
         # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
@@ -402,10 +469,10 @@ def _module(nsimd, dtype, Ls):
     return m
 
 
-def kernel_for(nsimd, dtype="float64", Ls=1):
+def kernel_for(nsimd, dtype="float64", Ls=1, wide=None):
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
-    disk)."""
-    return _module(nsimd, dtype, Ls).dhop_kernel
+    disk); ``wide`` picks the structure (default: from the host's registers, :func:`wide_default`)."""
+    return _module(nsimd, dtype, Ls, wide).dhop_kernel
 
 
 def pack_kernel_for(nsimd, dtype="float64", Ls=1):
