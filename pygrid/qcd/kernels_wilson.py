@@ -416,7 +416,8 @@ def _kernel_body(nls, nlg, five_d, wide=False):
                 elif p < 7:
                     body += [f"            add{mu}h{a}(acc_t, A, {half}, {g})"]
                 else:
-                    body += [f"            fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, al, use_diag)"]
+                    body += [f"            fin{mu}h{a}(acc_t, A, {half}, {g}, "
+                             "out, d, sc, diag, al, use_diag)"]
             continue
         for a in range(2):
             # a neighbour on another rank arrives projected (and its backward link in ubh)
