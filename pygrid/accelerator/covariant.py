@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import codegen_c
+from .host import read_only
 
 # ---------------------------------------------------------------------------------
 # integer (lane-uniform) expressions
@@ -756,7 +757,7 @@ def host_launch(backend, kernel: Kernel, args: dict, nsimd: int, dtype):
             from ..errors import ConformabilityError
 
             raise ConformabilityError(f"{kernel.name}: {p.name} buffer must be C-contiguous")
-        flat.append(a.reshape(-1))
+        flat.append(a.reshape(-1) if p.out else read_only(a.reshape(-1)))
     backend.accelerator_for(int(args[kernel.n]), fn, *flat)
 
 

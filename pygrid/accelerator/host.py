@@ -20,6 +20,21 @@ def serial_for(osites: int, kernel: Callable, *args: Any) -> None:
     kernel(0, osites, *args)
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only array (a view when it is writeable).
+
+    numba compiles one specialisation per combination of writeable flags, and a
+    Dirac kernel takes 15-60 s to compile: every input a host kernel reads is
+    passed read-only, so the same kernel is not compiled again when an input
+    happens to come from a read view one time and a scratch array the next.
+    """
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def relayout(kind: str, out: np.ndarray, inp: np.ndarray, om: np.ndarray | None = None,
              lm: np.ndarray | None = None) -> None:
     """The backend ``relayout`` (see contract.py) on host arrays, with numpy."""

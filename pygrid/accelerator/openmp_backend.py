@@ -154,7 +154,7 @@ class OpenMPBackend:
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
         rdt = out.dtype
         k = self.kernel(ir, nsimd, alias, rdt.name)
-        flat = [a.reshape(-1) for a in inputs]
+        flat = [host.read_only(a.reshape(-1)) for a in inputs]
         consts = self._constants(ir, shifts, coefs, rdt)
         self.accelerator_for(out.shape[0], k, out.reshape(-1), *flat, *consts)
 
@@ -164,13 +164,13 @@ class OpenMPBackend:
         rdt = np.dtype(dtype)
         k = self.kernel(ir, nsimd, alias, rdt.name)
         empty = np.empty(0, rdt)
-        k(0, 0, empty, *[empty] * len(ir.slots), *self._constants(ir, shifts, coefs, rdt))
+        k(0, 0, empty, *[host.read_only(empty)] * len(ir.slots), *self._constants(ir, shifts, coefs, rdt))
 
     @staticmethod
     def _constants(ir, shifts, coefs, rdt):
         tables = [(t if t.dtype.kind == "i" else t.astype(rdt)).reshape(-1) for t in ir.tables]
         flat_shifts = [x.reshape(-1) for s in shifts for x in s]
-        return [*flat_shifts, *tables, host.coef_reals(coefs, rdt)]
+        return [host.read_only(a) for a in (*flat_shifts, *tables, host.coef_reals(coefs, rdt))]
 
     def launch(self, kernel, args, nsimd, dtype) -> None:
         from . import covariant

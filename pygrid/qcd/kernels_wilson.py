@@ -84,6 +84,7 @@ import numpy as np
 
 from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
+from ..accelerator.host import read_only
 from ..cartesian.simd import host_simd_bits
 from ..errors import ConformabilityError, SiteTypeError
 from ..stencil.halo import exchange_rows
@@ -519,11 +520,11 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
             raise ConformabilityError(f"dhop: {name} buffer must be a C-contiguous host array")
     nsimd, dtype = out.shape[3], out.dtype
     st = _launch_state(stencil, Ls, nsimd, dtype)
-    args = (out.reshape(-1), psi.reshape(-1), uf.reshape(-1), ub.reshape(-1)) + st.tables + (
-        coef, diag.reshape(-1), bool(use_diag), st.tile)
+    args = (out.reshape(-1), read_only(psi.reshape(-1)), read_only(uf.reshape(-1)),
+            read_only(ub.reshape(-1))) + st.tables + (coef, read_only(diag.reshape(-1)), bool(use_diag), st.tile)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
-        backend.accelerator_for(st.n4, st.kernel, *args, stencil.sites, st.none, st.none)
+        backend.accelerator_for(st.n4, st.kernel, *args, st.sites, st.none, st.none)
         return
     if link_halo is None:
         link_halo = exchange_rows(plan, ub)
@@ -536,14 +537,14 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     backend.accelerator_for(len(st.rows), st.pack, args[1], st.rows, st.mus, signs, int(Ls), st.packed_flat)
     exchange = plan.start(st.packed, st.halo)
     plan.comm.stats.pack_s += time.perf_counter() - t
-    tail = (st.halo_flat, link_halo.reshape(-1))
+    tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1)))
     k = st.kernel
     for part in st.pieces:
         backend.accelerator_for(len(part), k, *args, part, *tail)
         exchange.test()
     exchange.wait()
-    if len(stencil.boundary):
-        backend.accelerator_for(len(stencil.boundary), k, *args, stencil.boundary, *tail)
+    if len(st.boundary):
+        backend.accelerator_for(len(st.boundary), k, *args, st.boundary, *tail)
 
 
 class _LaunchState:
@@ -555,10 +556,13 @@ class _LaunchState:
         self.stencil = stencil
         self.n4 = stencil.neighbours.shape[1]
         self.kernel = kernel_for(nsimd, dtype, Ls)
-        self.tables = (stencil.neighbours.reshape(-1), stencil.perm.reshape(-1), stencil.lanes.reshape(-1),
-                       stencil.lane_xor, self.n4, int(Ls))
+        # every input read-only, whatever the stencil's flags: one numba specialisation per path
+        self.tables = tuple(read_only(t.reshape(-1)) for t in (
+            stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
         self.tile = _tile(Ls, nsimd, dtype)
-        self.none = np.zeros(1, dtype)
+        self.none = read_only(np.zeros(1, dtype))
+        self.sites = read_only(stencil.sites)
+        self.boundary = read_only(stencil.boundary)
         plan = stencil.plan
         if plan is None or not plan.nhalo:
             return
@@ -582,7 +586,7 @@ class _LaunchState:
         inner = stencil.interior
         pieces = max(2, min(INTERIOR_CHUNKS, len(inner) // MIN_PIECE_SITES))
         step = max(1, -(-len(inner) // pieces))
-        self.pieces = [inner[c:c + step] for c in range(0, len(inner), step)]
+        self.pieces = [read_only(inner[c:c + step]) for c in range(0, len(inner), step)]
 
 
 _states = {}
