@@ -520,8 +520,8 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
             raise ConformabilityError(f"dhop: {name} buffer must be a C-contiguous host array")
     nsimd, dtype = out.shape[3], out.dtype
     st = _launch_state(stencil, Ls, nsimd, dtype)
-    args = (out.reshape(-1), read_only(psi.reshape(-1)), read_only(uf.reshape(-1)),
-            read_only(ub.reshape(-1))) + st.tables + (coef, read_only(diag.reshape(-1)), bool(use_diag), st.tile)
+    args = (out.reshape(-1), read_only(psi.reshape(-1)), read_only(uf.reshape(-1)), read_only(ub.reshape(-1)),
+            *st.tables, coef, read_only(diag.reshape(-1)), bool(use_diag), st.tile)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
         backend.accelerator_for(st.n4, st.kernel, *args, st.sites, st.none, st.none)
