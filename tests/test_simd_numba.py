@@ -4,7 +4,18 @@ import pytest
 from numba import njit
 from numba.core.errors import TypingError
 
-from pygrid.accelerator.simd_numba import prefetch, vfma, vfms, vload, vpermute, vsplat, vstore, vxor, vzero
+from pygrid.accelerator.simd_numba import (
+    prefetch,
+    vcmatvec,
+    vfma,
+    vfms,
+    vload,
+    vpermute,
+    vsplat,
+    vstore,
+    vxor,
+    vzero,
+)
 
 U = np.uint64
 
@@ -66,3 +77,45 @@ def test_misuse_is_a_typing_error():
     with pytest.raises(TypingError, match="out of range"):
         xor_out_of_range(np.zeros(8))
 
+
+
+def _matvec_kernel(w, n, nvec, adj):
+    k = 2 * n * nvec
+    src = [
+        "def f(m, x, out):",
+        "    h = (" + ", ".join(f"vload(x, U({c * w}), {w})" for c in range(k)) + ",)",
+        f"    r = vcmatvec(m, U({w}) - U({w}), h, {n}, {adj})",
+    ] + [f"    vstore(out, U({c * w}), r[{c}])" for c in range(k)]
+    ns = {"vload": vload, "vstore": vstore, "vcmatvec": vcmatvec, "U": U}
+    exec("\n".join(src), ns)
+    return njit(fastmath=True)(ns["f"])
+
+
+@pytest.mark.parametrize("n,nvec", [(3, 1), (3, 2), (2, 3)])
+@pytest.mark.parametrize("adj", [0, 1])
+@pytest.mark.parametrize("dtype,w", [(np.float64, 8), (np.float32, 4)])
+def test_complex_matrix_times_vectors_against_numpy(n, nvec, adj, dtype, w):
+    """vcmatvec: lane by lane, M (or M^dag) times every vector of the tuple."""
+    rng = np.random.default_rng(7 * n + nvec + adj)
+    M = rng.normal(size=(w, n, n)) + 1j * rng.normal(size=(w, n, n))
+    X = rng.normal(size=(w, nvec, n)) + 1j * rng.normal(size=(w, nvec, n))
+    # the SIMD layout: element (i, j) of M is a real then an imaginary vector of the w lanes
+    m = np.stack([M.real, M.imag], axis=-1).transpose(1, 2, 3, 0).reshape(-1).astype(dtype)
+    x = np.stack([X.real, X.imag], axis=-1).transpose(1, 2, 3, 0).reshape(-1).astype(dtype)
+    out = np.zeros_like(x)
+    _matvec_kernel(w, n, nvec, adj)(m, x, out)
+    A = M.conj().transpose(0, 2, 1) if adj else M
+    want = np.einsum("lij,lvj->lvi", A, X)
+    got = out.reshape(nvec, n, 2, w)
+    got = (got[:, :, 0] + 1j * got[:, :, 1]).transpose(2, 0, 1)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_complex_matrix_times_vectors_misuse():
+    @njit
+    def odd_tuple(m):
+        return vcmatvec(m, U(0), (vload(m, U(0), 4),), 3, 0)
+
+    with pytest.raises(TypingError, match="vcmatvec needs a tuple"):
+        odd_tuple(np.zeros(72))

@@ -28,7 +28,10 @@ Structure (generated source, one module per lane count and precision, numba's
 on-disk cache keeps the machine code).  The kernel is a nogil
 ``dhop_kernel(lo, hi, ...)`` over 4D outer sites, launched with the backend's
 ``accelerator_for`` (a thread pool; no ``prange``, whose spinning OpenMP
-threads fight the other pools on a 2-core machine).  It is written with
+threads fight the other pools on a 2-core machine).  Its twin ``dhop_local``
+leaves out the branches that read a neighbour received from another rank; it
+runs every site on one rank and the interior sites under MPI, so a job on one
+rank compiles only it (a compile takes seconds per thousand lines of source).  It is written with
 explicit SIMD vectors (:mod:`pygrid.accelerator.simd_numba`: one variable is
 one ``<Nsimd x real>`` register, so every operation is a vector instruction and
 the source is Nsimd times shorter than a lane-unrolled one).
@@ -178,7 +181,7 @@ def _source(ns, dtype, five_d, wide=False):
         "import numpy as np",
         "from numba import njit",
         "from pygrid.accelerator.simd_numba import prefetch, vload, vstore, vzero, vsplat, vfma, vfms, "
-        "vxor, vpermute",
+        "vxor, vpermute, vcmatvec",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
@@ -273,23 +276,7 @@ def _source(ns, dtype, five_d, wide=False):
                    f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + "
                    f"g gamma_{mu}).")
     for name, adj in (("mult", False), ("mult_adj", True)):
-        body = ["(h0r, h0i, h1r, h1i, h2r, h2i) = h"]
-        for i in range(3):
-            r, m = f"w{i}r", f"w{i}i"
-            for j in range(3):
-                e = 2 * (3 * j + i if adj else 3 * i + j)
-                body += [f"ur = vload(u, b + Q{e}, W)", f"ui = vload(u, b + Q{e + 1}, W)"]
-                hr, hi = f"h{j}r", f"h{j}i"
-                if j == 0:
-                    body += [f"{r} = ur * {hr}", f"{m} = ur * {hi}"]
-                else:
-                    body += [f"{r} = vfma(ur, {hr}, {r})", f"{m} = vfma(ur, {hi}, {m})"]
-                if adj:  # conj(u) h: re += ui hi, im -= ui hr
-                    body += [f"{r} = vfma(ui, {hi}, {r})", f"{m} = vfms(ui, {hr}, {m})"]
-                else:
-                    body += [f"{r} = vfms(ui, {hi}, {r})", f"{m} = vfma(ui, {hr}, {m})"]
-        body.append(f"return {w6}")
-        fn(f"{name}(u, b, h)", body,
+        fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
            ("U^dag" if adj else "U")
            + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
     if wide:
@@ -299,24 +286,7 @@ def _source(ns, dtype, five_d, wide=False):
                 "return (" + ", ".join([f"p[{k}]" for k in range(6)] + [f"q[{k}]" for k in range(6)]) + ")"],
                f"Both spins of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (12 vectors).")
         for name, adj in (("mult2", False), ("mult2_adj", True)):
-            body = ["(" + ", ".join(f"{h}{j}{ri}" for h in "hk" for j in range(3) for ri in "ri") + ") = h"]
-            for i in range(3):
-                for j in range(3):
-                    e = 2 * (3 * j + i if adj else 3 * i + j)
-                    body += [f"ur = vload(u, b + Q{e}, W)", f"ui = vload(u, b + Q{e + 1}, W)"]
-                    for h, w in (("h", "w"), ("k", "v")):
-                        r, m, hr, hi = f"{w}{i}r", f"{w}{i}i", f"{h}{j}r", f"{h}{j}i"
-                        if j == 0:
-                            body += [f"{r} = ur * {hr}", f"{m} = ur * {hi}"]
-                        else:
-                            body += [f"{r} = vfma(ur, {hr}, {r})", f"{m} = vfma(ur, {hi}, {m})"]
-                        if adj:
-                            body += [f"{r} = vfma(ui, {hi}, {r})", f"{m} = vfms(ui, {hr}, {m})"]
-                        else:
-                            body += [f"{r} = vfms(ui, {hi}, {r})", f"{m} = vfma(ui, {hr}, {m})"]
-            body.append("return (" + ", ".join(f"{w}{i}{ri}" for w in "wv" for i in range(3) for ri in "ri")
-                        + ")")
-            fn(f"{name}(u, b, h)", body,
+            fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
                ("U^dag" if adj else "U") + " h for the link at u[b:] and both spins of a half spinor h.")
         fn("hload2(h, b)", ["return (" + ", ".join(f"vload(h, b + Q{k}, W)" for k in range(12)) + ")"],
            "Both spins of a half spinor at h[b:], as received in a halo.")
@@ -357,14 +327,17 @@ def _source(ns, dtype, five_d, wide=False):
     body.append("return (" + ", ".join(f"vpermute(t[{k}], lanes, off)" for k in range(6)) + ")")
     fn("perm6(t, px, lanes, off)", body,
        "Lanes of 6 vectors permuted: l ^ px for a power of two px (one shuffle each), else lanes[off + l].")
-    fn("dhop_kernel(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile, "
-       "sites, halo, ubh)",
-       _kernel_body(nls, nlg, five_d, wide),
+    args = ("lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile, sites, "
+            "halo, ubh")
+    fn(f"dhop_kernel({args})", _kernel_body(nls, nlg, five_d, wide, True),
        "The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop().", "@_jit")
+    # numba compiles a function at its first call: a job on one rank never compiles the halo branches
+    fn(f"dhop_local({args})", _kernel_body(nls, nlg, five_d, wide, False),
+       "dhop_kernel on sites whose neighbours are all on this rank (halo and ubh are not read).", "@_jit")
     return "\n".join(out) + "\n"
 
 
-def _kernel_body(nls, nlg, five_d, wide=False):
+def _kernel_body(nls, nlg, five_d, wide, halo):
     body = [
         "sc = vsplat(coef[0], W)",
         "al = vsplat(coef[1], W)",
@@ -401,12 +374,17 @@ def _kernel_body(nls, nlg, five_d, wide=False):
             # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
             body += [f"            prefetch(psi, B + SPF * FS + L{q})" for q in range(nls)]
         if wide:
-            body += ["            if n < N4:", f"                w = proj{mu}(psi, B, {g})"]
-            if p >= 4:
-                body += [f"                w = mult2_adj(ub, n * GS + M{mu}, w)"]
-            body += ["            else:", "                w = hload2(halo, ((n - N4) * LS + S) * HS)"]
-            if p >= 4:
-                body += [f"                w = mult2_adj(ubh, (n - N4) * GS + M{mu}, w)"]
+            if halo:
+                body += ["            if n < N4:", f"                w = proj{mu}(psi, B, {g})"]
+                if p >= 4:
+                    body += [f"                w = mult2_adj(ub, n * GS + M{mu}, w)"]
+                body += ["            else:", "                w = hload2(halo, ((n - N4) * LS + S) * HS)"]
+                if p >= 4:
+                    body += [f"                w = mult2_adj(ubh, (n - N4) * GS + M{mu}, w)"]
+            else:
+                body += [f"            w = proj{mu}(psi, B, {g})"]
+                if p >= 4:
+                    body += [f"            w = mult2_adj(ub, n * GS + M{mu}, w)"]
             body += ["            if m != 0:", "                w = perm12(w, pxor[m], lanes, U(m) * NSU)"]
             if p < 4:
                 body += [f"            w = mult2(uf, uo * GS + M{mu}, w)"]
@@ -421,14 +399,19 @@ def _kernel_body(nls, nlg, five_d, wide=False):
                              "out, d, sc, diag, al, use_diag)"]
             continue
         for a in range(2):
-            # a neighbour on another rank arrives projected (and its backward link in ubh)
-            body += ["            if n < N4:", f"                w = proj{mu}h{a}(psi, B, {g})"]
-            if p >= 4:
-                body += [f"                w = mult_adj(ub, n * GS + M{mu}, w)"]
-            body += ["            else:",
-                     f"                w = hload(halo, ((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'})"]
-            if p >= 4:
-                body += [f"                w = mult_adj(ubh, (n - N4) * GS + M{mu}, w)"]
+            if halo:
+                # a neighbour on another rank arrives projected (and its backward link in ubh)
+                body += ["            if n < N4:", f"                w = proj{mu}h{a}(psi, B, {g})"]
+                if p >= 4:
+                    body += [f"                w = mult_adj(ub, n * GS + M{mu}, w)"]
+                at = f"((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'}"
+                body += ["            else:", f"                w = hload(halo, {at})"]
+                if p >= 4:
+                    body += [f"                w = mult_adj(ubh, (n - N4) * GS + M{mu}, w)"]
+            else:
+                body += [f"            w = proj{mu}h{a}(psi, B, {g})"]
+                if p >= 4:
+                    body += [f"            w = mult_adj(ub, n * GS + M{mu}, w)"]
             body += ["            if m != 0:", "                w = perm6(w, pxor[m], lanes, U(m) * NSU)"]
             if p < 4:
                 body += [f"            w = mult(uf, uo * GS + M{mu}, w)"]
@@ -471,10 +454,12 @@ def _module(nsimd, dtype, Ls, wide=None):
     return m
 
 
-def kernel_for(nsimd, dtype="float64", Ls=1, wide=None):
+def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False):
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
-    disk); ``wide`` picks the structure (default: from the host's registers, :func:`wide_default`)."""
-    return _module(nsimd, dtype, Ls, wide).dhop_kernel
+    disk); ``wide`` picks the structure (default: from the host's registers, :func:`wide_default`);
+    ``halo``: the kernel that also reads neighbours on other ranks (else one that never does)."""
+    m = _module(nsimd, dtype, Ls, wide)
+    return m.dhop_kernel if halo else m.dhop_local
 
 
 def pack_kernel_for(nsimd, dtype="float64", Ls=1):
@@ -538,13 +523,12 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     exchange = plan.start(st.packed, st.halo)
     plan.comm.stats.pack_s += time.perf_counter() - t
     tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1)))
-    k = st.kernel
     for part in st.pieces:
-        backend.accelerator_for(len(part), k, *args, part, *tail)
+        backend.accelerator_for(len(part), st.kernel, *args, part, *tail)
         exchange.test()
     exchange.wait()
     if len(st.boundary):
-        backend.accelerator_for(len(st.boundary), k, *args, st.boundary, *tail)
+        backend.accelerator_for(len(st.boundary), st.kernel_halo, *args, st.boundary, *tail)
 
 
 class _LaunchState:
@@ -556,6 +540,7 @@ class _LaunchState:
         self.stencil = stencil
         self.n4 = stencil.neighbours.shape[1]
         self.kernel = kernel_for(nsimd, dtype, Ls)
+        self.kernel_halo = kernel_for(nsimd, dtype, Ls, halo=True)
         # every input read-only, whatever the stencil's flags: one numba specialisation per path
         self.tables = tuple(read_only(t.reshape(-1)) for t in (
             stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
