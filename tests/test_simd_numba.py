@@ -6,13 +6,18 @@ from numba.core.errors import TypingError
 
 from pygrid.accelerator.simd_numba import (
     prefetch,
+    vcaxpy,
     vcmatvec,
     vfma,
     vfms,
     vload,
+    vloadt,
+    vpermt,
     vpermute,
+    vscalet,
     vsplat,
     vstore,
+    vstoret,
     vxor,
     vzero,
 )
@@ -119,3 +124,39 @@ def test_complex_matrix_times_vectors_misuse():
 
     with pytest.raises(TypingError, match="vcmatvec needs a tuple"):
         odd_tuple(np.zeros(72))
+
+
+@njit(fastmath=True)
+def _tuple_ops(a, b, g, out, lanes, px):
+    x = vloadt(a, U(0), 6, 8)
+    y = vloadt(b, U(0), 6, 8)
+    gv = vload(g, U(0), 8)
+    vstoret(out, U(0 * 48), vcaxpy(gv, x, y, 0))
+    vstoret(out, U(1 * 48), vcaxpy(gv, x, y, 1))
+    vstoret(out, U(2 * 48), vcaxpy(gv, x, y, 2))
+    vstoret(out, U(3 * 48), vcaxpy(gv, x, y, 3))
+    vstoret(out, U(4 * 48), vcaxpy(None, x, y, 1))
+    vstoret(out, U(5 * 48), vcaxpy(gv, None, y, 3))
+    vstoret(out, U(6 * 48), vscalet(gv, x))
+    vstoret(out, U(7 * 48), vpermt(x, px, lanes, 0))
+
+
+@pytest.mark.parametrize("px", [1, 2, 4, 3, 0])
+def test_tuple_operations_against_numpy(px):
+    """vloadt/vstoret, vcaxpy with every phase and None, vscalet, vpermt (xor and table paths)."""
+    rng = np.random.default_rng(px)
+    a, b, g = rng.normal(size=48), rng.normal(size=48), rng.normal(size=8)
+    lanes = rng.permutation(8).astype(np.int64)
+    out = np.zeros(8 * 48)
+    _tuple_ops(a, b, g, out, lanes, px)
+    got = out.reshape(8, 3, 2, 8)
+    z = lambda v: v.reshape(3, 2, 8)[:, 0] + 1j * v.reshape(3, 2, 8)[:, 1]  # noqa: E731
+    X, Y = z(a), z(b)
+    res = got[:, :, 0] + 1j * got[:, :, 1]
+    for k, ph in enumerate((1, 1j, -1, -1j)):
+        np.testing.assert_allclose(res[k], X + g * ph * Y, atol=1e-13)
+    np.testing.assert_allclose(res[4], X + 1j * Y, atol=1e-13)
+    np.testing.assert_allclose(res[5], -1j * g * Y, atol=1e-13)
+    np.testing.assert_allclose(res[6], g * X, atol=1e-13)
+    src = np.arange(8) ^ px if px in (1, 2, 4) else lanes
+    np.testing.assert_allclose(got[7], a.reshape(3, 2, 8)[:, :, src], atol=0)

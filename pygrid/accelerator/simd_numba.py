@@ -34,6 +34,16 @@ Operations (all usable only inside numba-compiled code):
   the time the same arithmetic written out in vector operations takes, since
   numba's front end pays per statement.
 
+Tuples of vectors, each operation one statement for numba however long the tuple:
+
+* ``vloadt(a, i, N, W)`` / ``vstoret(a, i, t)``: N consecutive vectors of W lanes from ``a[i:]``;
+* ``vcaxpy(g, x, y, PHASE)``: ``x + g * i**PHASE * y`` on tuples of complex
+  numbers (re, im vectors in turn); ``g`` a vector, or None for 1; ``x`` None for 0;
+* ``vscalet(s, t)``: every vector of ``t`` times the vector ``s``;
+* ``vpermt(t, px, lanes, off)``: every vector permuted, lane ``l`` from lane
+  ``l ^ px`` when ``px`` (run-time) is a power of two below the width (one shuffle
+  each), else from ``lanes[off + l]``.
+
 Fast-math flags are set on the arithmetic (the kernels are written for it).
 """
 from __future__ import annotations
@@ -371,3 +381,149 @@ def vcmatvec(typingctx, m, b, h, n, adj):
         return context.make_tuple(builder, sig.return_type, out)
 
     return h(m, b, h, n, adj), codegen
+
+
+def _vec_tuple(t, what, n=None):
+    if not (isinstance(t, types.UniTuple) and isinstance(t.dtype, SimdVector)):
+        raise TypingError(f"{what} needs a tuple of SimdVectors, got {t}")
+    if n is not None and len(t) % n:
+        raise TypingError(f"{what} needs a tuple of a multiple of {n} SimdVectors, got {len(t)}")
+    return t.dtype
+
+
+def _elements(builder, value, n):
+    return [builder.extract_value(value, k) for k in range(n)]
+
+
+@intrinsic
+def vloadt(typingctx, a, i, n, w):
+    _float_array(a, "vloadt")
+    N, W = _literal_int(n, "vloadt count"), _literal_int(w, "vloadt width")
+    if not isinstance(i, types.Integer):
+        raise TypingError(f"vloadt index must be an integer, got {i}")
+    vt = SimdVector(a.dtype, W)
+    tt = types.UniTuple(vt, N)
+
+    def codegen(context, builder, sig, args):
+        align = context.get_abi_sizeof(context.get_value_type(a.dtype))
+        base = context.cast(builder, args[1], sig.args[1], types.uint64)
+        out = []
+        for k in range(N):
+            at = builder.add(base, ir.Constant(base.type, k * W))
+            out.append(builder.load(_pointer(context, builder, sig.args[0], args[0], at, vt), align=align))
+        return context.make_tuple(builder, tt, out)
+
+    return tt(a, i, n, w), codegen
+
+
+@intrinsic
+def vstoret(typingctx, a, i, t):
+    _float_array(a, "vstoret")
+    vt = _vec_tuple(t, "vstoret")
+    if vt.dtype != a.dtype:
+        raise TypingError(f"vstoret of {t} into an array of {a.dtype}")
+
+    def codegen(context, builder, sig, args):
+        align = context.get_abi_sizeof(context.get_value_type(a.dtype))
+        base = context.cast(builder, args[1], sig.args[1], types.uint64)
+        for k, v in enumerate(_elements(builder, args[2], len(t))):
+            at = builder.add(base, ir.Constant(base.type, k * vt.width))
+            builder.store(v, _pointer(context, builder, sig.args[0], args[0], at, vt), align=align)
+        return context.get_dummy_value()
+
+    return types.void(a, i, t), codegen
+
+
+@intrinsic
+def vcaxpy(typingctx, g, x, y, phase):
+    vt = _vec_tuple(y, "vcaxpy", 2)
+    PH = _literal_int(phase, "vcaxpy phase") % 4
+    if not (g == types.none or g == vt):
+        raise TypingError(f"vcaxpy factor must be a {vt} or None, got {g}")
+    if not (x == types.none or x == y):
+        raise TypingError(f"vcaxpy of {x} and {y}")
+
+    def codegen(context, builder, sig, args):
+        ys = _elements(builder, args[2], len(y))
+        xs = None if x == types.none else _elements(builder, args[1], len(y))
+        out = []
+        for c in range(0, len(ys), 2):
+            yr, yi = ys[c], ys[c + 1]
+            # i**PHASE * y as (re, im) with signs: 1, i, -1, -i
+            tr, ti, sr, si = ((yr, yi, 1, 1), (yi, yr, -1, 1), (yr, yi, -1, -1), (yi, yr, 1, -1))[PH]
+            for t, sg, k in ((tr, sr, 0), (ti, si, 1)):
+                f = t if sg > 0 else builder.fneg(t, flags=_FAST)
+                if xs is None:
+                    r = f if g == types.none else builder.fmul(args[0], f, flags=_FAST)
+                elif g == types.none:
+                    r = builder.fadd(xs[c + k], f, flags=_FAST)
+                else:
+                    r = _fmuladd(builder, args[0], f, xs[c + k])
+                out.append(r)
+        return context.make_tuple(builder, sig.return_type, out)
+
+    return y(g, x, y, phase), codegen
+
+
+@intrinsic
+def vscalet(typingctx, s, t):
+    vt = _vec_tuple(t, "vscalet")
+    if s != vt:
+        raise TypingError(f"vscalet factor must be a {vt}, got {s}")
+
+    def codegen(context, builder, sig, args):
+        out = [builder.fmul(args[0], v, flags=_FAST) for v in _elements(builder, args[1], len(t))]
+        return context.make_tuple(builder, sig.return_type, out)
+
+    return t(s, t), codegen
+
+
+@intrinsic
+def vpermt(typingctx, t, px, lanes, off):
+    vt = _vec_tuple(t, "vpermt")
+    if not (isinstance(px, types.Integer) and isinstance(lanes, types.Array)
+            and isinstance(lanes.dtype, types.Integer) and isinstance(off, types.Integer)):
+        raise TypingError(f"vpermt of {t} with lane mask {px}, table {lanes}, offset {off}")
+    W = vt.width
+
+    def codegen(context, builder, sig, args):
+        n = len(t)
+        vals = _elements(builder, args[0], n)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        und = ir.Constant(vals[0].type, ir.Undefined)
+        sel = context.cast(builder, args[1], sig.args[1], types.int64)
+        merge = builder.append_basic_block("vpermt.merge")
+        table = builder.append_basic_block("vpermt.table")
+        sw = builder.switch(sel, table)
+        incoming = []
+        x = 1
+        while x < W:
+            blk = builder.append_basic_block(f"vpermt.xor{x}")
+            sw.add_case(ir.Constant(i64, x), blk)
+            builder.position_at_end(blk)
+            mask = ir.Constant(ir.VectorType(i32, W), [l ^ x for l in range(W)])
+            res = context.make_tuple(builder, sig.return_type,
+                                     [builder.shuffle_vector(v, und, mask) for v in vals])
+            incoming.append((res, builder.block))
+            builder.branch(merge)
+            x <<= 1
+        builder.position_at_end(table)
+        ary = context.make_array(sig.args[2])(context, builder, args[2])
+        base = context.cast(builder, args[3], sig.args[3], types.int64)
+        src = [builder.load(builder.gep(ary.data, [builder.add(base, ir.Constant(i64, l))]))
+               for l in range(W)]
+        out = []
+        for v in vals:
+            r = und
+            for l in range(W):
+                r = builder.insert_element(r, builder.extract_element(v, src[l]), ir.Constant(i32, l))
+            out.append(r)
+        incoming.append((context.make_tuple(builder, sig.return_type, out), builder.block))
+        builder.branch(merge)
+        builder.position_at_end(merge)
+        phi = builder.phi(incoming[0][0].type)
+        for v, b in incoming:
+            phi.add_incoming(v, b)
+        return phi
+
+    return t(t, px, lanes, off), codegen

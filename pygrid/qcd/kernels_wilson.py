@@ -181,7 +181,7 @@ def _source(ns, dtype, five_d, wide=False):
         "import numpy as np",
         "from numba import njit",
         "from pygrid.accelerator.simd_numba import prefetch, vload, vstore, vzero, vsplat, vfma, vfms, "
-        "vxor, vpermute, vcmatvec",
+        "vxor, vpermute, vcmatvec, vloadt, vstoret, vcaxpy, vscalet, vpermt",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
@@ -213,59 +213,44 @@ def _source(ns, dtype, five_d, wide=False):
         out.extend("    " + x for x in body)
         out.append("")
 
-    def cplx_axpy(dst, x, y, imag, sign, g="g"):
-        """dst = x + sign * g * (i if imag) * y on (re, im) variable-name pairs; g a splatted sign vector."""
-        (dr, di), (xr, xi), (yr, yi) = dst, x, y
-        if not imag:
-            f = "vfma" if sign > 0 else "vfms"
-            return [f"{dr} = {f}({g}, {yr}, {xr})", f"{di} = {f}({g}, {yi}, {xi})"]
-        fr, fi = ("vfms", "vfma") if sign > 0 else ("vfma", "vfms")
-        return [f"{dr} = {fr}({g}, {yi}, {xr})", f"{di} = {fi}({g}, {yr}, {xi})"]
+    def phase(imag, sign):
+        """The PHASE of vcaxpy for a factor sign * (i if imag else 1): i**PHASE."""
+        return (1 if imag else 0) + (2 if sign < 0 else 0)
 
-    w6 = "(w0r, w0i, w1r, w1i, w2r, w2i)"
+    def spin(k, base):
+        """The 6 planes (3 colours, re/im) of spin k at base."""
+        return f"{base} + Q{6 * k}"
+
     for mu in range(4):
         pa, pb = gam[mu]
         for a in range(2):
             j, imag, sign = pa[a]
-            body = []
-            for c in range(3):
-                body += [f"x{ri} = vload(psi, b + Q{2 * (3 * a + c) + k}, W)" for k, ri in enumerate("ri")]
-                body += [
-                    f"y{ri} = vload(psi, b + Q{2 * (3 * (2 + j) + c) + k}, W)" for k, ri in enumerate("ri")
-                ]
-                body += cplx_axpy((f"w{c}r", f"w{c}i"), ("xr", "xi"), ("yr", "yi"), imag, sign)
-            body.append(f"return {w6}")
-            fn(f"proj{mu}h{a}(psi, b, g)", body,
+            fn(f"proj{mu}h{a}(psi, b, g)",
+               [f"return vcaxpy(g, vloadt(psi, {spin(a, 'b')}, 6, W), vloadt(psi, {spin(2 + j, 'b')}, 6, W), "
+                f"{phase(imag, sign)})"],
                f"Spin {a} of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (g = +-1 splatted).")
             # the lower spin that spin a of the half spinor rebuilds, and its phase
             bl = [b for b in range(2) if pb[b][0] == a][0]
             _, bimag, bsign = pb[bl]
             lo_ = 2 + bl
+            ph = phase(bimag, bsign)
+            up, low = spin(a, "A"), spin(lo_, "A")
             for mode in ("init", "add", "fin"):
-                body = [f"{w6} = w"]
-                for c in range(3):
-                    qu = [f"A + Q{2 * (3 * a + c) + k}" for k in range(2)]
-                    ql = [f"A + Q{2 * (3 * lo_ + c) + k}" for k in range(2)]
-                    if mode == "init":
-                        body += [f"vstore(acc, {qu[0]}, w{c}r)", f"vstore(acc, {qu[1]}, w{c}i)",
-                                 "zr = vzero(w0r)", "zi = zr"]
-                        body += cplx_axpy(("lr", "li"), ("zr", "zi"), (f"w{c}r", f"w{c}i"), bimag, bsign)
-                        body += [f"vstore(acc, {ql[0]}, lr)", f"vstore(acc, {ql[1]}, li)"]
-                        continue
-                    body += [f"ur = vload(acc, {qu[0]}, W) + w{c}r", f"ui = vload(acc, {qu[1]}, W) + w{c}i",
-                             f"lr = vload(acc, {ql[0]}, W)", f"li = vload(acc, {ql[1]}, W)"]
-                    body += cplx_axpy(("lr", "li"), ("lr", "li"), (f"w{c}r", f"w{c}i"), bimag, bsign)
-                    for q, v in ((qu[0], "ur"), (qu[1], "ui"), (ql[0], "lr"), (ql[1], "li")):
-                        if mode == "add":
-                            body.append(f"vstore(acc, {q}, {v})")
-                        else:
-                            qo = q.replace("A +", "d +")
-                            body += [
-                                "if use_diag:",
-                                f"    vstore(out, {qo}, vfma(al, vload(x, {qo}, W), s * {v}))",
-                                "else:",
-                                f"    vstore(out, {qo}, s * {v})",
-                            ]
+                if mode == "init":
+                    body = [f"vstoret(acc, {up}, w)", f"vstoret(acc, {low}, vcaxpy(g, None, w, {ph}))"]
+                else:
+                    body = [f"hu = vcaxpy(None, vloadt(acc, {up}, 6, W), w, 0)",
+                            f"hl = vcaxpy(g, vloadt(acc, {low}, 6, W), w, {ph})"]
+                if mode == "add":
+                    body += [f"vstoret(acc, {up}, hu)", f"vstoret(acc, {low}, hl)"]
+                elif mode == "fin":
+                    ou, ol = spin(a, "d"), spin(lo_, "d")
+                    body += ["if use_diag:",
+                             f"    vstoret(out, {ou}, vcaxpy(al, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0))",
+                             f"    vstoret(out, {ol}, vcaxpy(al, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0))",
+                             "else:",
+                             f"    vstoret(out, {ou}, vscalet(s, hu))",
+                             f"    vstoret(out, {ol}, vscalet(s, hl))"]
                 sig = "(acc, A, w, g)" if mode != "fin" else "(acc, A, w, g, out, d, s, x, al, use_diag)"
                 what = {
                     "init": "acc[A:] = the",
@@ -281,25 +266,15 @@ def _source(ns, dtype, five_d, wide=False):
            + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
     if wide:
         for mu in range(4):
-            fn(f"proj{mu}(psi, b, g)",
-               [f"p = proj{mu}h0(psi, b, g)", f"q = proj{mu}h1(psi, b, g)",
-                "return (" + ", ".join([f"p[{k}]" for k in range(6)] + [f"q[{k}]" for k in range(6)]) + ")"],
+            fn(f"proj{mu}(psi, b, g)", [f"return proj{mu}h0(psi, b, g) + proj{mu}h1(psi, b, g)"],
                f"Both spins of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (12 vectors).")
         for name, adj in (("mult2", False), ("mult2_adj", True)):
             fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
                ("U^dag" if adj else "U") + " h for the link at u[b:] and both spins of a half spinor h.")
-        fn("hload2(h, b)", ["return (" + ", ".join(f"vload(h, b + Q{k}, W)" for k in range(12)) + ")"],
+        fn("hload2(h, b)", ["return vloadt(h, b, 12, W)"],
            "Both spins of a half spinor at h[b:], as received in a halo.")
-        body = []
-        for x in [1 << k for k in range(NS.bit_length() - 1)]:
-            body += [f"if px == {x}:",
-                     "    return (" + ", ".join(f"vxor(t[{k}], {x})" for k in range(12)) + ")"]
-        body.append("return (" + ", ".join(f"vpermute(t[{k}], lanes, off)" for k in range(12)) + ")")
-        fn("perm12(t, px, lanes, off)", body, "perm6 of both spins of a half spinor.")
-    fn("hload(h, b)", ["return (" + ", ".join(f"vload(h, b + Q{k}, W)" for k in range(6)) + ")"],
+    fn("hload(h, b)", ["return vloadt(h, b, 6, W)"],
        "One spin of a half spinor (3 colours, re/im) at h[b:], as received in a halo.")
-    fn("hstore(h, b, w)", [f"vstore(h, b + Q{k}, w[{k}])" for k in range(6)],
-       "Store one spin of a half spinor at h[b:].")
     body = [
         "LS = U(Ls)",
         "for i in range(lo, hi):",
@@ -314,19 +289,13 @@ def _source(ns, dtype, five_d, wide=False):
     for mu in range(4):
         body += [
             f"        {'if' if mu == 0 else 'elif'} mu == {mu}:",
-            f"            hstore(out, H, proj{mu}h0(psi, B, g))",
-            f"            hstore(out, H + H1, proj{mu}h1(psi, B, g))",
+            f"            vstoret(out, H, proj{mu}h0(psi, B, g))",
+            f"            vstoret(out, H + H1, proj{mu}h1(psi, B, g))",
         ]
     fn("pack_kernel(lo, hi, psi, rows, mus, signs, Ls, out)", body,
        "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the halos "
        "to send.",
        "@_jit")
-    body = []
-    for x in [1 << k for k in range(NS.bit_length() - 1)]:
-        body += [f"if px == {x}:", "    return (" + ", ".join(f"vxor(t[{k}], {x})" for k in range(6)) + ")"]
-    body.append("return (" + ", ".join(f"vpermute(t[{k}], lanes, off)" for k in range(6)) + ")")
-    fn("perm6(t, px, lanes, off)", body,
-       "Lanes of 6 vectors permuted: l ^ px for a power of two px (one shuffle each), else lanes[off + l].")
     args = ("lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile, sites, "
             "halo, ubh")
     fn(f"dhop_kernel({args})", _kernel_body(nls, nlg, five_d, wide, True),
@@ -385,11 +354,11 @@ def _kernel_body(nls, nlg, five_d, wide, halo):
                 body += [f"            w = proj{mu}(psi, B, {g})"]
                 if p >= 4:
                     body += [f"            w = mult2_adj(ub, n * GS + M{mu}, w)"]
-            body += ["            if m != 0:", "                w = perm12(w, pxor[m], lanes, U(m) * NSU)"]
+            body += ["            if m != 0:", "                w = vpermt(w, pxor[m], lanes, U(m) * NSU)"]
             if p < 4:
                 body += [f"            w = mult2(uf, uo * GS + M{mu}, w)"]
             for a in range(2):
-                half = "(" + ", ".join(f"w[{6 * a + k}]" for k in range(6)) + ")"
+                half = "w[:6]" if a == 0 else "w[6:]"
                 if p == 0:
                     body += [f"            init{mu}h{a}(acc_t, A, {half}, {g})"]
                 elif p < 7:
@@ -412,7 +381,7 @@ def _kernel_body(nls, nlg, five_d, wide, halo):
                 body += [f"            w = proj{mu}h{a}(psi, B, {g})"]
                 if p >= 4:
                     body += [f"            w = mult_adj(ub, n * GS + M{mu}, w)"]
-            body += ["            if m != 0:", "                w = perm6(w, pxor[m], lanes, U(m) * NSU)"]
+            body += ["            if m != 0:", "                w = vpermt(w, pxor[m], lanes, U(m) * NSU)"]
             if p < 4:
                 body += [f"            w = mult(uf, uo * GS + M{mu}, w)"]
             if p == 0:
