@@ -97,14 +97,12 @@ class FermionOperator:
         (rb True) or either (rb None)."""
         if not isinstance(psi, Lattice) or psi.site_type.levels != FERMION.levels:
             raise SiteTypeError(f"{name} needs a {self.fermion_label}, got {psi!r}")
-        if rb is None:
-            ok = psi.grid == self.grid or psi.grid == self.rb_grid
-            want = f"{self.grid} or its red-black grid"
-        else:
-            g = self.rb_grid if rb else self.grid
-            ok = psi.grid == g
-            want = f"{'the red-black grid' if rb else 'the full grid'} of the operator, {g}"
+        g = self.rb_grid if rb else self.grid
+        ok = psi.grid == self.grid or psi.grid == self.rb_grid if rb is None else psi.grid == g
         if not ok:
+            # the message is built only on failure: formatting grids costs microseconds every call
+            want = (f"{self.grid} or its red-black grid" if rb is None else
+                    f"{'the red-black grid' if rb else 'the full grid'} of the operator, {g}")
             raise ConformabilityError(f"{name}: {psi} is not on {want}{self._grid_note()}; "
                                       f"make fields with op.new_fermion()")
         if psi.precision != self.precision:
