@@ -293,3 +293,14 @@ def test_a_lattice_smaller_than_the_simd_width_is_one_warning_line(in_process, c
     warned = [ln for ln in err.splitlines() if "SIMD lanes" in ln]
     assert len(warned) == 1 and warned[0].startswith("pygrid: warning: the local lattice 2.2.2.4"), err
     assert "PerformanceWarning" not in err
+
+
+def test_compile_probe_reads_its_timings_past_the_compile_messages():
+    """benchmarks/bench_core.py's compile probe: two fresh processes on an empty cache, whose
+    stdout also carries pygrid's compile lines; the second loads from the disk cache."""
+    from pygrid.bench.compile_probe import compile_times
+
+    c = compile_times()
+    assert set(c) == {"import_seconds", "first_compile_seconds", "disk_cache_load_seconds"}
+    assert all(v > 0 for v in c.values())
+    assert c["disk_cache_load_seconds"] < c["first_compile_seconds"]
