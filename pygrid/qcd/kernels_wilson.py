@@ -342,23 +342,30 @@ def _kernel_body(nls, nlg, five_d, wide, halo):
             # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
             # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
             body += [f"            prefetch(psi, B + SPF * FS + L{q})" for q in range(nls)]
+        # wide: one pass with both spins of the half spinor (12 vectors); narrow: a pass per spin
         if wide:
+            passes = [(f"proj{mu}", "hload2(halo, ((n - N4) * LS + S) * HS)", "mult2",
+                       [(0, "w[:6]"), (1, "w[6:]")])]
+        else:
+            passes = [(f"proj{mu}h{a}", f"hload(halo, ((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'})",
+                       "mult", [(a, "w")]) for a in range(2)]
+        for proj, hload, mult, halves in passes:
             if halo:
-                body += ["            if n < N4:", f"                w = proj{mu}(psi, B, {g})"]
+                # a neighbour on another rank arrives projected (and its backward link in ubh)
+                body += ["            if n < N4:", f"                w = {proj}(psi, B, {g})"]
                 if p >= 4:
-                    body += [f"                w = mult2_adj(ub, n * GS + M{mu}, w)"]
-                body += ["            else:", "                w = hload2(halo, ((n - N4) * LS + S) * HS)"]
+                    body += [f"                w = {mult}_adj(ub, n * GS + M{mu}, w)"]
+                body += ["            else:", f"                w = {hload}"]
                 if p >= 4:
-                    body += [f"                w = mult2_adj(ubh, (n - N4) * GS + M{mu}, w)"]
+                    body += [f"                w = {mult}_adj(ubh, (n - N4) * GS + M{mu}, w)"]
             else:
-                body += [f"            w = proj{mu}(psi, B, {g})"]
+                body += [f"            w = {proj}(psi, B, {g})"]
                 if p >= 4:
-                    body += [f"            w = mult2_adj(ub, n * GS + M{mu}, w)"]
+                    body += [f"            w = {mult}_adj(ub, n * GS + M{mu}, w)"]
             body += ["            if m != 0:", "                w = vpermt(w, pxor[m], lanes, U(m) * NSU)"]
             if p < 4:
-                body += [f"            w = mult2(uf, uo * GS + M{mu}, w)"]
-            for a in range(2):
-                half = "w[:6]" if a == 0 else "w[6:]"
+                body += [f"            w = {mult}(uf, uo * GS + M{mu}, w)"]
+            for a, half in halves:
                 if p == 0:
                     body += [f"            init{mu}h{a}(acc_t, A, {half}, {g})"]
                 elif p < 7:
@@ -366,30 +373,6 @@ def _kernel_body(nls, nlg, five_d, wide, halo):
                 else:
                     body += [f"            fin{mu}h{a}(acc_t, A, {half}, {g}, "
                              "out, d, sc, diag, al, use_diag)"]
-            continue
-        for a in range(2):
-            if halo:
-                # a neighbour on another rank arrives projected (and its backward link in ubh)
-                body += ["            if n < N4:", f"                w = proj{mu}h{a}(psi, B, {g})"]
-                if p >= 4:
-                    body += [f"                w = mult_adj(ub, n * GS + M{mu}, w)"]
-                at = f"((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'}"
-                body += ["            else:", f"                w = hload(halo, {at})"]
-                if p >= 4:
-                    body += [f"                w = mult_adj(ubh, (n - N4) * GS + M{mu}, w)"]
-            else:
-                body += [f"            w = proj{mu}h{a}(psi, B, {g})"]
-                if p >= 4:
-                    body += [f"            w = mult_adj(ub, n * GS + M{mu}, w)"]
-            body += ["            if m != 0:", "                w = vpermt(w, pxor[m], lanes, U(m) * NSU)"]
-            if p < 4:
-                body += [f"            w = mult(uf, uo * GS + M{mu}, w)"]
-            if p == 0:
-                body += [f"            init{mu}h{a}(acc_t, A, w, {g})"]
-            elif p < 7:
-                body += [f"            add{mu}h{a}(acc_t, A, w, {g})"]
-            else:
-                body += [f"            fin{mu}h{a}(acc_t, A, w, {g}, out, d, sc, diag, al, use_diag)"]
     return body
 
 
