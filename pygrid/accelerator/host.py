@@ -24,7 +24,7 @@ def read_only(a: np.ndarray) -> np.ndarray:
     """``a`` as a read-only array (a view when it is writeable).
 
     numba compiles one specialisation per combination of writeable flags, and a
-    Dirac kernel takes 15-60 s to compile: every input a host kernel reads is
+    Dirac kernel takes seconds to a minute to compile: every input a host kernel reads is
     passed read-only, so the same kernel is not compiled again when an input
     happens to come from a read view one time and a scratch array the next.
     """

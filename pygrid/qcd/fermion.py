@@ -98,7 +98,7 @@ class FermionOperator:
         if not isinstance(psi, Lattice) or psi.site_type.levels != FERMION.levels:
             raise SiteTypeError(f"{name} needs a {self.fermion_label}, got {psi!r}")
         g = self.rb_grid if rb else self.grid
-        ok = psi.grid == self.grid or psi.grid == self.rb_grid if rb is None else psi.grid == g
+        ok = (psi.grid == self.grid or psi.grid == self.rb_grid) if rb is None else psi.grid == g
         if not ok:
             # the message is built only on failure: formatting grids costs microseconds every call
             want = (f"{self.grid} or its red-black grid" if rb is None else
