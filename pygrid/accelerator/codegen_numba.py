@@ -8,7 +8,8 @@ The per-site body is a sequence of calls to the small operations of
 count and precision, so a new expression compiles only its own short loop.
 
 The kernels are not ``parallel=True``: numba's parfor passes about double the
-compile time, and blocks on the backend's thread pool run as fast.
+compile time of a kernel; the backend runs the blocks from a small cached
+parallel driver (:mod:`.parallel_numba`) instead.
 """
 from __future__ import annotations
 

@@ -132,6 +132,7 @@ class KernelIR:
     out_ncomp: int = 0
     result: int = -1
     ncoef: int = 0  # reals in the coefficient vector
+    _key: str | None = field(default=None, repr=False, compare=False)
 
     def ncomp(self, v: int) -> int:
         return self.ops[v].ncomp
@@ -145,13 +146,18 @@ class KernelIR:
         return self.tables[op.start], self.tables[op.ia], self.tables[op.coef].reshape(-1, 2)
 
     def key(self) -> str:
-        """A digest of the structure (ops, tables, slots): the same in every process."""
+        """A digest of the structure (ops, tables, slots): the same in every process.
+
+        Computed once, when the lowering has finished building the IR (every launch asks)."""
+        if self._key is not None:
+            return self._key
         h = hashlib.sha1()
         h.update(repr((self.ops, self.slots, self.nshifts, self.out_ncomp, self.result, self.ncoef)).encode())
         for t in self.tables:
             h.update(str(t.dtype).encode() + str(t.shape).encode())
             h.update(np.ascontiguousarray(t).tobytes())
-        return h.hexdigest()
+        self._key = h.hexdigest()
+        return self._key
 
 
 @dataclass

@@ -2,23 +2,19 @@
 
 Kernels are numba functions over a block of outer sites, released from the
 GIL; ``accelerator_for`` splits the outer sites into one block per thread and
-runs the blocks on a persistent thread pool.
+runs the blocks on numba's OpenMP threads (:mod:`.parallel_numba`).
 
-Process settings
-----------------
-pygrid changes two process-wide settings, both when the first backend starts
+Process setting
+---------------
+pygrid changes one process-wide setting, when the first backend starts
 (:func:`apply_process_settings`, called by ``backends.get_backend``), never at
-import, and neither when the user has set it:
-
-* ``OMP_WAIT_POLICY=passive``: the OpenMP threads behind numba's parallel
-  loops (the hand-written Dirac kernels) otherwise spin after each parallel
-  region and take the cores the kernel thread pool needs.  Passive waiting
-  costs a few microseconds per region.  It must be set before numba starts its
-  OpenMP runtime, which happens at the first ``numba.set_num_threads``.
-* ``numba.config.SLP_VECTORIZE = 1`` (unless ``NUMBA_SLP_VECTORIZE`` is set):
-  numba leaves LLVM's SLP vectoriser off, and the fixed-length lane loops of
-  the generated kernels need it to become vector instructions.  It applies to
-  kernels compiled after it is set.
+import, and not when the user has set it: ``numba.config.SLP_VECTORIZE = 1``
+(unless ``NUMBA_SLP_VECTORIZE`` is set).  numba leaves LLVM's SLP vectoriser
+off, and the fixed-length lane loops of the generated kernels need it to
+become vector instructions.  It applies to kernels compiled after it is set.
+OpenMP's wait policy is left to the user (``OMP_WAIT_POLICY``): libgomp's
+default, a short spin after each parallel region, is what lets one launch
+follow another in microseconds.
 """
 from __future__ import annotations
 
@@ -33,8 +29,7 @@ from . import host
 
 
 def apply_process_settings() -> None:
-    """Apply the process settings above (idempotent)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    """Apply the process setting above (idempotent)."""
     if "NUMBA_SLP_VECTORIZE" not in os.environ:
         import numba
 
@@ -57,25 +52,11 @@ def default_threads() -> int:
     return max(1, cores // ranks_on_this_node())
 
 
-def _join(futures):
-    """Wait for every thread's share of a launch, then raise the first failure or Ctrl-C.
+def numba_threads() -> int:
+    """The most threads numba's parallel loops can run (``NUMBA_NUM_THREADS``)."""
+    import numba
 
-    A Ctrl-C stops the wait, not the other threads: they go on writing the output, so the
-    launch must not return (and its views close) before they are done.
-    """
-    error = None
-    for f in futures:
-        while True:
-            try:
-                f.result()
-                break
-            except KeyboardInterrupt as e:
-                error = error or e
-            except Exception as e:
-                error = error or e
-                break
-    if error is not None:
-        raise error
+    return numba.config.NUMBA_NUM_THREADS
 
 
 class OpenMPBackend:
@@ -94,7 +75,7 @@ class OpenMPBackend:
             raise BackendError("the openmp backend needs numba: pip install numba") from e
         apply_process_settings()
         self._kernels: dict = {}
-        self._pool = None
+        self._prepared: set = set()
         self._nthreads: int | None = None
         self.set_threads(default_threads())
 
@@ -106,34 +87,31 @@ class OpenMPBackend:
         if n is not None:
             if int(n) < 1:
                 raise BackendError(f"thread count must be positive, got {n}")
-            if self._nthreads is not None and int(n) != self._nthreads and self._pool is not None:
-                self._pool.shutdown()
-                self._pool = None
             self._nthreads = int(n)
         import numba
 
-        # hand-written prange kernels (the Dirac operators) follow the same count
         numba.set_num_threads(min(self._nthreads, numba.config.NUMBA_NUM_THREADS))
 
     def threads(self) -> int:
         return self._nthreads
 
+    def _blocks(self) -> int:
+        return min(self._nthreads, numba_threads())
+
     def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
-        """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites), split over the threads."""
-        n = self._nthreads
+        """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites), split over the threads.
+
+        ``kernel`` is a numba function (``nogil``); a plain Python callable runs on the calling
+        thread.  A Ctrl-C is raised when every block is done, so the views of a launch never
+        close while a thread still writes through them.
+        """
+        from .parallel_numba import parallel_for
+
+        n = self._blocks()
         if n == 1 or osites < self.min_parallel_osites:
             kernel(0, osites, *args)
             return
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="pygrid")
-        bounds = [(i * osites) // n for i in range(n + 1)]
-        futures = [self._pool.submit(kernel, bounds[i], bounds[i + 1], *args) for i in range(1, n)]
-        try:
-            kernel(bounds[0], bounds[1], *args)
-        finally:
-            _join(futures)
+        parallel_for(n, osites, kernel, *args)
 
     # ---- kernels -----------------------------------------------------------------
     def kernel(self, ir, nsimd: int, alias: bool, dtype: str = "float64") -> Callable:
@@ -160,11 +138,21 @@ class OpenMPBackend:
 
     def prepare(self, ir, shifts, coefs, nsimd, alias, dtype) -> None:
         # numba compiles at the first call for the argument types: an empty site range on empty
-        # buffers of the same types compiles (or loads) the kernel without touching a field
+        # buffers of the same types compiles (or loads) the kernel and its parallel driver without
+        # touching a field
         rdt = np.dtype(dtype)
         k = self.kernel(ir, nsimd, alias, rdt.name)
+        key = (k, tuple(x.dtype.char for s in shifts for x in s))
+        if key in self._prepared:
+            return
+        from .parallel_numba import parallel_for
+
         empty = np.empty(0, rdt)
-        k(0, 0, empty, *[host.read_only(empty)] * len(ir.slots), *self._constants(ir, shifts, coefs, rdt))
+        args = (empty, *[host.read_only(empty)] * len(ir.slots), *self._constants(ir, shifts, coefs, rdt))
+        k(0, 0, *args)
+        if self._blocks() > 1:
+            parallel_for(self._blocks(), 0, k, *args)
+        self._prepared.add(key)
 
     @staticmethod
     def _constants(ir, shifts, coefs, rdt):
@@ -180,7 +168,7 @@ class OpenMPBackend:
     def relayout(self, kind, out, inp, om=None, lm=None) -> None:
         host.relayout(kind, out, inp, om, lm)
 
-    # ---- reductions (numba: numpy's BLAS threads would fight the kernel thread pool) ----
+    # ---- reductions (numba: numpy's BLAS threads would fight the kernels' OpenMP threads) ----
     def norm2(self, a) -> float:
         from . import reductions_numba
 

@@ -2,7 +2,7 @@
 
 Each block writes one partial sum (accumulated in double, whatever the field's
 precision) and the host adds the partials.  Not numpy: ``np.dot`` runs on
-OpenBLAS's own thread pool, which competes with the kernel thread pool for the
+OpenBLAS's own thread pool, which competes with the kernels' OpenMP threads for the
 cores and made a CG several times slower on a small machine.
 """
 from __future__ import annotations

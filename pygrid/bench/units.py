@@ -17,6 +17,6 @@ def dotted(dims) -> str:
     return ".".join(str(int(d)) for d in dims)
 
 
-#: Arrays smaller than this are copied on one thread: waking the thread pool
+#: Arrays smaller than this are copied on one thread: starting the other threads
 #: costs more than it saves (the openmp backend does the same for small fields).
 PARALLEL_MIN_BYTES = 1 << 20

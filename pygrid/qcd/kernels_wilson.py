@@ -27,8 +27,7 @@ Arrays are raw view buffers, shaped (osites, ncomp, 2, nsimd):
 Structure (generated source, one module per lane count and precision, numba's
 on-disk cache keeps the machine code).  The kernel is a nogil
 ``dhop_kernel(lo, hi, ...)`` over 4D outer sites, launched with the backend's
-``accelerator_for`` (a thread pool; no ``prange``, whose spinning OpenMP
-threads fight the other pools on a 2-core machine).  Its twin ``dhop_local``
+``accelerator_for`` (one block of sites per OpenMP thread).  Its twin ``dhop_local``
 leaves out the branches that read a neighbour received from another rank; it
 runs every site on one rank and the interior sites under MPI, so a job on one
 rank compiles only it (a compile takes seconds per thousand lines of source).  It is written with
