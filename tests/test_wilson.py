@@ -119,6 +119,41 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
         assert relerr(o5[s], dhop_ref(Un, p5[s])) < 1e-12
 
 
+def test_site_order_blocks_large_slices_and_visits_every_site_once():
+    """(y, z) columns when a time-slice outgrows the cache budget; natural order otherwise."""
+    assert (kw.site_order((4, 4, 4, 8), 1, 8, "float64") == np.arange(512)).all()
+    order = kw.site_order((16, 8, 8, 8), 8, 8, "float64")          # 12 MB slices: 4 x 4 columns
+    assert sorted(order.tolist()) == list(range(8192))
+    x, y, z, t = order % 16, order // 16 % 8, order // 128 % 8, order // 1024
+    first = slice(0, 16 * 4 * 4 * 8)                                 # the first column, all t
+    assert set(y[first]) == set(z[first]) == {0, 1, 2, 3} and set(t[first]) == set(range(8))
+    assert (x[:16] == np.arange(16)).all()
+
+
+def test_blocked_site_order_against_numpy(monkeypatch):
+    """The Dhop kernel visiting sites in (y, z) columns gives the numpy reference, 4D and 5D."""
+    if dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    monkeypatch.setattr(kw, "COLUMN_BYTES", 1)                      # columns of 2 x 2 on any lattice
+    monkeypatch.setattr(kw, "_states", {})
+    grid, rng, U, psi = setup((4, 4, 8, 8), None, "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    st = kw._launch_state(D.stencil, 1, grid.nsimd, np.dtype("float64"))
+    assert not (st.sites == np.arange(len(st.sites))).all()
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
+    g5d = pg.GridCartesian5D(grid, 3)
+    psi5 = pg.LatticeFermion(g5d)
+    pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
+    out5 = pg.LatticeFermion(g5d)
+    with psi5.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u, \
+            out5.view(pg.AcceleratorWriteDiscard) as o:
+        dslash.dhop(o, p, u, u, D.stencil, 3)
+    p5, o5 = psi5.to_numpy(), out5.to_numpy()
+    for s in range(3):
+        assert relerr(o5[s], dhop_ref(Un, p5[s])) < 1e-12
+
+
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_gamma5_hermiticity_and_adjoint(prec):
     grid, rng, U, psi = setup((4, 4, 4, 8), None, prec)

@@ -4,6 +4,9 @@ Each block writes one partial sum (accumulated in double, whatever the field's
 precision) and the host adds the partials.  Not numpy: ``np.dot`` runs on
 OpenBLAS's own thread pool, which competes with the kernels' OpenMP threads for the
 cores and made a CG several times slower on a small machine.
+
+``fastmath`` lets LLVM reorder the sums, which is what makes them vector
+instructions (a strict left-to-right sum waits on every add).
 """
 from __future__ import annotations
 
@@ -13,7 +16,10 @@ from numba import njit
 U = np.uint64
 
 
-@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_jit = njit(nogil=True, cache=True, fastmath=True, error_model="numpy", boundscheck=False)
+
+
+@_jit
 def norm2_block(lo, hi, a, stride, partial):
     s = 0.0
     for i in range(U(lo) * U(stride), U(hi) * U(stride)):
@@ -22,23 +28,22 @@ def norm2_block(lo, hi, a, stride, partial):
     partial[lo] = s
 
 
-@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+@_jit
 def inner_block(lo, hi, a, b, ncomp, ns, partial_re, partial_im):
     """sum conj(a) b over [o][c][re, im][lane] blocks."""
     sr = 0.0
     si = 0.0
     n2 = U(2 * ns)
-    for o in range(lo, hi):
-        base = U(o) * U(ncomp) * n2
-        for c in range(ncomp):
-            p = base + U(c) * n2
-            for l in range(ns):
-                ar = np.float64(a[p + U(l)])
-                ai = np.float64(a[p + U(ns + l)])
-                br = np.float64(b[p + U(l)])
-                bi = np.float64(b[p + U(ns + l)])
-                sr += ar * br + ai * bi
-                si += ar * bi - ai * br
+    NS = U(ns)
+    for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
+        p = q * n2
+        for l in range(NS):
+            ar = np.float64(a[p + l])
+            ai = np.float64(a[p + NS + l])
+            br = np.float64(b[p + l])
+            bi = np.float64(b[p + NS + l])
+            sr += ar * br + ai * bi
+            si += ar * bi - ai * br
     partial_re[lo] = sr
     partial_im[lo] = si
 

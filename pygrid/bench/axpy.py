@@ -1,9 +1,19 @@
-"""``pygrid benchmark axpy``: z = a*x + y on LatticeFermion, against numpy.
+"""``pygrid benchmark axpy``: the lattice linear algebra of a solver on LatticeFermion, against numpy.
 
-Counts per site (12 complex components, ``a`` real): 12 * (2 mul + 2 add) = 48
-flops; bytes: x and y read, z written, 3 * 24 reals.
+Counts per site (12 complex components):
+
+* ``z = a*x + y`` (``a`` real): 12 * (2 mul + 2 add) = 48 flops; x and y read, z
+  written, 3 * 24 reals;
+* ``norm2(x)``: 24 multiply-adds = 48 flops; x read, 24 reals;
+* ``inner_product(x, y)``: 12 complex multiply-adds = 96 flops; x and y read, 48 reals.
+
+Each is set against a copy moving as many bytes as it does (so the copy meets the
+same caches), and against numpy as a careful user writes it (``a * x + y``,
+``np.vdot``).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from .common import lanes_note, make_grid, new_run
 from .kinds import Kind
@@ -13,6 +23,8 @@ from .units import real_bytes
 
 A = 0.5
 FLOPS_PER_SITE = 12 * 4
+NORM2_FLOPS = 24 * 2
+INNER_FLOPS = 12 * 8
 
 
 def bytes_per_site(precision):
@@ -54,7 +66,21 @@ def run(dims, precision, ctx):
     ctx.progress.step(f"axpy {precision}: bandwidth roofline")
     r.roofline = measure_copy(3 * field_bytes, precision, ctx.timer, f"axpy {precision} copy")
     r.main, r.baseline = "axpy", "numpy_axpy"
+
+    rb = real_bytes(precision)
+    for name, fn, np_fn, nfields, flops in (
+        ("norm2", lambda: pg.norm2(x), lambda: np.vdot(xa, xa).real, 1, NORM2_FLOPS),
+        ("inner_product", lambda: pg.inner_product(x, y), lambda: np.vdot(xa, ya), 2, INNER_FLOPS),
+    ):
+        ctx.progress.step(f"axpy {precision}: {name}, numpy and a copy of its working set")
+        copy = measure_copy(nfields * field_bytes, precision, ctx.timer, f"{name} {precision} copy")
+        for label, role, f, what in ((name, "pygrid", fn, f"pg.{name} (one reduction kernel)"),
+                                     (f"numpy_{name}", "numpy", np_fn, "np.vdot on numpy complex arrays")):
+            t, tmin, it = ctx.timer(f, f"{label} {precision}")
+            r.kernels.append(Kernel(label, role, t, tmin, it, V, flops, nfields * 24 * rb,
+                                    f"{what}; roofline: a copy of {nfields} field(s)", copy_gbps=copy.gbps))
     return r
 
 
-KIND = Kind("axpy", f"z = a*x + y on LatticeFermion ({FLOPS_PER_SITE} flop/site), vs numpy", run)
+KIND = Kind("axpy", f"z = a*x + y ({FLOPS_PER_SITE} flop/site), norm2 and inner product on LatticeFermion, "
+                    "vs numpy", run)

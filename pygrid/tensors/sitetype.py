@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 LEVELS = ("lorentz", "spin", "colour")
 SCALAR, VECTOR, MATRIX = "scalar", "vector", "matrix"
@@ -20,7 +21,7 @@ class Level:
     kind: str = SCALAR
     n: int = 1
 
-    @property
+    @cached_property
     def shape(self):
         return {SCALAR: (), VECTOR: (self.n,), MATRIX: (self.n, self.n)}[self.kind]
 
@@ -51,15 +52,16 @@ class SiteType:
     colour: Level = S
     is_real: bool = False
 
-    @property
+    # cached: the expression engine asks for these several times per node (frozen, so never stale)
+    @cached_property
     def levels(self):
         return (self.lorentz, self.spin, self.colour)
 
-    @property
+    @cached_property
     def shape(self):
         return self.lorentz.shape + self.spin.shape + self.colour.shape
 
-    @property
+    @cached_property
     def ncomp(self):
         return math.prod(self.shape)
 
