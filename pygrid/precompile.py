@@ -96,13 +96,22 @@ def run(argv) -> int:
     print(f"pygrid precompile on {backend.describe()}: {', '.join(ops)} in {' and '.join(precisions)}, "
           f"lattice {'.'.join(map(str, dims))}, kernel cache {cache_dir()}", flush=True)
     t_all, (n_all, c_all) = time.perf_counter(), totals()
-    for i, (op, prec) in enumerate(jobs, 1):
-        grid = pg.GridCartesian(list(dims), precision=prec)
-        t0, (n0, c0) = time.perf_counter(), totals()
-        exercise(op, grid, prec, args.Ls)
-        n, c = totals()
-        print(f"[{i}/{len(jobs)}] {op:<7} {prec:<7} Nsimd {grid.nsimd:<3} {n - n0:3d} kernels compiled "
-              f"in {c - c0:6.1f} s ({time.perf_counter() - t0:.1f} s in all)", flush=True)
+    # a small lattice would run on one thread: every launch goes through the threads here, so that
+    # the parallel drivers of the kernels are compiled too
+    serial_below = getattr(backend, "min_parallel_osites", None)
+    if serial_below is not None:
+        backend.min_parallel_osites = 0
+    try:
+        for i, (op, prec) in enumerate(jobs, 1):
+            grid = pg.GridCartesian(list(dims), precision=prec)
+            t0, (n0, c0) = time.perf_counter(), totals()
+            exercise(op, grid, prec, args.Ls)
+            n, c = totals()
+            print(f"[{i}/{len(jobs)}] {op:<7} {prec:<7} Nsimd {grid.nsimd:<3} {n - n0:3d} kernels compiled "
+                  f"in {c - c0:6.1f} s ({time.perf_counter() - t0:.1f} s in all)", flush=True)
+    finally:
+        if serial_below is not None:
+            backend.min_parallel_osites = serial_below
     n, c = totals()
     print(f"done in {time.perf_counter() - t_all:.1f} s: {n - n_all} kernels compiled ({c - c_all:.1f} s); "
           f"a job with the same backend, Nsimd and MPI layout loads them from the cache", flush=True)

@@ -346,3 +346,37 @@ def test_fixed_trees(i, precision):
     t, node = FIXED[i]
     assert type_of(node) == t
     check_tree(node, i % len(GRIDS), precision)
+
+
+def _renumber(node, k):
+    """The same tree shape with other numbers (coefficients, where thresholds)."""
+    if not isinstance(node, tuple):
+        return node
+    if node[0] in ("num*", "+num"):
+        return (node[0], node[1] * (k + 1.5), _renumber(node[2], k))
+    if node[0] == "where":
+        return ("where", node[1], node[2] + k, _renumber(node[3], k), _renumber(node[4], k))
+    return tuple(_renumber(c, k) for c in node)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(data=st.data())
+def test_cached_lowering_equals_lowering(data):
+    """An expression whose shape was lowered before takes its IR from the cache: the same IR,
+    fields and coefficients as lowering it afresh, whatever the numbers and fields in it."""
+    from pygrid.expr.lower import lower, lower_cached
+    from pygrid.expr.nodes import as_expr
+
+    t = data.draw(st.sampled_from(sorted(TYPES)), label="site type")
+    node = data.draw(trees(t, 2), label="tree")
+    env = Env(grid(*GRIDS[0]), "double")
+    ncomp = TYPES[t][0]().ncomp
+    first = lower_cached(as_expr(build(node, env)), ncomp)         # the shape is now cached
+    other = _renumber(node, data.draw(st.integers(1, 3), label="renumber"))
+    e = as_expr(build(other, env))
+    got, want = lower_cached(e, ncomp), lower(e, ncomp)
+    assert got.ir is first.ir                                       # taken from the cache
+    assert got.ir.key() == want.ir.key()
+    assert [id(f) for f in got.fields] == [id(f) for f in want.fields]
+    assert got.shifts == want.shifts
+    np.testing.assert_array_equal(got.coefs, want.coefs)

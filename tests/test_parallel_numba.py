@@ -72,3 +72,25 @@ def test_backend_accelerator_for_covers_all_sites(osites):
     out = np.zeros(osites)
     be.accelerator_for(osites, count_block, out, 1.5)
     np.testing.assert_array_equal(out, 1.5)
+
+
+def test_expression_launch_compiles_its_driver_only_when_it_uses_the_threads():
+    """A small field runs on the calling thread, so its expression compiles no parallel driver;
+    a large one has its driver compiled with the kernel, before any view opens."""
+    import pygrid as pg
+
+    backend = pg.get_backend()
+    if backend.name != "openmp" or backend._blocks() < 2:
+        pytest.skip("needs the openmp backend on two or more threads")
+    small = pg.GridCartesian([4, 4, 4, 4])                  # 32 outer sites
+    large = pg.GridCartesian([8, 8, 16, 8], simd_layout=[1, 1, 1, 1])   # 8192
+    assert small.osites < backend.min_parallel_osites <= large.osites
+    for grid, new_driver in ((small, False), (large, True)):
+        a, b = pg.LatticeColourMatrix(grid), pg.LatticeColourMatrix(grid)
+        pg.ParallelRNG(grid, [7]).gaussian(a)
+        before = set(parallel_numba._drivers)
+        b @= pg.transpose(pg.conjugate(a)) * pg.adj(a) - 0.25 * a   # a shape no other test uses
+        assert (len(set(parallel_numba._drivers) - before) > 0) == new_driver
+        np.testing.assert_allclose(b.to_numpy(), np.swapaxes(np.conj(a.to_numpy()), -1, -2)
+                                   @ np.swapaxes(np.conj(a.to_numpy()), -1, -2) - 0.25 * a.to_numpy(),
+                                   rtol=1e-12, atol=1e-12)

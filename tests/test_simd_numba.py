@@ -8,6 +8,7 @@ from pygrid.accelerator.simd_numba import (
     prefetch,
     vcaxpy,
     vcmatvec,
+    vdouble,
     vfma,
     vfms,
     vload,
@@ -18,6 +19,7 @@ from pygrid.accelerator.simd_numba import (
     vsplat,
     vstore,
     vstoret,
+    vsum,
     vxor,
     vzero,
 )
@@ -60,6 +62,23 @@ def test_operations_lane_by_lane(w, dtype):
     tol = 1e-12 if dtype == np.float64 else 1e-5
     for k, wv in enumerate(want):
         np.testing.assert_allclose(got[k], wv, rtol=tol, atol=tol, err_msg=f"operation {k}")
+
+
+@pytest.mark.parametrize("w", [1, 2, 8, 16])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_widen_and_sum_the_lanes(w, dtype):
+    @njit
+    def k(a, out):
+        x = vdouble(vload(a, U(0), w))
+        vstore(out, U(0), x)
+        return vsum(x), vsum(vload(a, U(0), w))
+
+    a = (np.random.default_rng(w).normal(size=w) * 1e3).astype(dtype)
+    out = np.zeros(w)
+    total, total_own = k(a, out)
+    np.testing.assert_array_equal(out, a.astype(np.float64))     # exact: every float32 is a float64
+    assert abs(total - a.astype(np.float64).sum()) < 1e-9 * np.abs(a).sum()
+    assert isinstance(total_own, float) and abs(total_own - total) < (1e-3 if dtype == np.float32 else 1e-9)
 
 
 def test_misuse_is_a_typing_error():

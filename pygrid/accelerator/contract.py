@@ -62,10 +62,11 @@ class Backend(Protocol):
         """
 
     def prepare(self, ir: Any, shifts: list[tuple[np.ndarray, ...]], coefs: np.ndarray, nsimd: int,
-                alias: bool, dtype: Any) -> None:
+                alias: bool, dtype: Any, osites: int | None = None) -> None:
         """Compile (or load from the cache) the kernel :meth:`run` will take for these arguments,
         touching no field: callers prepare before they open views, so a failing or interrupted
-        compile leaves every field as it was."""
+        compile leaves every field as it was.  ``osites``, the launch's outer sites when known,
+        lets a backend skip what a launch of that size does not use."""
 
     def launch(self, kernel: Any, args: dict[str, Any], nsimd: int, dtype: Any) -> None:
         """Run a covariant kernel (:class:`pygrid.accelerator.covariant.Kernel`) on ``args``

@@ -116,7 +116,7 @@ class CudaBackend:
     def _dev(self, a):
         return a if isinstance(a, self.cupy.ndarray) else self.cupy.asarray(a)
 
-    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype):
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None):
         k = self.kernel(ir, nsimd, alias, np.dtype(dtype).name)
         if hasattr(k, "compile"):  # CuPy compiles a RawKernel at its first launch otherwise
             k.compile()

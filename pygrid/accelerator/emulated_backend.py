@@ -182,7 +182,7 @@ class EmulatedSIMTBackend:
         src = codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect)
         return src + launch_wrapper(src)
 
-    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype):
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None):
         compile_emulated(self.source(ir, nsimd, alias, np.dtype(dtype).name))
 
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):

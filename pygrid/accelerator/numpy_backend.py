@@ -28,7 +28,7 @@ class NumpyBackend:
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
         run_ir(ir, out, inputs, shifts, coefs)
 
-    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype) -> None:
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None) -> None:
         pass  # nothing is compiled
 
     def launch(self, kernel, args, nsimd, dtype) -> None:

@@ -52,6 +52,14 @@ def default_threads() -> int:
     return max(1, cores // ranks_on_this_node())
 
 
+_NAMES = {np.dtype(t): t for t in ("float64", "float32")}
+
+
+def _name(dtype: np.dtype) -> str:
+    # numpy's dtype.name is a Python property that costs microseconds on every launch
+    return _NAMES.get(dtype) or dtype.name
+
+
 def numba_threads() -> int:
     """The most threads numba's parallel loops can run (``NUMBA_NUM_THREADS``)."""
     import numba
@@ -76,6 +84,7 @@ class OpenMPBackend:
         apply_process_settings()
         self._kernels: dict = {}
         self._prepared: set = set()
+        self._tables: dict = {}    # (IR digest, dtype) -> its tables as the kernel takes them
         self._nthreads: int | None = None
         self.set_threads(default_threads())
 
@@ -131,18 +140,19 @@ class OpenMPBackend:
 
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
         rdt = out.dtype
-        k = self.kernel(ir, nsimd, alias, rdt.name)
+        k = self.kernel(ir, nsimd, alias, _name(rdt))
         flat = [host.read_only(a.reshape(-1)) for a in inputs]
         consts = self._constants(ir, shifts, coefs, rdt)
         self.accelerator_for(out.shape[0], k, out.reshape(-1), *flat, *consts)
 
-    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype) -> None:
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None) -> None:
         # numba compiles at the first call for the argument types: an empty site range on empty
-        # buffers of the same types compiles (or loads) the kernel and its parallel driver without
-        # touching a field
+        # buffers of the same types compiles (or loads) the kernel, and its parallel driver when the
+        # launch will use the threads, without touching a field
         rdt = np.dtype(dtype)
-        k = self.kernel(ir, nsimd, alias, rdt.name)
-        key = (k, tuple(x.dtype.char for s in shifts for x in s))
+        k = self.kernel(ir, nsimd, alias, _name(rdt))
+        threads = self._blocks() > 1 and (osites is None or osites >= self.min_parallel_osites)
+        key = (k, tuple(x.dtype.char for s in shifts for x in s), threads)
         if key in self._prepared:
             return
         from .parallel_numba import parallel_for
@@ -150,15 +160,18 @@ class OpenMPBackend:
         empty = np.empty(0, rdt)
         args = (empty, *[host.read_only(empty)] * len(ir.slots), *self._constants(ir, shifts, coefs, rdt))
         k(0, 0, *args)
-        if self._blocks() > 1:
+        if threads:
             parallel_for(self._blocks(), 0, k, *args)
         self._prepared.add(key)
 
-    @staticmethod
-    def _constants(ir, shifts, coefs, rdt):
-        tables = [(t if t.dtype.kind == "i" else t.astype(rdt)).reshape(-1) for t in ir.tables]
-        flat_shifts = [x.reshape(-1) for s in shifts for x in s]
-        return [host.read_only(a) for a in (*flat_shifts, *tables, host.coef_reals(coefs, rdt))]
+    def _constants(self, ir, shifts, coefs, rdt):
+        key = (ir.key(), rdt.char)
+        tables = self._tables.get(key)
+        if tables is None:
+            tables = self._tables[key] = [
+                host.read_only((t if t.dtype.kind == "i" else t.astype(rdt)).reshape(-1)) for t in ir.tables]
+        flat_shifts = [host.read_only(x.reshape(-1)) for s in shifts for x in s]
+        return [*flat_shifts, *tables, host.read_only(host.coef_reals(coefs, rdt))]
 
     def launch(self, kernel, args, nsimd, dtype) -> None:
         from . import covariant

@@ -17,6 +17,8 @@ Operations (all usable only inside numba-compiled code):
 * ``vzero(v)``: a zero vector of ``v``'s type; ``vsplat(x, W)``;
 * ``a + b``, ``a - b``, ``a * b``, ``a / b``, ``-a`` on vectors, ``x * v`` with a scalar;
 * ``vsqrt(v)``: the square root of every lane;
+* ``vdouble(v)``: the lanes widened to float64 (sums of single-precision fields
+  are accumulated in double); ``vsum(v)``: the sum of the lanes, a scalar;
 * ``vfma(a, b, c)`` = ``a * b + c`` (``llvm.fmuladd``: fused where the CPU has FMA);
 * ``vfms(a, b, c)`` = ``c - a * b``;
 * ``vxor(v, X)``: lane ``l`` of the result is lane ``l ^ X`` of ``v`` (``X`` a
@@ -242,6 +244,40 @@ def vsqrt(typingctx, a):
         return builder.call(fn, [args[0]])
 
     return a(a), codegen
+
+
+@intrinsic
+def vdouble(typingctx, a):
+    """Every lane as a float64 (``fpext``; float64 lanes unchanged)."""
+    if not _is_vec(a):
+        raise TypingError(f"vdouble of {a}")
+    vt = SimdVector(types.float64, a.width)
+
+    def codegen(context, builder, sig, args):
+        if a.dtype == types.float64:
+            return args[0]
+        return builder.fpext(args[0], _vtype(context, vt))
+
+    return vt(a), codegen
+
+
+@intrinsic
+def vsum(typingctx, a):
+    """The sum of the lanes (a pairwise tree of shuffles and adds)."""
+    if not _is_vec(a) or a.width & (a.width - 1):
+        raise TypingError(f"vsum of {a}: a vector of a power-of-two width")
+
+    def codegen(context, builder, sig, args):
+        v, n = args[0], a.width
+        while n > 1:
+            n //= 2
+            half = ir.VectorType(ir.IntType(32), n)
+            lo = builder.shuffle_vector(v, v, ir.Constant(half, list(range(n))))
+            hi = builder.shuffle_vector(v, v, ir.Constant(half, list(range(n, 2 * n))))
+            v = builder.fadd(lo, hi, flags=_FAST)
+        return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+
+    return a.dtype(a), codegen
 
 
 @overload(operator.neg)

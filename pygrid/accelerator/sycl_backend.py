@@ -418,7 +418,7 @@ class SyclBackend:
     def threads(self):
         return 1
 
-    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype):
+    def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None):
         self.kernel(ir, nsimd, alias, np.dtype(dtype).name)
 
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):

@@ -9,7 +9,7 @@ from ..cartesian.shift import shift_table
 from ..errors import ConformabilityError, SiteTypeError
 from ..memory import ViewMode
 from ..stencil.halo import exchange_rows, halo_plan
-from .lower import lower
+from .lower import lower, lower_cached
 from .nodes import Leaf, as_expr
 
 
@@ -38,7 +38,7 @@ def evaluate(expr, out, backend=None):
     """out = expr, as one kernel.  Checks everything before touching ``out``."""
     e = as_expr(expr)
     check_assignable(e, out)
-    launch = lower(e, out.site_type.ncomp)
+    launch = lower_cached(e, out.site_type.ncomp)
     backend = backend or get_backend()
     grid = out.grid
     tables = []
@@ -57,11 +57,12 @@ def evaluate(expr, out, backend=None):
     alias = aliased_slot is not None and not shifted_alias
     # every kernel is compiled before the first view opens: a failed or interrupted compile
     # (seconds, when cold) must leave ``out`` and the device cache untouched
-    backend.prepare(launch.ir, tables, launch.coefs, grid.nsimd, alias, out.real_dtype)
+    osites = out.grid.osites
+    backend.prepare(launch.ir, tables, launch.coefs, grid.nsimd, alias, out.real_dtype, osites)
     if shifted_alias:
         # the kernel would read neighbours it already overwrote: evaluate aside, then copy
         copy = lower(Leaf(out), out.site_type.ncomp)
-        backend.prepare(copy.ir, [], copy.coefs, grid.nsimd, False, out.real_dtype)
+        backend.prepare(copy.ir, [], copy.coefs, grid.nsimd, False, out.real_dtype, osites)
         tmp = out.new_like()
         _run(backend, launch, tmp, tables, False, halos)
         _run(backend, lower(Leaf(tmp), out.site_type.ncomp), out, [], False)

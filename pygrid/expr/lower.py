@@ -1,4 +1,12 @@
-"""Lowering an expression tree to kernel IR, with common-subexpression elimination."""
+"""Lowering an expression tree to kernel IR, with common-subexpression elimination.
+
+:func:`lower_cached` keeps the IR of each expression shape: a solver builds the
+same few expressions every iteration, and lowering one (tables, CSE, the IR's
+digest) costs tens of microseconds of Python, as much as the kernel of a small
+field.  The shape is a signature of everything lowering reads except the
+coefficient values and which fields are read; one pass over the tree gives it,
+the fields and the coefficients in the order lowering would give them.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -157,3 +165,78 @@ def lower(expr, out_ncomp):
     coefs = np.asarray(lw.coefs, dtype=np.complex128)
     lw.ir.ncoef = 2 * len(coefs)
     return IR.Launch(lw.ir, lw.fields, lw.shifts, coefs)
+
+
+#: expression signature -> (IR, shifts); cleared when full (programs use a handful of shapes)
+_shapes: dict = {}
+SHAPES_MAX = 512
+
+
+def _shape(e, fields, slot_of, coefs):
+    """The signature of ``e``; appends the fields it reads (first read first) and its coefficients,
+    in the order :class:`_Lowerer` takes them."""
+    if isinstance(e, Leaf):
+        s = slot_of.get(id(e.field))
+        if s is None:
+            s = slot_of[id(e.field)] = len(fields)
+            fields.append(e.field)
+        return ("L", s, e.disp, e.field.site_type)
+    if isinstance(e, LinComb):
+        terms = []
+        for t, scale, sign in e.terms:
+            if isinstance(t, Scalar):
+                unit = algebra.identity_values(e.site_type)
+                coefs.extend(np.asarray(t.value * unit, np.complex128).reshape(-1))
+                ts = ("S",)
+            elif isinstance(t, Const):
+                coefs.extend(t.const.values)
+                ts = ("C", t.site_type)
+            else:
+                ts = _shape(t, fields, slot_of, coefs)
+            if scale is not None:
+                coefs.append(complex(scale))
+            terms.append((ts, scale is None, sign))
+        return ("+", e.site_type, tuple(terms))
+    if isinstance(e, Mul):
+        a, b = e.children
+        if isinstance(a, Const) or isinstance(b, Const):
+            c, f = (a, b) if isinstance(a, Const) else (b, a)
+            return ("*c", c.const.key(), c is a, _shape(f, fields, slot_of, coefs))
+        return ("*", _shape(a, fields, slot_of, coefs), _shape(b, fields, slot_of, coefs))
+    if isinstance(e, Unary):
+        return ("U", e.kind, e.remap.key(), e.conj, e.levels, _shape(e.children[0], fields, slot_of, coefs))
+    if isinstance(e, Contract):
+        a, b = e.children
+        return ("K", e.kind, _shape(a, fields, slot_of, coefs), _shape(b, fields, slot_of, coefs))
+    if isinstance(e, Where):
+        return ("W", e.site_type) + tuple(_shape(c, fields, slot_of, coefs) for c in e.children)
+    if isinstance(e, Compare):
+        a, b = e.children
+        return ("<", e.op, _shape(a, fields, slot_of, coefs), _shape(b, fields, slot_of, coefs))
+    if isinstance(e, Scalar):
+        coefs.append(e.value)
+        return ("S",)
+    if isinstance(e, Const):
+        coefs.extend(e.const.values)
+        return ("C", e.site_type)
+    raise TypeError(f"cannot lower {type(e).__name__}")
+
+
+def lower_cached(expr, out_ncomp):
+    """:func:`lower`, with the IR of an expression shape seen before taken from the cache.
+
+    A shape is cached only when lowering gave the same fields and coefficients as the
+    signature pass, so a signature that missed something can cost time, never a wrong kernel.
+    """
+    fields, coefs = [], []
+    sig = (_shape(expr, fields, {}, coefs), out_ncomp)
+    hit = _shapes.get(sig)
+    if hit is not None:
+        return IR.Launch(hit[0], fields, hit[1], np.asarray(coefs, dtype=np.complex128))
+    launch = lower(expr, out_ncomp)
+    if (len(launch.fields) == len(fields) and all(a is b for a, b in zip(launch.fields, fields))
+            and np.array_equal(launch.coefs, np.asarray(coefs, dtype=np.complex128))):
+        if len(_shapes) >= SHAPES_MAX:
+            _shapes.clear()
+        _shapes[sig] = (launch.ir, launch.shifts)
+    return launch

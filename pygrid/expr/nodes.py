@@ -178,7 +178,7 @@ class LinComb(Expr):
             if t.site_type.levels != ref.levels:
                 raise SiteTypeError(f"cannot add {ref} and {t.site_type}: site types differ")
         real = all(t.site_type.is_real and (s is None or complex(s).imag == 0) for t, s, _ in self.terms)
-        self.site_type = SiteType(*ref.levels, is_real=real)
+        self.site_type = ref if ref.is_real == real else SiteType(*ref.levels, is_real=real)
         for t in self.children:
             if isinstance(t, Scalar) and t.site_type.levels != ref.levels:
                 algebra.identity_values(self.site_type)  # raises if a number cannot be added
