@@ -510,12 +510,22 @@ class CEmitter(_Emitter):
 
 
 class NumbaEmitter(_Emitter):
-    """numba with explicit SIMD vectors: one vector per covariant value, a loop over outer sites."""
+    """numba with explicit SIMD vectors: one vector per covariant value, a loop over outer sites.
+
+    The start of a site's row (and, for ``read_either``, which array holds it) is
+    computed once and named, and every plane of that site is read at a constant offset
+    from it: numba's front end pays per expression node and per branch, and a Dirac
+    kernel reads 24 planes of each of 8 neighbours.  A name is reused only inside the
+    block that defined it (``loop``, ``when``, ``otherwise`` open new blocks).
+    """
 
     def __init__(self, kernel, nsimd, dtype):
         super().__init__(kernel, nsimd, dtype)
         self.indent = 2  # inside the site loop
         self.pre: list[str] = []
+        self._open = [0]        # the blocks enclosing the current line
+        self._nblocks = 0
+        self._rows: dict = {}   # (array, halo, site, limit) -> (block, array name, row start name)
 
     def _let(self, name, e):
         self.emit(f"{name} = {e.py()}")
@@ -523,16 +533,49 @@ class NumbaEmitter(_Emitter):
     def _permutation(self, P):
         pass
 
+    @contextlib.contextmanager
+    def _block(self):
+        self._nblocks += 1
+        self._open.append(self._nblocks)
+        self.indent += 1
+        try:
+            yield
+        finally:
+            self.indent -= 1
+            self._open.pop()
+
+    def _row(self, field_name, site, halo_name=None, limit=None):
+        """(array, start of the site's row in it), named once per block."""
+        site = as_iexpr(site)
+        key = (field_name, halo_name, site.py(), None if limit is None else as_iexpr(limit).py())
+        hit = self._rows.get(key)
+        if hit is not None and hit[0] in self._open:
+            return hit[1], hit[2]
+        stride = self._stride(field_name)
+        row = self.fresh("r")
+        if halo_name is None:
+            arr = field_name
+            self.emit(f"{row} = {site.py()} * U({stride})")
+        else:
+            cond, arr = self.fresh("c"), self.fresh("a")
+            limit = as_iexpr(limit)
+            self.emit(f"{cond} = {site.py()} < {limit.py()}")
+            self.emit(f"{row} = ({site.py()} if {cond} else {site.py()} - {limit.py()}) * U({stride})")
+            self.emit(f"{arr} = {field_name} if {cond} else {halo_name}")
+        self._rows[key] = (self._open[-1], arr, row)
+        return arr, row
+
     def read(self, field_name, site, plane, perm=None) -> CV:
+        arr, row = self._row(field_name, site)
         name = self.fresh()
-        self.emit(f"{name} = vload({field_name}, {self._offset(field_name, site, plane).py()}, W)")
+        self.emit(f"{name} = vload({arr}, {row} + U({int(plane) * self.NS}), W)")
         return CV(self, name, perm)
 
     def read_either(self, field_name, halo_name, site, limit, plane, perm=None) -> CV:
-        off, hoff, site, limit = self._either(field_name, halo_name, site, limit, plane)
+        self._either(field_name, halo_name, site, limit, plane)  # checks the halo's shape
+        arr, row = self._row(field_name, site, halo_name, limit)
         name = self.fresh()
-        self.emit(f"{name} = vload({field_name}, {off.py()}, W) if {site.py()} < {limit.py()} "
-                  f"else vload({halo_name}, {hoff.py()}, W)")
+        self.emit(f"{name} = vload({arr}, {row} + U({int(plane) * self.NS}), W)")
         return CV(self, name, perm)
 
     def permute(self, values, P: Permutation):
@@ -557,7 +600,8 @@ class NumbaEmitter(_Emitter):
     def store(self, field_name, site, plane, v: CV):
         if v.perm not in (None, UNIFORM):
             raise DescriptionError("storing a value that still carries a lane permute")
-        self.emit(f"vstore({field_name}, {self._offset(field_name, site, plane).py()}, {v.name})")
+        arr, row = self._row(field_name, site)
+        self.emit(f"vstore({arr}, {row} + U({int(plane) * self.NS}), {v.name})")
 
     def uniform(self, table, index) -> CV:
         name = self.fresh("u")
@@ -565,10 +609,10 @@ class NumbaEmitter(_Emitter):
         return CV(self, name, UNIFORM)
 
     def prefetch(self, field_name, site):
-        base = self._offset(field_name, site, 0).py()
+        arr, row = self._row(field_name, site)
         line = 64 // self.dtype.itemsize
         for q in range(0, self._stride(field_name), line):
-            self.emit(f"prefetch({field_name}, {base} + U({q}))")
+            self.emit(f"prefetch({arr}, {row} + U({q}))")
 
     def const(self, x) -> CV:
         x = float(x)
@@ -599,24 +643,21 @@ class NumbaEmitter(_Emitter):
     @contextlib.contextmanager
     def loop(self, name, lo, hi):
         self.emit(f"for {name}_ in range({as_iexpr(lo).py()}, {as_iexpr(hi).py()}):")
-        self.indent += 1
-        self.emit(f"{name} = U({name}_)")
-        yield _IName(name)
-        self.indent -= 1
+        with self._block():
+            self.emit(f"{name} = U({name}_)")
+            yield _IName(name)
 
     @contextlib.contextmanager
     def when(self, cond):
         self.emit(f"if {as_iexpr(cond).py()} != U(0):")
-        self.indent += 1
-        yield
-        self.indent -= 1
+        with self._block():
+            yield
 
     @contextlib.contextmanager
     def otherwise(self):
         self.emit("else:")
-        self.indent += 1
-        yield
-        self.indent -= 1
+        with self._block():
+            yield
 
     def source(self):
         k = self.k
