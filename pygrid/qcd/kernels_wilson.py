@@ -446,8 +446,9 @@ def site_order(rdims, Ls, nsimd, dtype):
     In natural order a site's t-neighbour is read again one whole time-slice
     later; at 16^4 and Ls 8 that slice is 12 MB, out of the core's cache.  When the
     slice is larger than :data:`COLUMN_BYTES`, the (y, z) plane is cut into b x b
-    columns of every x, each walked over all t, so the reuse distance is one
-    column's slice.  Any order gives the same result; only the cache sees it.
+    columns of every x (b the widest that keeps a column's slice under the budget,
+    dividing y and z where possible), each walked over all t, so the reuse distance
+    is one column's slice.  Any order gives the same result; only the cache sees it.
     """
     X, Y, Z, T = (int(d) for d in rdims)
     n4 = X * Y * Z * T
@@ -455,7 +456,10 @@ def site_order(rdims, Ls, nsimd, dtype):
     natural = np.arange(n4, dtype=np.int32)
     if X * Y * Z * site_bytes <= COLUMN_BYTES:
         return natural
-    b = max(2, int((COLUMN_BYTES / (X * site_bytes)) ** 0.5))
+    widest = max(2, int((COLUMN_BYTES / (X * site_bytes)) ** 0.5))
+    # columns that tile the plane evenly: a ragged last column ran 6% slower (domain wall Ls 16 single)
+    even = [d for d in range(2, widest + 1) if Y % d == 0 and Z % d == 0]
+    b = max(even) if even else widest
     if b >= max(Y, Z):
         return natural
     idx = natural.reshape(T, Z, Y, X)
