@@ -93,6 +93,20 @@ def test_dhop_and_m_against_numpy(dims, layout, prec):
     assert relerr(p2.to_numpy(), m_ref(Un, pn, MASS)) < TOL[prec]
 
 
+def check_5d_hop(grid, U, D, Ls=3):
+    """The hopping kernel on a 5D field, every slice against the numpy reference."""
+    g5d = pg.GridCartesian5D(grid, Ls)
+    psi5 = pg.LatticeFermion(g5d)
+    pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
+    out5 = pg.LatticeFermion(g5d)
+    with psi5.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u, \
+            out5.view(pg.AcceleratorWriteDiscard) as o:
+        dslash.dhop(o, p, u, u, D.stencil, Ls)
+    p5, o5, Un = psi5.to_numpy(), out5.to_numpy(), U.to_numpy()
+    for s in range(Ls):
+        assert relerr(o5[s], dhop_ref(Un, p5[s])) < 1e-12
+
+
 @pytest.mark.parametrize("wide", [False, True])
 def test_both_register_structures_against_numpy(monkeypatch, wide):
     """The unrolled kernel's wide (AVX-512) and narrow (AVX2) structures: the host runs only one by
@@ -107,16 +121,7 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
     Un, pn = U.to_numpy(), psi.to_numpy()
     assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
     assert relerr(D.Mdag(psi).to_numpy(), m_ref(Un, pn, MASS, dag=True)) < 1e-12
-    g5d = pg.GridCartesian5D(grid, 3)
-    psi5 = pg.LatticeFermion(g5d)
-    pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
-    out5 = pg.LatticeFermion(g5d)
-    with psi5.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u, \
-            out5.view(pg.AcceleratorWriteDiscard) as o:
-        dslash.dhop(o, p, u, u, D.stencil, 3)
-    p5, o5 = psi5.to_numpy(), out5.to_numpy()
-    for s in range(3):
-        assert relerr(o5[s], dhop_ref(Un, p5[s])) < 1e-12
+    check_5d_hop(grid, U, D)
 
 
 def test_site_order_blocks_large_slices_and_visits_every_site_once():
@@ -142,16 +147,7 @@ def test_blocked_site_order_against_numpy(monkeypatch):
     assert not (st.sites == np.arange(len(st.sites))).all()
     Un, pn = U.to_numpy(), psi.to_numpy()
     assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
-    g5d = pg.GridCartesian5D(grid, 3)
-    psi5 = pg.LatticeFermion(g5d)
-    pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
-    out5 = pg.LatticeFermion(g5d)
-    with psi5.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u, \
-            out5.view(pg.AcceleratorWriteDiscard) as o:
-        dslash.dhop(o, p, u, u, D.stencil, 3)
-    p5, o5 = psi5.to_numpy(), out5.to_numpy()
-    for s in range(3):
-        assert relerr(o5[s], dhop_ref(Un, p5[s])) < 1e-12
+    check_5d_hop(grid, U, D)
 
 
 @pytest.mark.parametrize("prec", ["double", "single"])

@@ -99,7 +99,7 @@ class OpenMPBackend:
             self._nthreads = int(n)
         import numba
 
-        numba.set_num_threads(min(self._nthreads, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(self._blocks())
 
     def threads(self) -> int:
         return self._nthreads
