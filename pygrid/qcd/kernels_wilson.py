@@ -35,31 +35,33 @@ explicit SIMD vectors (:mod:`pygrid.accelerator.simd_numba`: one variable is
 one ``<Nsimd x real>`` register, so every operation is a vector instruction and
 the source is Nsimd times shorter than a lane-unrolled one).
 
-It walks tiles of outer sites (accumulator of the tile, all Ls slices, about
-24 KiB: ``TILE_BYTES``) and, per tile, one loop per stencil point, so the
-neighbour spinors of one direction are read as one stream, with a software
-prefetch of the neighbour spinor (its first slice) and link ``PREFETCH_DISTANCE``
-sites ahead, and for 5D fields of the neighbour's slice ``SLICE_PREFETCH`` slices
-ahead inside the loop over s (a separate variant of the kernel).  Per site,
-slice and point the neighbour is projected to a half spinor with the +-1/+-i
-structure of g_mu fixed in the code and the sign (forward, backward, dagger) a
-splatted +-1 folded into fused multiply-adds; its lanes are permuted only when
-the neighbour wrapped around a virtual node (a constant lane map ``l ^ x``, one
-shuffle per vector, for the half swap of a 2-way split dimension; any other map
-through the lane table); it is multiplied by U (or U^dag of the backward link,
-whose product is permuted instead of the link), reading the link from memory;
-and the spins of the accumulator that it rebuilds are updated in place.  How
-much of that is live at once follows the host's registers (:func:`wide_default`,
-the structure is fixed when numba compiles for the host):
+Per site, slice and point the neighbour is projected to a half spinor with the
++-1/+-i structure of g_mu fixed in the code and the sign (forward, backward,
+dagger) a splatted +-1 folded into fused multiply-adds; its lanes are permuted
+only when the neighbour wrapped around a virtual node (a constant lane map
+``l ^ x``, one shuffle per vector, for the half swap of a 2-way split dimension;
+any other map through the lane table); it is multiplied by U (or U^dag of the
+backward link, whose product is permuted instead of the link), reading the link
+from memory; and the spins of the result that it rebuilds are updated.  The
+order of that work follows the host's registers (:func:`wide_default`, fixed
+when numba compiles for the host):
 
-* wide (AVX-512, 32 vector registers): both spins of the half spinor go through
-  the link together (12 + 12 vectors and the link's two), so each link element
-  is read once per point, as Grid keeps the spinor in registers;
-* narrow (AVX2, 16 registers): one spin at a time (6 + 6 + 2 + a sign), so
-  nothing spills; each link is read twice, from L1.
+* wide (AVX-512, 32 vector registers), 4D fields: site by site, the eight points
+  in turn, the result spinor held in 24 vector variables and written once; both
+  spins of the half spinor go through the link together, so each link element is
+  read once per point, as Grid keeps the spinor in registers (LLVM keeps most of
+  the 24 in registers; at 8^4 this ran 1.4x the tiled order below);
+* wide, 5D fields: tiles of outer sites (an accumulator of all Ls slices of the
+  tile, about 24 KiB: ``TILE_BYTES``, in L1) and, per tile, one loop per stencil
+  point, so the Ls slices of one neighbour are read as one stream, with software
+  prefetches of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of
+  the neighbour's slice ``SLICE_PREFETCH`` slices ahead; both spins of the half
+  spinor go through the link together (with eight neighbour streams per slice,
+  the register order ran slower out of cache);
+* narrow (AVX2, 16 registers), 4D and 5D: the tiled order, one spin at a time
+  (6 + 6 + 2 + a sign), so nothing spills; each link is read twice, from L1.
 
-The last point writes ``scale * acc + alpha *
-diag`` straight to ``out``: 1320 flops per site (Grid's count).
+The result is written as ``scale * acc + alpha * diag``: 1320 flops per site (Grid's count).
 
 Flat 1D arrays are indexed with unsigned integers (``U = np.uint64``; numba's
 wraparound checks on signed indices defeat vectorisation); the small helpers
@@ -171,8 +173,8 @@ def _source(ns, dtype, five_d, wide=False):
 
     ``five_d``: the variant for 5D fields, which also prefetches the neighbour's slice
     ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
-    ``wide``: both spins of the half spinor go through the link together (12 + 12 live
-    vectors and the link's two: for 32 registers), so each link is read once per point.
+    ``wide``: the structure for 32 vector registers (both spins of the half spinor through
+    the link together; for 4D fields the result spinor held in registers over the points).
     """
     NS = int(ns)
     gam = gamma_structure()
@@ -221,18 +223,16 @@ def _source(ns, dtype, five_d, wide=False):
         return f"{base} + Q{6 * k}"
 
     for mu in range(4):
-        pa, pb = gam[mu]
+        pa = gam[mu][0]
         for a in range(2):
             j, imag, sign = pa[a]
             fn(f"proj{mu}h{a}(psi, b, g)",
                [f"return vcaxpy(g, vloadt(psi, {spin(a, 'b')}, 6, W), vloadt(psi, {spin(2 + j, 'b')}, 6, W), "
                 f"{phase(imag, sign)})"],
                f"Spin {a} of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (g = +-1 splatted).")
-            # the lower spin that spin a of the half spinor rebuilds, and its phase
-            bl = [b for b in range(2) if pb[b][0] == a][0]
-            _, bimag, bsign = pb[bl]
-            lo_ = 2 + bl
-            ph = phase(bimag, bsign)
+            if wide and not five_d:  # the register structure accumulates in its own variables
+                continue
+            lo_, ph = _reconstruction(mu, a)
             up, low = spin(a, "A"), spin(lo_, "A")
             for mode in ("init", "add", "fin"):
                 if mode == "init":
@@ -259,11 +259,12 @@ def _source(ns, dtype, five_d, wide=False):
                 fn(f"{mode}{mu}h{a}{sig}", body,
                    f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + "
                    f"g gamma_{mu}).")
-    for name, adj in (("mult", False), ("mult_adj", True)):
-        fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
-           ("U^dag" if adj else "U")
-           + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
-    if wide:
+    if not wide:
+        for name, adj in (("mult", False), ("mult_adj", True)):
+            fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
+               ("U^dag" if adj else "U")
+               + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
+    else:
         for mu in range(4):
             fn(f"proj{mu}(psi, b, g)", [f"return proj{mu}h0(psi, b, g) + proj{mu}h1(psi, b, g)"],
                f"Both spins of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (12 vectors).")
@@ -305,7 +306,67 @@ def _source(ns, dtype, five_d, wide=False):
     return "\n".join(out) + "\n"
 
 
+def _reconstruction(mu, a):
+    """(lower spin, vcaxpy phase of its sign) that spin a of a half spinor of (1 + g gamma_mu) rebuilds."""
+    pb = gamma_structure()[mu][1]
+    bl = [b for b in range(2) if pb[b][0] == a][0]
+    _, imag, sign = pb[bl]
+    return 2 + bl, (1 if imag else 0) + (2 if sign < 0 else 0)
+
+
+def _register_body(halo):
+    """The wide structure for 4D fields: site by site, the whole result spinor held in 24 vector
+    variables over the eight points (LLVM keeps most of them in AVX-512's 32 registers), written once
+    at the end."""
+    body = [
+        "sc = vsplat(coef[0], W)",
+        "al = vsplat(coef[1], W)",
+        "gf = vsplat(coef[2], W)",
+        "gb = vsplat(coef[3], W)",
+        "N4 = U(n4)",
+        "for i in range(lo, hi):",
+        "    uo = U(sites[i])",
+        "    d = uo * FS",
+    ]
+    for p in range(8):
+        body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
+    for p in range(8):
+        mu = p % 4
+        g = "gf" if p < 4 else "gb"
+        n = f"n{p}"
+        if halo:
+            # a neighbour on another rank arrives projected (and its backward link in ubh)
+            body += [f"    if {n} < N4:", f"        w = proj{mu}(psi, {n} * FS, {g})"]
+            if p >= 4:
+                body += [f"        w = mult2_adj(ub, {n} * GS + M{mu}, w)"]
+            body += ["    else:", f"        w = hload2(halo, ({n} - N4) * HS)"]
+            if p >= 4:
+                body += [f"        w = mult2_adj(ubh, ({n} - N4) * GS + M{mu}, w)"]
+        else:
+            body += [f"    w = proj{mu}(psi, {n} * FS, {g})"]
+            if p >= 4:
+                body += [f"    w = mult2_adj(ub, {n} * GS + M{mu}, w)"]
+        body += [f"    if m{p} != 0:", f"        w = vpermt(w, pxor[m{p}], lanes, U(m{p}) * NSU)"]
+        if p < 4:
+            body += [f"    w = mult2(uf, uo * GS + M{mu}, w)"]
+        for a, half in ((0, "w[:6]"), (1, "w[6:]")):
+            low, ph = _reconstruction(mu, a)
+            if p == 0:
+                body += [f"    c{a} = {half}", f"    c{low} = vcaxpy({g}, None, {half}, {ph})"]
+            else:
+                body += [f"    c{a} = vcaxpy(None, c{a}, {half}, 0)",
+                         f"    c{low} = vcaxpy({g}, c{low}, {half}, {ph})"]
+    body += ["    if use_diag:"]
+    body += [f"        vstoret(out, d + Q{6 * k}, "
+             f"vcaxpy(al, vscalet(sc, c{k}), vloadt(diag, d + Q{6 * k}, 6, W), 0))" for k in range(4)]
+    body += ["    else:"]
+    body += [f"        vstoret(out, d + Q{6 * k}, vscalet(sc, c{k}))" for k in range(4)]
+    return body
+
+
 def _kernel_body(nls, nlg, five_d, wide, halo):
+    if wide and not five_d:
+        return _register_body(halo)
     body = [
         "sc = vsplat(coef[0], W)",
         "al = vsplat(coef[1], W)",
