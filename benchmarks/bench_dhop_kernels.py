@@ -11,6 +11,9 @@ to the current one, e.g.
 
     git show dc3f77a:pygrid/qcd/kernels_wilson.py > pygrid/qcd/kernels_wilson_old.py
 
+(a module that has ``kernel_args``: each variant runs with its own launch state, site
+order and arguments).
+
 Every variant's result is checked against the first one's.
 """
 from __future__ import annotations
@@ -51,11 +54,12 @@ def main():
     variants = []
     for name in args.modules.split(","):
         mod = importlib.import_module("pygrid.qcd." + name)
-        k = mod.kernel_for(ns, np.dtype(dt).name, Ls)
+        # each module's own launch state: its site order, tile and table layout
+        ls = mod._launch_state(st, Ls, ns, dt)
         o = np.zeros_like(p)
-        a = (o.reshape(-1), p.reshape(-1), u.reshape(-1), u.reshape(-1), st.neighbours.reshape(-1),
-             st.perm.reshape(-1), st.lanes.reshape(-1), st.lane_xor, n4, Ls, np.array([-0.5, 0, -1, 1], dt),
-             o.reshape(-1), False, mod._tile(Ls, ns, dt), st.sites, np.zeros(1, dt), np.zeros(1, dt))
+        coef = np.array([-0.5, 0, -1, 1], dt)
+        a = mod.kernel_args(ls, o, p, u, u, coef, o, False) + (ls.sites, ls.none, ls.none)
+        k = ls.kernel
         for t in (int(x) for x in args.threads.split(",")):
             variants.append((f"{name}, {t} thread{'s' if t > 1 else ''}", k, a, o, t))
 

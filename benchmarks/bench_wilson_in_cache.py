@@ -44,7 +44,7 @@ def main():
     k = kw.kernel_for(ns, dt, Ls)
     a = (out.reshape(-1), psi.reshape(-1), uf.reshape(-1), u.reshape(-1), nbr, perm,
          np.zeros(8 * ns, np.int32), np.zeros(8, np.int32), n4, Ls, np.array([-0.5, 0, -1, 1], dt),
-         out.reshape(-1), False, kw._tile(Ls, ns, dt), np.arange(n4, dtype=np.int32), np.zeros(1, dt),
+         out.reshape(-1), False, kw._tile(Ls, ns, dt), False, np.arange(n4, dtype=np.int32), np.zeros(1, dt),
          np.zeros(1, dt))
     k(0, n4, *a)
     flops = kw.FLOPS_PER_SITE * ns * n4 * Ls

@@ -1,4 +1,6 @@
 """The explicit SIMD vector operations for numba kernels, lane by lane against numpy."""
+import platform
+
 import numpy as np
 import pytest
 from numba import njit
@@ -6,6 +8,7 @@ from numba.core.errors import TypingError
 
 from pygrid.accelerator.simd_numba import (
     prefetch,
+    prefetch_l2,
     vcaxpy,
     vcmatvec,
     vdouble,
@@ -33,6 +36,7 @@ def _kernel(w):
         for v in range(a.size // w):
             i = U(v * w)
             prefetch(a, i)
+            prefetch_l2(b, i)
             x, y, z = vload(a, i, w), vload(b, i, w), vload(c, i, w)
             vstore(out, U(0 * a.size) + i, x + y)
             vstore(out, U(1 * a.size) + i, x - y)
@@ -43,6 +47,16 @@ def _kernel(w):
             vstore(out, U(6 * a.size) + i, vxor(x, 1) + vzero(x) + vsplat(a[0], w))
             vstore(out, U(7 * a.size) + i, vpermute(y, lanes, v * w))
     return k
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 prefetch instructions")
+def test_prefetch_levels_in_the_machine_code():
+    """prefetch fills every level (prefetcht0), prefetch_l2 stops at L2 (prefetcht1)."""
+    k = _kernel(4)
+    a = np.arange(8.0)
+    k(a, a, a, np.zeros(64), np.zeros(8, np.int64))
+    asm = k.inspect_asm(k.signatures[0])
+    assert "prefetcht0" in asm and "prefetcht1" in asm
 
 
 @pytest.mark.parametrize("w", [2, 4, 8, 16])

@@ -124,6 +124,22 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
     check_5d_hop(grid, U, D)
 
 
+def test_far_prefetch_path_against_numpy(monkeypatch):
+    """The wide 4D kernel's prefetches for fields larger than the caches (forced on a small lattice)
+    leave the result as it was (tests/mpi has the same with halos from other ranks)."""
+    if dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    monkeypatch.setattr(kw, "wide_default", lambda: True)
+    monkeypatch.setattr(kw, "_modules", {})
+    monkeypatch.setattr(kw, "_states", {})
+    monkeypatch.setattr(kw, "FAR_BYTES", 0)
+    grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
+    assert all(st.far for st in kw._states.values())
+
+
 def test_site_order_blocks_large_slices_and_visits_every_site_once():
     """(y, z) columns when a time-slice outgrows the cache budget; natural order otherwise."""
     assert (kw.site_order((4, 4, 4, 8), 1, 8, "float64") == np.arange(512)).all()

@@ -55,6 +55,25 @@ def test_wilson(layout, variant):
         np.testing.assert_array_equal(same_everywhere(x), y)
 
 
+@pytest.mark.skipif("unroll" not in VARIANTS, reason="the unrolled kernel runs on the CPU backends only")
+@pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
+def test_wilson_with_far_prefetch(layout, monkeypatch):
+    """The unrolled kernel's prefetches for fields larger than the caches (forced here on a small
+    lattice) change nothing, the halo branches included."""
+    from pygrid.qcd import kernels_wilson as kw
+
+    monkeypatch.setattr(kw, "FAR_BYTES", 0)
+    monkeypatch.setattr(kw, "_states", {})
+    res = []
+    for g in grids(DIMS, layout):
+        U, psi = setup(g)
+        D = pg.qcd.WilsonFermion(U, 0.1)
+        res.append([D.M(psi).to_numpy(), D.Dhop(psi).to_numpy()])
+    for x, y in zip(*res):
+        np.testing.assert_array_equal(same_everywhere(x), y)
+    assert all(st.far for st in kw._states.values())
+
+
 @pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
 def test_domain_wall_and_mobius(layout, variant):
     res = []
