@@ -348,3 +348,25 @@ def test_careful_numpy_baseline_matches_the_reference(dtype, tol):
         MatmulDhop(U, axes)(psi, out)
         ref = dhop(U.astype(complex), psi.astype(complex), lattice_axes=axes)
         assert np.abs(out - ref).max() < tol * np.abs(ref).max()
+
+
+def test_dhop_names_a_wrong_buffer_and_leaves_out_alone():
+    """dslash.dhop on raw buffers: a buffer of the wrong shape, size or precision, or out aliasing
+    psi, is a ConformabilityError naming it, raised before anything is written."""
+    grid, rng, U, psi = setup((4, 4, 4, 4), (1, 1, 1, 1), "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u:
+        p, u = np.array(p), np.array(u)
+    out = np.full_like(p, 7.0)
+    cases = [
+        (dict(psi=p.astype(np.float32)), "psi buffer has shape"),
+        (dict(uf=u[:, :18]), "uf buffer has shape"),
+        (dict(psi=p[:-1]), "do not match Ls=1"),
+        (dict(ub=u[:-1]), "do not match Ls=1"),
+        (dict(psi=out), "must not alias psi"),
+    ]
+    for change, message in cases:
+        args = dict(out=out, psi=p, uf=u, ub=u) | change
+        with pytest.raises(pg.ConformabilityError, match=message):
+            dslash.dhop(args["out"], args["psi"], args["uf"], args["ub"], D.stencil)
+        assert (out == 7.0).all()
