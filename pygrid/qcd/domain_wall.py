@@ -170,6 +170,12 @@ class MobiusFermion(FermionOperator):
         # and the other s matrices (all cyclic bidiagonal) as O(Ls) multiplies
         self._banded = {k: cast(bidiag_structure(mats[k]))
                         for k in ("Mooee", "MooeeDag", "M5D", "M5DDag", "bcS", "bcSDag", "Ms", "MsDag")}
+        # -1 in the sweep order of Mooee (and of its adjoint), for Mooee psi - t in one kernel
+        for k in ("Mooee", "MooeeDag"):
+            self._mats["minus" + k] = -self._mats["one"]
+            band = self._banded[k]
+            self._banded["minus" + k] = None if band is None else cast(
+                (band[0], -np.ones(2), np.zeros(2), np.zeros(2)))
         self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
 
     def __repr__(self):
@@ -218,8 +224,8 @@ class MobiusFermion(FermionOperator):
         return res
 
     def _smat_add(self, res, x, key, y, ykey=None):
-        """res = mats[key] . x + mats[ykey] . y (the identity when ykey is None) on full 5D fields, in one
-        kernel; res may be x or y."""
+        """res = mats[key] . x + mats[ykey] . y (the identity when ykey is None) on 5D fields, full or
+        red-black, in one kernel; res may be x or y."""
         band = self._banded[key]
         yband = None if ykey is None else self._banded[ykey]
 
@@ -339,6 +345,11 @@ class MobiusFermion(FermionOperator):
 
     def MooeeInvDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._smat(psi, "MooeeInvDag", out, "MooeeInvDag")
+
+    def _mooee_minus(self, psi: Lattice, t: Lattice, res: Lattice, dag: bool) -> Lattice:
+        """res = Mooee psi - t (MooeeDag for dag) in one kernel: how a Schur operator's application ends."""
+        key = "MooeeDag" if dag else "Mooee"
+        return self._smat_add(res, psi, key, t, "minus" + key)
 
     # ---- physical 4D fields -------------------------------------------------------------
     def _check4(self, q, name):

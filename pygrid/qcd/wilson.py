@@ -150,6 +150,10 @@ class WilsonFermion(FermionOperator):
     def MooeeInv(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._scale(psi, out, 1.0 / self.diag, "MooeeInv")
 
+    def _mooee_minus(self, psi: Lattice, t: Lattice, res: Lattice, dag: bool) -> Lattice:
+        """res = Mooee psi - t (MooeeDag for dag) in one kernel: how a Schur operator's application ends."""
+        return res.assign(self.diag * psi - t)
+
     def MooeeInvDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._scale(psi, out, 1.0 / self.diag, "MooeeInvDag")
 
@@ -194,24 +198,29 @@ class SchurDiagMooeeOperator:
         if out is not None and check is not None:
             check(out, True, f"SchurDiagMooeeOperator.{name} (out)")
 
-    def _apply(self, psi, out, name, hop, inv, diag):
+    def _apply(self, psi, out, name, hop, inv, diag, dag):
         """diag psi - hop inv hop psi; out is written by the last kernel alone."""
         self._check_in(psi, out, name)
         t = hop(psi, out=self._scratch("hop", 1 - self.cb))
         inv(t, out=t)
         t2 = hop(t, out=self._scratch("hop2", self.cb))
-        d = diag(psi, out=self._scratch("diag", self.cb))
         res = self.new_fermion() if out is None else out
+        # the operators of pygrid.qcd do diag psi - t2 in one pass over the fields (an optional hook)
+        finish = getattr(self.op, "_mooee_minus", None)
+        if finish is not None:
+            with committing(res, self.cb):
+                return finish(psi, t2, res, dag)
+        d = diag(psi, out=self._scratch("diag", self.cb))
         with committing(res, self.cb):
             return res.assign(d - t2)
 
     def M(self, psi, out=None):
         op = self.op
-        return self._apply(psi, out, "M", op.Meooe, op.MooeeInv, op.Mooee)
+        return self._apply(psi, out, "M", op.Meooe, op.MooeeInv, op.Mooee, False)
 
     def Mdag(self, psi, out=None):
         op = self.op
-        return self._apply(psi, out, "Mdag", op.MeooeDag, op.MooeeInvDag, op.MooeeDag)
+        return self._apply(psi, out, "Mdag", op.MeooeDag, op.MooeeInvDag, op.MooeeDag, True)
 
     def MdagM(self, psi, out=None):
         return self.Mdag(self.M(psi, out=self._scratch("MdagM", self.cb)), out=out)
