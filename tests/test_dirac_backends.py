@@ -232,7 +232,7 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
     from pygrid.accelerator import layout_kernels as lk
 
     kernels = {k.name: k for k in (kg.WILSON_HOP, kg.WILSON_HOP_5D, kg.BIDIAG_MULT, kg.BIDIAG_MULT_ACC,
-                                   kg.BIDIAG_SOLVE)}
+                                   kg.BIDIAG_MULT_ACC_DIAG, kg.BIDIAG_SOLVE)}
     LAYOUT = lk.KERNELS
     launched = []
 

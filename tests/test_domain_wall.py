@@ -337,6 +337,11 @@ def test_banded_s_matrices_match_dense(Ls):
         zc = z.copy()
         Az = s_apply(np.empty_like(z), z, A, Ls=Ls)
         assert relerr(bidiag_multiply(zc, x, band, Ls, add=zc, add_structure=band), want + Az) < 1e-14
+        # a diagonal B (the kernel that reads its d alone), into z itself
+        zc = z.copy()
+        neg = (band[0], np.array([-2.0, 3.0]), np.zeros(2), np.zeros(2))
+        zn = np.concatenate([-2.0 * z[..., :6, :, :], 3.0 * z[..., 6:, :, :]], axis=-3)
+        assert relerr(bidiag_multiply(zc, x, band, Ls, add=zc, add_structure=neg), want + zn) < 1e-14
         tables = bidiag_solver(A)
         assert tables is not None
         want = s_apply(np.empty_like(x), x, np.linalg.inv(A), Ls=Ls)

@@ -332,10 +332,11 @@ class _Emitter:
         """The square root (lane by lane)."""
         return self._call("sqrt", a)
 
-    def prefetch(self, field_name, site):
+    def prefetch(self, field_name, site, level=1):
         """A hint that ``field`` at outer ``site`` is read soon: its cache lines are prefetched on SIMD
         targets (the hardware prefetcher does not follow strided streams such as the slices of a 5D
-        neighbour); nothing on SIMT, where other threads hide the latency."""
+        neighbour), into L1 or, ``level=2``, into L2 only (for data read after more than L1 holds);
+        nothing on SIMT, where other threads hide the latency."""
 
     def fms(self, a, b, c):
         return self._ternary("fms", a, b, c)
@@ -608,11 +609,12 @@ class NumbaEmitter(_Emitter):
         self.emit(f"{name} = vsplat({table}[{as_iexpr(index).py()}], W)")
         return CV(self, name, UNIFORM)
 
-    def prefetch(self, field_name, site):
+    def prefetch(self, field_name, site, level=1):
         arr, row = self._row(field_name, site)
         line = 64 // self.dtype.itemsize
+        fn = "prefetch" if level == 1 else "prefetch_l2"
         for q in range(0, self._stride(field_name), line):
-            self.emit(f"prefetch({arr}, {row} + U({q}))")
+            self.emit(f"{fn}({arr}, {row} + U({q}))")
 
     def const(self, x) -> CV:
         x = float(x)
@@ -667,8 +669,7 @@ class NumbaEmitter(_Emitter):
             "import numpy as np",
             "from numba import njit",
             "from pygrid.accelerator.simd_numba import vload, vstore, vsplat, vfma, vfms, vxor, vpermute, "
-            "vsqrt, "
-            "prefetch",
+            "vsqrt, prefetch, prefetch_l2",
             f"# simd_numba version {_simd_version()}",
             "",
             f"W = {self.NS}",

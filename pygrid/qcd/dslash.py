@@ -160,8 +160,12 @@ def bidiag_multiply(out, x, structure, Ls, accumulate=False, add=None, add_struc
             order2, d2, e2, f2 = _tables(add_structure, out.dtype)
             if not np.array_equal(order2, order):
                 raise ConformabilityError("bidiag_multiply: the two matrices sweep s in different orders")
-        kernel = kg.BIDIAG_MULT_ACC
-        args.update(y=add, d2=d2, e2=e2, f2=f2)
+        if not (np.any(e2) or np.any(f2)):
+            kernel = kg.BIDIAG_MULT_ACC_DIAG
+            args.update(y=add, d2=d2)
+        else:
+            kernel = kg.BIDIAG_MULT_ACC
+            args.update(y=add, d2=d2, e2=e2, f2=f2)
     get_backend().launch(kernel, args, out.shape[3], out.dtype)
     return out
 

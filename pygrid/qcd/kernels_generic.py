@@ -201,49 +201,65 @@ def _chirality(c):
     return range(12 * c, 12 * c + 12)
 
 
-def _bidiag_mult_body(E, o, _s, accumulate):
+def _prefetch_next_site(E, fields, base, Ls):
+    """The next 4D site's Ls slices of ``fields`` into L2: the sweeps walk a site's slices in s order
+    per chirality, a pattern the hardware prefetcher does not run ahead of."""
+    with E.loop("pf", 0, Ls) as j:
+        for name in fields:
+            E.prefetch(name, base + Ls + j, level=2)
+
+
+def _bidiag_mult_body(E, o, _s, accumulate, diagonal_add=False):
     Ls = E.int_param("Ls")
     order = E.itable("order")
     base = o * Ls
+    _prefetch_next_site(E, ("x", "y") if accumulate else ("x",), base, Ls)
     for c in range(2):
-        # (field, d, e, f): A x, and with accumulate B y, B sharing A's sweep order
+        # (field, d, e, f): A x, and with accumulate B y, B sharing A's sweep order; e, f None: B = d
         terms = [("x", E.uniform("d", c), E.uniform("e", c), E.uniform("f", c))]
         if accumulate:
-            terms.append(("y", E.uniform("d2", c), E.uniform("e2", c), E.uniform("f2", c)))
+            terms.append(("y", E.uniform("d2", c), None, None) if diagonal_add else
+                         ("y", E.uniform("d2", c), E.uniform("e2", c), E.uniform("f2", c)))
         last = E.let(order[c * Ls + Ls - 1], "sl")
         # the last slices are kept for row 0: the rows are written from the last down, and out may be x or y
-        lasts = [[E.read(t[0], base + last, q) for q in _chirality(c)] for t in terms]
-
+        lasts = [None if t[2] is None else [E.read(t[0], base + last, q) for q in _chirality(c)]
+                 for t in terms]
         with E.loop("jr", 0, Ls - 1) as jr:
             j = Ls - 1 - jr
             sj = E.let(order[c * Ls + j], "sj")
             sp = E.let(order[c * Ls + j - 1], "sp")
-            for q in _chirality(c):
-                v = None
-                for name, d, e, _f in terms:
-                    w = E.fma(e, E.read(name, base + sp, q), d * E.read(name, base + sj, q))
-                    v = w if v is None else v + w
-                E.store("out", base + sj, q, v)
+            for i, q in enumerate(_chirality(c)):
+                _bidiag_row(E, terms, lasts, base, i, q, sj, sp)
         s0 = E.let(order[c * Ls], "s0")
         for i, q in enumerate(_chirality(c)):
-            v = None
-            for (name, d, _e, f), kept in zip(terms, lasts):
-                w = E.fma(f, kept[i], d * E.read(name, base + s0, q))
-                v = w if v is None else v + w
-            E.store("out", base + s0, q, v)
+            _bidiag_row(E, terms, lasts, base, i, q, s0, None)
 
 
-def bidiag_multiply_kernel(accumulate):
+def _bidiag_row(E, terms, lasts, base, i, q, s, prev):
+    """Plane q of out at slice s: the sum over terms of d x_s + e x_prev (row 0, prev None: f x_last,
+    from the kept slices); a term without e is diagonal."""
+    v = None
+    for k, (name, d, e, f) in enumerate(terms):
+        w = d * E.read(name, base + s, q)
+        if e is not None:
+            w = E.fma(f, lasts[k][i], w) if prev is None else E.fma(e, E.read(name, base + prev, q), w)
+        v = w if v is None else v + w
+    E.store("out", base + s, q, v)
+
+
+def bidiag_multiply_kernel(accumulate, diagonal_add=False):
     """out = A x (``accumulate``: out = A x + B y) per 4D site and chirality, A and B cyclic bidiagonal
-    with the same sweep order."""
+    with the same sweep order; ``diagonal_add``: B is diagonal (its d2 alone is read)."""
     fields = ("x", "y") if accumulate else ("x",)
-    tables = ("d", "e", "f") + (("d2", "e2", "f2") if accumulate else ())
+    tables = ("d", "e", "f") + ((("d2",) if diagonal_add else ("d2", "e2", "f2")) if accumulate else ())
+    name = "bidiag_mult" + ("_acc" if accumulate else "") + ("_diag" if diagonal_add else "")
     return Kernel(
-        name="bidiag_mult_acc" if accumulate else "bidiag_mult",
+        name=name,
         params=(Param("out", "field", 12, out=True),) + tuple(Param(x, "field", 12) for x in fields)
         + (Param("order", "itable"),) + tuple(Param(t, "rtable") for t in tables)
         + (Param("n4", "int"), Param("Ls", "int")),
-        n="n4", body=lambda E, o, s: _bidiag_mult_body(E, o, s, accumulate), statics=(bool(accumulate),),
+        n="n4", body=lambda E, o, s: _bidiag_mult_body(E, o, s, accumulate, diagonal_add),
+        statics=(bool(accumulate), bool(diagonal_add)),
         doc="out = A x (or out = A x + B y), A and B cyclic bidiagonal in s per chirality "
             "(pygrid.qcd.kernels_generic).",
     )
@@ -251,6 +267,8 @@ def bidiag_multiply_kernel(accumulate):
 
 BIDIAG_MULT = bidiag_multiply_kernel(False)
 BIDIAG_MULT_ACC = bidiag_multiply_kernel(True)
+#: out = A x + diag(d2) y: B diagonal in s (the identity, or -1 at the end of a Schur operator)
+BIDIAG_MULT_ACC_DIAG = bidiag_multiply_kernel(True, diagonal_add=True)
 
 
 def _bidiag_solve_body(E, o, _s):
@@ -258,6 +276,7 @@ def _bidiag_solve_body(E, o, _s):
     Ls = E.int_param("Ls")
     order = E.itable("order")
     base = o * Ls
+    _prefetch_next_site(E, ("x",), base, Ls)
     for c in range(2):
         a, e, r = E.uniform("invd", c), E.uniform("ed", c), E.uniform("r", c)
         s0 = E.let(order[c * Ls], "s0")
