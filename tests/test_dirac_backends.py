@@ -232,7 +232,8 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
     from pygrid.accelerator import layout_kernels as lk
 
     kernels = {k.name: k for k in (kg.WILSON_HOP, kg.WILSON_HOP_5D, kg.BIDIAG_MULT, kg.BIDIAG_MULT_ACC,
-                                   kg.BIDIAG_MULT_ACC_DIAG, kg.BIDIAG_SOLVE)}
+                                   kg.BIDIAG_MULT_ACC_DIAG, kg.BIDIAG_STREAM, kg.BIDIAG_STREAM_ACC_DIAG,
+                                   kg.BIDIAG_SOLVE)}
     LAYOUT = lk.KERNELS
     launched = []
 
@@ -285,7 +286,7 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
         assert relerr(D.M(psi).to_numpy(), want_w) < 1e-13
         assert relerr(dwf.M(psi5).to_numpy(), want_d) < 1e-13
         assert relerr(dwf.MooeeInv(pg.pick_checkerboard(0, psi5)).to_numpy(), want_inv) < 1e-13
-    assert {"wilson_hop", "bidiag_mult", "bidiag_solve"} <= set(launched)
+    assert {"wilson_hop", "bidiag_stream", "bidiag_solve"} <= set(launched)
 
     # and with the fields in the stand-in's device memory, allocated by CupyDevice under the manager
     from pygrid import memory as mem

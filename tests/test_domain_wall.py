@@ -342,6 +342,10 @@ def test_banded_s_matrices_match_dense(Ls):
         neg = (band[0], np.array([-2.0, 3.0]), np.zeros(2), np.zeros(2))
         zn = np.concatenate([-2.0 * z[..., :6, :, :], 3.0 * z[..., 6:, :, :]], axis=-3)
         assert relerr(bidiag_multiply(zc, x, band, Ls, add=zc, add_structure=neg), want + zn) < 1e-14
+        # out of place (the kernel that walks the slices in memory order), with and without a diagonal B
+        got = bidiag_multiply(np.empty_like(x), x, band, Ls, add=z, add_structure=neg)
+        assert relerr(got, want + zn) < 1e-14
+        assert relerr(bidiag_multiply(np.empty_like(x), x, band, Ls, add=z), want + z) < 1e-14
         tables = bidiag_solver(A)
         assert tables is not None
         want = s_apply(np.empty_like(x), x, np.linalg.inv(A), Ls=Ls)

@@ -150,8 +150,10 @@ def bidiag_multiply(out, x, structure, Ls, accumulate=False, add=None, add_struc
             raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
         add = out
     order, d, e, f = _tables(structure, out.dtype)
-    args = dict(out=out, x=x, order=order, d=d, e=e, f=f, n4=out.shape[0] // Ls, Ls=int(Ls))
+    n4 = out.shape[0] // Ls
+    args = dict(out=out, x=x, order=order, d=d, e=e, f=f, n4=n4, Ls=int(Ls))
     kernel = kg.BIDIAG_MULT
+    diagonal_add = True
     if add is not None:
         _check_5d("bidiag_multiply (add)", out, add, Ls)
         if add_structure is None:
@@ -160,14 +162,48 @@ def bidiag_multiply(out, x, structure, Ls, accumulate=False, add=None, add_struc
             order2, d2, e2, f2 = _tables(add_structure, out.dtype)
             if not np.array_equal(order2, order):
                 raise ConformabilityError("bidiag_multiply: the two matrices sweep s in different orders")
-        if not (np.any(e2) or np.any(f2)):
+        diagonal_add = not (np.any(e2) or np.any(f2))
+        if diagonal_add:
             kernel = kg.BIDIAG_MULT_ACC_DIAG
             args.update(y=add, d2=d2)
         else:
             kernel = kg.BIDIAG_MULT_ACC
             args.update(y=add, d2=d2, e2=e2, f2=f2)
+    if diagonal_add and not _aliases(out, x) and (add is None or not _aliases(out, add)):
+        # out of place: the slices in memory order, one pass (the sweep kernels guard against aliasing)
+        prev, ep = _stream_tables(order, e, f)
+        args = dict(out=out, x=x, prev=prev, d=d, ep=ep, n4=n4, Ls=int(Ls))
+        kernel = kg.BIDIAG_STREAM
+        if add is not None:
+            args.update(y=add, d2=d2)
+            kernel = kg.BIDIAG_STREAM_ACC_DIAG
     get_backend().launch(kernel, args, out.shape[3], out.dtype)
     return out
+
+
+_STREAM = {}
+
+
+def _stream_tables(order, e, f):
+    """(prev, ep) of a bidiagonal structure: per chirality and slice s, the other slice its row reads
+    and that slice's coefficient (f for the first slice of the sweep, e for the others).  Kept per
+    structure (the operators keep theirs), so that device backends copy them once."""
+    key = (id(order), id(e), id(f))
+    hit = _STREAM.get(key)
+    if hit is not None and hit[0] is order and hit[1] is e and hit[2] is f:
+        return hit[3]
+    Ls = order.shape[-1]
+    prev = np.empty((2, Ls), np.int32)
+    ep = np.empty((2, Ls), e.dtype)
+    for c in range(2):
+        for j in range(Ls):
+            s = order[c, j]
+            prev[c, s] = order[c, j - 1]    # j = 0: the last slice of the sweep (cyclic)
+            ep[c, s] = e[c] if j else f[c]
+    if len(_STREAM) > 64:
+        _STREAM.clear()
+    _STREAM[key] = (order, e, f, (prev.reshape(-1), ep.reshape(-1)))
+    return _STREAM[key][3]
 
 
 _IDENTITY = {}

@@ -265,10 +265,49 @@ def bidiag_multiply_kernel(accumulate, diagonal_add=False):
     )
 
 
+def _bidiag_stream_body(E, o, _s, add):
+    """Out of place: every slice in memory order, both chiralities, out_s = d x_s + ep_s x_prev(s)
+    (+ d2 y_s): one pass over the site's slices, which the hardware prefetcher follows as a stream."""
+    Ls = E.int_param("Ls")
+    prev = E.itable("prev")
+    base = o * Ls
+    _prefetch_next_site(E, ("x", "y") if add else ("x",), base, Ls)
+    d = [E.uniform("d", c) for c in range(2)]
+    d2 = [E.uniform("d2", c) for c in range(2)] if add else None
+    with E.loop("s", 0, Ls) as s:
+        for c in range(2):
+            p = E.let(prev[c * Ls + s], "p")
+            e = E.uniform("ep", c * Ls + s)
+            for q in _chirality(c):
+                v = E.fma(e, E.read("x", base + p, q), d[c] * E.read("x", base + s, q))
+                if add:
+                    v = E.fma(d2[c], E.read("y", base + s, q), v)
+                E.store("out", base + s, q, v)
+
+
+def bidiag_stream_kernel(add):
+    """out = A x (``add``: out = A x + diag(d2) y), out aliasing neither x nor y: A cyclic bidiagonal
+    given per slice as the slice it also reads (``prev``) and that slice's coefficient (``ep``)."""
+    fields = ("x", "y") if add else ("x",)
+    tables = ("d", "ep") + (("d2",) if add else ())
+    return Kernel(
+        name="bidiag_stream" + ("_acc_diag" if add else ""),
+        params=(Param("out", "field", 12, out=True),) + tuple(Param(x, "field", 12) for x in fields)
+        + (Param("prev", "itable"),) + tuple(Param(t, "rtable") for t in tables)
+        + (Param("n4", "int"), Param("Ls", "int")),
+        n="n4", body=lambda E, o, s: _bidiag_stream_body(E, o, s, add), statics=(bool(add),),
+        doc="out = A x (or out = A x + diag(d2) y) out of place, A cyclic bidiagonal in s per "
+            "chirality, slices in memory order (pygrid.qcd.kernels_generic).",
+    )
+
+
 BIDIAG_MULT = bidiag_multiply_kernel(False)
 BIDIAG_MULT_ACC = bidiag_multiply_kernel(True)
 #: out = A x + diag(d2) y: B diagonal in s (the identity, or -1 at the end of a Schur operator)
 BIDIAG_MULT_ACC_DIAG = bidiag_multiply_kernel(True, diagonal_add=True)
+#: the same two out of place, one pass over a site's slices
+BIDIAG_STREAM = bidiag_stream_kernel(False)
+BIDIAG_STREAM_ACC_DIAG = bidiag_stream_kernel(True)
 
 
 def _bidiag_solve_body(E, o, _s):
