@@ -17,8 +17,11 @@ sycl.  The kernels, on raw field buffers ``[osites][12][2][nsimd]``:
   lane permute, spin projection to a half spinor, SU(3) multiply (by U(x), or
   by U(x - mu)^dag read at the neighbour), reconstruction into the accumulator;
   1320 flops per site.
-* :func:`bidiag_multiply_kernel`: ``out = A x`` (or ``out += A x``) for a cyclic
-  bidiagonal matrix A in s per chirality (Mooee, M5D, b + c S and their daggers);
+* :func:`bidiag_multiply_kernel`: ``out = A x`` (or ``out = A x + B y``) for a
+  cyclic bidiagonal matrix A in s per chirality (Mooee, M5D, b + c S and their
+  daggers), row by row in the sweep's order so that out may be x or y;
+* :func:`bidiag_stream_kernel`: the same out of place with B diagonal, every
+  slice in memory order, one pass over a site's slices;
 * :data:`BIDIAG_SOLVE`: ``out = A^-1 x`` by two O(Ls) sweeps (MooeeInv and its dagger).
 
 The spin structure (which spin feeds the half spinor, with which phase) is read
