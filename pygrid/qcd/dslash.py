@@ -150,10 +150,7 @@ def bidiag_multiply(out, x, structure, Ls, accumulate=False, add=None, add_struc
             raise ConformabilityError("bidiag_multiply: out must not alias x when accumulating")
         add = out
     order, d, e, f = _tables(structure, out.dtype)
-    n4 = out.shape[0] // Ls
-    args = dict(out=out, x=x, order=order, d=d, e=e, f=f, n4=n4, Ls=int(Ls))
-    kernel = kg.BIDIAG_MULT
-    diagonal_add = True
+    y_args, diagonal = {}, True
     if add is not None:
         _check_5d("bidiag_multiply (add)", out, add, Ls)
         if add_structure is None:
@@ -162,21 +159,18 @@ def bidiag_multiply(out, x, structure, Ls, accumulate=False, add=None, add_struc
             order2, d2, e2, f2 = _tables(add_structure, out.dtype)
             if not np.array_equal(order2, order):
                 raise ConformabilityError("bidiag_multiply: the two matrices sweep s in different orders")
-        diagonal_add = not (np.any(e2) or np.any(f2))
-        if diagonal_add:
-            kernel = kg.BIDIAG_MULT_ACC_DIAG
-            args.update(y=add, d2=d2)
-        else:
-            kernel = kg.BIDIAG_MULT_ACC
-            args.update(y=add, d2=d2, e2=e2, f2=f2)
-    if diagonal_add and not _aliases(out, x) and (add is None or not _aliases(out, add)):
+        diagonal = not (np.any(e2) or np.any(f2))
+        y_args = dict(y=add, d2=d2) if diagonal else dict(y=add, d2=d2, e2=e2, f2=f2)
+    if diagonal and not _aliases(out, x) and (add is None or not _aliases(out, add)):
         # out of place: the slices in memory order, one pass (the sweep kernels guard against aliasing)
         prev, ep = _stream_tables(order, e, f)
-        args = dict(out=out, x=x, prev=prev, d=d, ep=ep, n4=n4, Ls=int(Ls))
-        kernel = kg.BIDIAG_STREAM
-        if add is not None:
-            args.update(y=add, d2=d2)
-            kernel = kg.BIDIAG_STREAM_ACC_DIAG
+        kernel = kg.BIDIAG_STREAM if add is None else kg.BIDIAG_STREAM_ACC_DIAG
+        args = dict(out=out, x=x, prev=prev, d=d, ep=ep)
+    else:
+        kernel = (kg.BIDIAG_MULT if add is None else
+                  kg.BIDIAG_MULT_ACC_DIAG if diagonal else kg.BIDIAG_MULT_ACC)
+        args = dict(out=out, x=x, order=order, d=d, e=e, f=f)
+    args.update(y_args, n4=out.shape[0] // Ls, Ls=int(Ls))
     get_backend().launch(kernel, args, out.shape[3], out.dtype)
     return out
 

@@ -326,6 +326,28 @@ def _reconstruction(mu, a):
     return 2 + bl, (1 if imag else 0) + (2 if sign < 0 else 0)
 
 
+def _neighbour_product(ind, p, n, m, project, from_halo, mult, halo):
+    """Source lines (indented by ``ind``) setting ``w`` to point p's term before reconstruction:
+    the projected neighbour ``n`` (``project``; with ``halo``, ``from_halo`` for a neighbour on
+    another rank), its lanes permuted by ``m``, times U(x) (forward) or U(x - mu)^dag (backward,
+    before the permute), with the ``mult`` helper for one or both spins."""
+    mu, i2 = p % 4, ind + "    "
+
+    def adj(links, row):  # the backward link's product, read where the neighbour is
+        return [f"{i2 if halo else ind}w = {mult}_adj({links}, {row} * GS + M{mu}, w)"] if p >= 4 else []
+
+    if halo:
+        # a neighbour on another rank arrives projected (and its backward link in ubh)
+        lines = [f"{ind}if {n} < N4:", f"{i2}w = {project}", *adj("ub", n),
+                 f"{ind}else:", f"{i2}w = {from_halo}", *adj("ubh", f"({n} - N4)")]
+    else:
+        lines = [f"{ind}w = {project}", *adj("ub", n)]
+    lines += [f"{ind}if {m} != 0:", f"{i2}w = vpermt(w, pxor[{m}], lanes, U({m}) * NSU)"]
+    if p < 4:
+        lines += [f"{ind}w = {mult}(uf, uo * GS + M{mu}, w)"]
+    return lines
+
+
 def _register_body(nls, nlg, nlu, halo):
     """The wide structure for 4D fields: site by site, the whole result spinor held in 24 vector
     variables over the eight points (LLVM keeps most of them in AVX-512's 32 registers), written once
@@ -356,21 +378,8 @@ def _register_body(nls, nlg, nlu, halo):
         mu = p % 4
         g = "gf" if p < 4 else "gb"
         n = f"n{p}"
-        if halo:
-            # a neighbour on another rank arrives projected (and its backward link in ubh)
-            body += [f"    if {n} < N4:", f"        w = proj{mu}(psi, {n} * FS, {g})"]
-            if p >= 4:
-                body += [f"        w = mult2_adj(ub, {n} * GS + M{mu}, w)"]
-            body += ["    else:", f"        w = hload2(halo, ({n} - N4) * HS)"]
-            if p >= 4:
-                body += [f"        w = mult2_adj(ubh, ({n} - N4) * GS + M{mu}, w)"]
-        else:
-            body += [f"    w = proj{mu}(psi, {n} * FS, {g})"]
-            if p >= 4:
-                body += [f"    w = mult2_adj(ub, {n} * GS + M{mu}, w)"]
-        body += [f"    if m{p} != 0:", f"        w = vpermt(w, pxor[m{p}], lanes, U(m{p}) * NSU)"]
-        if p < 4:
-            body += [f"    w = mult2(uf, uo * GS + M{mu}, w)"]
+        body += _neighbour_product("    ", p, n, f"m{p}", f"proj{mu}(psi, {n} * FS, {g})",
+                                   f"hload2(halo, ({n} - N4) * HS)", "mult2", halo)
         for a, half in ((0, "w[:6]"), (1, "w[6:]")):
             low, ph = _reconstruction(mu, a)
             if p == 0:
@@ -435,21 +444,7 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo):
             passes = [(f"proj{mu}h{a}", f"hload(halo, ((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'})",
                        "mult", [(a, "w")]) for a in range(2)]
         for proj, hload, mult, halves in passes:
-            if halo:
-                # a neighbour on another rank arrives projected (and its backward link in ubh)
-                body += ["            if n < N4:", f"                w = {proj}(psi, B, {g})"]
-                if p >= 4:
-                    body += [f"                w = {mult}_adj(ub, n * GS + M{mu}, w)"]
-                body += ["            else:", f"                w = {hload}"]
-                if p >= 4:
-                    body += [f"                w = {mult}_adj(ubh, (n - N4) * GS + M{mu}, w)"]
-            else:
-                body += [f"            w = {proj}(psi, B, {g})"]
-                if p >= 4:
-                    body += [f"            w = {mult}_adj(ub, n * GS + M{mu}, w)"]
-            body += ["            if m != 0:", "                w = vpermt(w, pxor[m], lanes, U(m) * NSU)"]
-            if p < 4:
-                body += [f"            w = {mult}(uf, uo * GS + M{mu}, w)"]
+            body += _neighbour_product(" " * 12, p, "n", "m", f"{proj}(psi, B, {g})", hload, mult, halo)
             for a, half in halves:
                 if p == 0:
                     body += [f"            init{mu}h{a}(acc_t, A, {half}, {g})"]

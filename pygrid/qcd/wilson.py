@@ -151,7 +151,8 @@ class WilsonFermion(FermionOperator):
         return self._scale(psi, out, 1.0 / self.diag, "MooeeInv")
 
     def _mooee_minus(self, psi: Lattice, t: Lattice, res: Lattice, dag: bool) -> Lattice:
-        """res = Mooee psi - t (MooeeDag for dag) in one kernel: how a Schur operator's application ends."""
+        """res = Mooee psi - t in one kernel (MooeeDag is Mooee here): how a Schur operator's application
+        ends."""
         return res.assign(self.diag * psi - t)
 
     def MooeeInvDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
