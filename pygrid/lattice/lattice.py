@@ -15,6 +15,7 @@ from ..cartesian import GridCartesian
 from ..errors import GridError, ShapeError, SiteTypeError
 from ..expr.nodes import ExprOps, FieldBase
 from ..memory import ViewMode
+from ..memory.aligned import aligned_zeros
 from ..tensors import sitetype as st
 
 _REAL = {"double": np.float64, "single": np.float32}
@@ -52,7 +53,7 @@ class Lattice(FieldBase, ExprOps):
             )
         if precision not in _REAL:
             raise ShapeError(f"precision must be 'double' or 'single', got {precision!r}")
-        buf = np.zeros((grid.osites, site_type.ncomp, 2, grid.nsimd), dtype=_REAL[precision])
+        buf = aligned_zeros((grid.osites, site_type.ncomp, 2, grid.nsimd), _REAL[precision])
         self._adopt(grid, site_type, precision, checkerboard, buf, manager)
         if array is not None:
             self.from_numpy(array)

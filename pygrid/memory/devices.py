@@ -22,6 +22,7 @@ implements the same five members.
 import numpy as np
 
 from ..errors import ConfigError
+from .aligned import aligned_empty
 
 __all__ = ["Device", "UnifiedDevice", "EmulatedDevice", "make_device", "register_device",
            "device_names"]
@@ -61,7 +62,7 @@ class UnifiedDevice(Device):
     unified = True
 
     def alloc(self, nbytes, dtype, shape):
-        return np.empty(shape, dtype=dtype)
+        return aligned_empty(shape, dtype)
 
     def free(self, array):
         pass
@@ -92,7 +93,7 @@ class EmulatedDevice(Device):
         self.live_buffers = 0
 
     def alloc(self, nbytes, dtype, shape):
-        arr = np.empty(shape, dtype=dtype)
+        arr = aligned_empty(shape, dtype)
         if arr.nbytes != nbytes:
             raise ValueError(f"alloc: shape {shape} of {np.dtype(dtype)} is {arr.nbytes} bytes, "
                              f"not {nbytes}")
