@@ -9,6 +9,8 @@ from numba.core.errors import TypingError
 from pygrid.accelerator.simd_numba import (
     prefetch,
     prefetch_l2,
+    prefetch_l2_lines,
+    prefetch_lines,
     vcaxpy,
     vcmatvec,
     vdouble,
@@ -193,3 +195,26 @@ def test_tuple_operations_against_numpy(px):
     np.testing.assert_allclose(res[6], g * X, atol=1e-13)
     src = np.arange(8) ^ px if px in (1, 2, 4) else lanes
     np.testing.assert_allclose(got[7], a.reshape(3, 2, 8)[:, :, src], atol=0)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 prefetch instructions")
+@pytest.mark.parametrize("dtype, lines", [(np.float64, 3), (np.float32, 5)])
+def test_prefetch_lines_prefetch_each_line_once(dtype, lines):
+    """prefetch_lines(a, i, N) and prefetch_l2_lines: one prefetch per cache line (64 bytes) of
+    a[i:], at the level of prefetch and prefetch_l2; a count that is not a literal is refused."""
+    @njit
+    def k(a, i):
+        prefetch_lines(a, U(i), lines)
+        prefetch_l2_lines(a, U(i) + U(1), lines)
+
+    a = np.zeros(256, dtype)
+    k(a, 8)
+    asm = k.inspect_asm(k.signatures[0])
+    assert asm.count("prefetcht0") == lines and asm.count("prefetcht1") == lines
+
+    @njit
+    def bad(a, n):
+        prefetch_lines(a, U(0), n)
+
+    with pytest.raises(TypingError, match="prefetch_lines count"):
+        bad(a, 3)

@@ -190,7 +190,8 @@ def _source(ns, dtype, five_d, wide=False):
     out = [
         "import numpy as np",
         "from numba import njit",
-        "from pygrid.accelerator.simd_numba import prefetch, prefetch_l2, vload, vstore, vzero, vsplat, "
+        "from pygrid.accelerator.simd_numba import prefetch_lines, prefetch_l2_lines, vload, vstore, vzero, "
+        "vsplat, "
         "vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vcaxpy, vscalet, vpermt",
         "",
         f"W = {NS}",
@@ -205,11 +206,10 @@ def _source(ns, dtype, five_d, wide=False):
     out += [f"Q{k} = U({k * NS})" for k in range(24)]  # offset of real plane k (component k//2, re/im)
     out += [f"M{mu} = U({mu * 18 * NS})" for mu in range(4)]
     line = 64 // np.dtype(dtype).itemsize
-    # cache lines of one fermion slice, and that a link and a site's four links may straddle;
-    # L{q}: offset of line q
+    # cache lines of one fermion slice, and that a link and a site's four links may straddle
+    # (fields start on a line, but a field adopted from numpy may not)
     nls, nlg = (24 * NS + line - 1) // line, (18 * NS + line - 1) // line + 1
     nlu = (72 * NS + line - 1) // line + 1
-    out += [f"L{q} = U({q * line})" for q in range(max(nls, nlg, nlu))]
     out += [f"PD = {int(PREFETCH_DISTANCE)}", "PDU = U(PD)", f"SPF = U({int(SLICE_PREFETCH)})",
             f"FD = {int(FAR_DISTANCE)}"]
     out += [
@@ -366,12 +366,12 @@ def _register_body(nls, nlg, nlu, halo):
         "    if far and i + FD < hi:",
         "        u2 = U(sites[i + FD])",
     ]
-    body += [f"        prefetch_l2(uf, u2 * GS + L{q})" for q in range(nlu)]
+    body += [f"        prefetch_l2_lines(uf, u2 * GS, {nlu})"]
     for p in (2, 3, 6, 7):
         body += [f"        n2 = U(nbr[U({p}) * N4 + u2])"]
-        body += [f"        prefetch_l2(psi, n2 * FS + L{q})" for q in range(nls)]
+        body += [f"        prefetch_l2_lines(psi, n2 * FS, {nls})"]
         if p >= 4:
-            body += [f"        prefetch_l2(ub, n2 * GS + M{p % 4} + L{q})" for q in range(nlg)]
+            body += [f"        prefetch_l2_lines(ub, n2 * GS + M{p % 4}, {nlg})"]
     for p in range(8):
         body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
     for p in range(8):
@@ -400,7 +400,7 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo):
         return _register_body(nls, nlg, nlu, halo)
     # wide: prefetch into L2, not L1: what a tile prefetches outgrows L1 and evicted the data in use
     # (domain wall Ls 8 double 16^4 ran 1.3x with prefetches into L2); narrow: as measured on AVX2
-    pf = "prefetch_l2" if wide else "prefetch"
+    pf = "prefetch_l2_lines" if wide else "prefetch_lines"
     body = [
         "sc = vsplat(coef[0], W)",
         "al = vsplat(coef[1], W)",
@@ -426,16 +426,16 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo):
             f"            n2 = U(nbr[U({p}) * N4 + u2])",
             "            b2 = n2 * LS * FS",
         ]
-        body += [f"            {pf}(psi, b2 + L{q})" for q in range(nls)]
+        body += [f"            {pf}(psi, b2, {nls})"]
         body += ["            b2 = " + (f"u2 * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}")]
-        body += [f"            {pf}({'uf' if p < 4 else 'ub'}, b2 + L{q})" for q in range(nlg)]
+        body += [f"            {pf}({'uf' if p < 4 else 'ub'}, b2, {nlg})"]
         body += ["        n = U(nbr[k])", "        m = perm[k]",
                  "        for s in range(Ls):", "            S = U(s)", "            B = (n * LS + S) * FS",
                  "            A = ((U(i) - I0) * LS + S) * FS", "            d = (uo * LS + S) * FS"]
         if five_d:
             # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
             # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
-            body += [f"            {pf}(psi, B + SPF * FS + L{q})" for q in range(nls)]
+            body += [f"            {pf}(psi, B + SPF * FS, {nls})"]
         # wide: one pass with both spins of the half spinor (12 vectors); narrow: a pass per spin
         if wide:
             passes = [(f"proj{mu}", "hload2(halo, ((n - N4) * LS + S) * HS)", "mult2",
