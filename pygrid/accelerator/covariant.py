@@ -612,9 +612,8 @@ class NumbaEmitter(_Emitter):
     def prefetch(self, field_name, site, level=1):
         arr, row = self._row(field_name, site)
         line = 64 // self.dtype.itemsize
-        fn = "prefetch" if level == 1 else "prefetch_l2"
-        for q in range(0, self._stride(field_name), line):
-            self.emit(f"{fn}({arr}, {row} + U({q}))")
+        fn = "prefetch_lines" if level == 1 else "prefetch_l2_lines"
+        self.emit(f"{fn}({arr}, {row}, {-(-self._stride(field_name) // line)})")
 
     def const(self, x) -> CV:
         x = float(x)
@@ -669,7 +668,7 @@ class NumbaEmitter(_Emitter):
             "import numpy as np",
             "from numba import njit",
             "from pygrid.accelerator.simd_numba import vload, vstore, vsplat, vfma, vfms, vxor, vpermute, "
-            "vsqrt, prefetch, prefetch_l2",
+            "vsqrt, prefetch_lines, prefetch_l2_lines",
             f"# simd_numba version {_simd_version()}",
             "",
             f"W = {self.NS}",

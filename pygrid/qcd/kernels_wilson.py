@@ -191,8 +191,7 @@ def _source(ns, dtype, five_d, wide=False):
         "import numpy as np",
         "from numba import njit",
         "from pygrid.accelerator.simd_numba import prefetch_lines, prefetch_l2_lines, vload, vstore, vzero, "
-        "vsplat, "
-        "vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vcaxpy, vscalet, vpermt",
+        "vsplat, vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vcaxpy, vscalet, vpermt",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
