@@ -42,6 +42,7 @@ class FaultyDevice(Device):
     def __init__(self, inner):
         self.inner = inner
         self.name = inner.name
+        self.host_memory = inner.host_memory
         self.countdown = 0
         self.kind = None
         self.after = False

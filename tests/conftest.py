@@ -36,15 +36,16 @@ GAMMA = {name: np.array(getattr(pg.Gamma, name).array()) for name in ("X", "Y", 
 # backend's kernels and reductions (fixtures switch to COMPILED before each
 # test).  Under sycl the fields live in USM device memory (device 'sycl', the
 # default PYGRID_TEST_DEVICE then) under the small watermark, so transfers and
-# evictions happen.
+# evictions happen.  Under cuda or hip (on a machine with a GPU) the fields live in CuPy
+# device memory likewise.
 
 COMPILED = os.environ.get("PYGRID_TEST_BACKEND") or "openmp"
 
 
 def pytest_configure(config):
     pg.set_backend(COMPILED)  # BackendError saying what to install when it cannot start
-    if COMPILED == "sycl":
-        os.environ.setdefault("PYGRID_TEST_DEVICE", "sycl")
+    if COMPILED in ("sycl", "cuda", "hip"):
+        os.environ.setdefault("PYGRID_TEST_DEVICE", COMPILED)
     device = os.environ.get("PYGRID_TEST_DEVICE", "unified")
     if device != "unified":
         pg._memory.configure(

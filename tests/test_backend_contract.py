@@ -81,3 +81,14 @@ def test_process_settings_applied_at_backend_start_not_at_import():
     out = subprocess.run([sys.executable, "-c", SETTINGS], env=env, capture_output=True, text=True,
                          check=True).stdout.split("\n")
     assert out[1] == "None 0", out
+
+
+def test_the_benchmark_timer_waits_for_each_call(monkeypatch):
+    """GPU launches return before their kernels run: each timed call ends with the backend's
+    synchronize, so a time covers the work."""
+    from pygrid.bench.timing import time_kernel
+
+    events = []
+    monkeypatch.setattr(pg.get_backend(), "synchronize", lambda: events.append("sync"))
+    _, _, n = time_kernel(lambda: events.append("call"), iterations=3, warmup=2)
+    assert n == 3 and events == ["call", "sync"] * 5

@@ -12,6 +12,7 @@ is the same kernel (the shift tables are arguments), so the whole file
 compiles a few dozen small libraries.
 """
 import importlib
+import re
 import subprocess
 import sys
 import types
@@ -21,7 +22,14 @@ import pytest
 from conftest import GAMMA, assert_close, backend, grid, grid5, pool_field, random_field
 
 import pygrid as pg
-from pygrid.accelerator import backends as _bk, codegen_c, cuda_backend, emulated_backend
+from pygrid.accelerator import (
+    backends as _bk,
+    codegen_c,
+    covariant,
+    cuda_backend,
+    emulated_backend,
+    reduction_kernels,
+)
 from pygrid.accelerator.device_tables import DeviceTables
 from pygrid.errors import BackendError
 
@@ -242,7 +250,6 @@ def test_source_shape_and_cache():
 def test_products_unrolled_into_scalar_registers(dialect):
     """The product tables are inlined at generation time: straight-line code over scalar registers,
     no loops, no table arguments, structure constants as literals of the kernel's precision."""
-    import re
 
     g = grid()
     U = F(g, pg.ColourMatrix())
@@ -340,12 +347,28 @@ def fake_cupy(devices=1):
 
     class RawKernel:
         def __init__(self, src, name, options=()):
+            self.name = name
+            if name in reduction_kernels.KERNELS:  # real and accumulation types read off the signature
+                real, acc = re.search(r"pg_norm2\(const (\w+)\* __restrict__ a, (\w+)\*", src).groups()
+                dt = {"double": "float64", "float": "float32"}
+                lib = emulated_backend.compile_emulated(
+                    src + reduction_kernels.emulation_wrappers(dt[real], dt[acc]), argtypes=False)
+                self.fn = getattr(lib, "pygrid_launch_" + name)
+                self.fn.argtypes = covariant.C_LAUNCH_ARGTYPES
+                return
             assert name == codegen_c.KERNEL_NAME
             self.lib = emulated_backend.compile_emulated(src + emulated_backend.launch_wrapper(src))
 
         def __call__(self, grid_, block, args):
             import ctypes
 
+            if self.name in reduction_kernels.KERNELS:
+                launches.append((grid_, block, self.name))
+                ptrs = [a.ctypes.data for a in args if isinstance(a, np.ndarray)]
+                ints = [int(a) for a in args if not isinstance(a, np.ndarray)]
+                self.fn((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * len(ints))(*ints),
+                        grid_[0], block[0])
+                return
             arrs, osites = args[:-1], int(args[-1])
             launches.append((grid_, block, osites))
             ptrs = (ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs])
@@ -380,6 +403,10 @@ def test_cupy_launch_code_through_emulation(monkeypatch):
         assert abs(be.inner_product(a, b) - ref.inner_product(a, b)) < 1e-9 * abs(ref.inner_product(a, b))
         assert abs(be.norm2(a) - ref.norm2(a)) < 1e-12 * ref.norm2(a)
         assert np.allclose(be.site_sum(a), ref.site_sum(a), rtol=1e-12, atol=1e-12)
+        da = cp.asarray(a)  # a field in (stand-in) device memory: its slice sums run on the device too
+        table = np.arange(g.osites * g.nsimd, dtype=np.int32).reshape(8, -1)
+        assert np.allclose(be.slice_sum(da, table), ref.slice_sum(a, table), rtol=1e-12, atol=1e-12)
+    assert {"pg_norm2", "pg_inner", "pg_site_sum", "pg_slice_sum"} <= {x[2] for x in cp.launches}
 
 
 # ---- CUDA and HIP selection errors here (no CuPy, no GPU) --------------------------

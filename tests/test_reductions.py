@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 from conftest import COMPILED, backend, grid, grid5, pool_field, random_field
+from hypothesis import given, settings, strategies as st
 
 import pygrid as pg
 
@@ -69,3 +70,26 @@ def test_norm2_single_accumulates_in_double():
     f.from_numpy(np.full(g.lshape, 1 + 1e-4, dtype=np.complex64))
     want = 512 * float(np.float32(1 + 1e-4)) ** 2
     assert abs(pg.norm2(f) - want) < 1e-9 * want
+
+
+@settings(max_examples=30, deadline=None)
+@given(osites=st.integers(1, 40), ncomp=st.integers(1, 12), ns=st.sampled_from([1, 2, 4, 8, 16]),
+       rows=st.sampled_from([1, 3, 64, 4096]), dialect=st.sampled_from(["cuda", "opencl"]),
+       single=st.booleans(), seed=st.integers(0, 2**16))
+def test_device_reduction_kernels_match_numpy(osites, ncomp, ns, rows, dialect, single, seed):
+    """The reduction kernels of every device backend (reduction_kernels.py) under the SIMT
+    emulation: any shape, any cap on their rows of partial sums, both dialects."""
+    from pygrid.accelerator import host
+    from pygrid.accelerator.emulated_backend import EmulatedSIMTBackend
+
+    be = EmulatedSIMTBackend(dialect)
+    be.REDUCE_ROWS = rows
+    rng = np.random.default_rng(seed)
+    dt = np.float32 if single else np.float64
+    a, b = (rng.normal(size=(osites, ncomp, 2, ns)).astype(dt) for _ in range(2))
+    rtol = 1e-12  # both sum the same reals in double
+    assert np.isclose(be.norm2(a), host.norm2(a), rtol=rtol)
+    assert np.isclose(be.inner_product(a, b), host.inner_product(a, b), rtol=rtol, atol=1e-12)
+    assert np.allclose(be.site_sum(a), host.site_sum(a), rtol=rtol, atol=1e-12)
+    table = rng.permutation(osites * ns).astype(np.int32)[: (osites * ns // 3) * 3].reshape(3, -1)
+    assert np.allclose(be.slice_sum(a, table), host.slice_sum(a, table), rtol=rtol, atol=1e-12)

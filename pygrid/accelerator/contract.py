@@ -111,7 +111,12 @@ class Backend(Protocol):
         the benchmarks' bandwidth ceiling on a device with memory of its own; None on the
         backends whose fields live in host memory (the benchmarks then copy on the host)."""
 
+    def synchronize(self) -> None:
+        """Wait until every kernel launched so far has finished.  GPU launches return before the
+        kernel runs, so timers call this before reading the clock; a no-op where launches wait."""
+
 
 #: the members a backend must define, checked by the tests for every backend class
 MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for", "norm2",
-           "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy")
+           "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy",
+           "synchronize")

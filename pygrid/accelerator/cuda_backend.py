@@ -6,7 +6,8 @@ for ROCm on AMD) and launched with one thread per (outer site, lane) and
 ``accelerator_threads`` threads per block (``--accelerator-threads``).  Device
 buffers are CuPy arrays allocated through CuPy's memory pool under the
 MemoryManager (device name 'cuda' / 'hip' in ``pygrid.memory.devices``);
-reductions run on the device with CuPy and return host numbers.  Selecting the
+reductions are the one-pass kernels of :mod:`.reduction_kernels`, their partial sums
+added on the device by CuPy.  Selecting the
 backend without CuPy or without a device raises :class:`BackendError` saying
 what to install.  What has run on GPU hardware is in docs/backends.md; the same
 source runs here under the SIMT emulation (``emulated_backend.py``).
@@ -20,6 +21,9 @@ from ..memory.devices import Device
 from . import codegen_c, host
 from .codegen_c import threads_per_block
 from .device_tables import DeviceTables
+
+#: NVRTC / hipRTC options: C++17, NVRTC's default since CUDA 11, named so hipRTC compiles the same dialect
+NVRTC_OPTIONS = ("-std=c++17",)
 
 _INSTALL = {
     "cuda": "pip install pygrid[cuda] (CuPy for CUDA 12: cupy-cuda12x)",
@@ -109,7 +113,7 @@ class CudaBackend:
         k = self._kernels.get(key)
         if k is None:
             src = codegen_c.kernel_source(ir, nsimd, alias, dtype, "cuda")
-            k = self.cupy.RawKernel(src, codegen_c.KERNEL_NAME, options=("-std=c++11",))
+            k = self.cupy.RawKernel(src, codegen_c.KERNEL_NAME, options=NVRTC_OPTIONS)
             self._kernels[key] = k
         return k
 
@@ -137,33 +141,54 @@ class CudaBackend:
         if dout is not out:
             out[...] = cp.asnumpy(dout)
 
-    # reductions on the device, accumulated in double
-    def inner_product(self, a, b):
+    # ---- reductions on the device, accumulated in double, one pass over the field ----
+    #: most threads of a reduction: enough to keep a large GPU's memory busy; their partial sums
+    #: (8 bytes each) are added on the device
+    REDUCE_ROWS = 1 << 17
+
+    def _reduce(self, plan, dtype, pointers, ncomp=None):
+        """Run one reduction (pygrid.accelerator.reduction_kernels); its value on the host."""
+        from . import reduction_kernels as rk
+
         cp = self.cupy
-        a = self._dev(a).astype(cp.float64, copy=False)
-        b = self._dev(b).astype(cp.float64, copy=False)
-        re = cp.sum(a[:, :, 0] * b[:, :, 0]) + cp.sum(a[:, :, 1] * b[:, :, 1])
-        im = cp.sum(a[:, :, 0] * b[:, :, 1]) - cp.sum(a[:, :, 1] * b[:, :, 0])
-        return complex(float(re), float(im))
+        key = ("reduce", np.dtype(dtype).name)
+        mod = self._kernels.get(key)
+        if mod is None:
+            src = rk.source(self.name, dtype, np.float64)
+            mod = self._kernels[key] = {n: cp.RawKernel(src, n, options=NVRTC_OPTIONS) for n in rk.KERNELS}
+        part = cp.empty(plan.rows * plan.width, dtype=np.float64)
+        blocks, tpb = codegen_c.launch_dims(plan.rows, 1, threads_per_block())
+        mod[plan.name]((blocks,), (tpb,), tuple(pointers + [part] + [np.int64(i) for i in plan.ints]))
+        return rk.finish(plan, cp.asnumpy(rk.partial_sums(plan, part)), ncomp)
+
+    def inner_product(self, a, b):
+        from . import reduction_kernels as rk
+
+        da, db = self._dev(a), self._dev(b)
+        if db.dtype != da.dtype:
+            db = db.astype(da.dtype)
+        plan = rk.plan_inner(da.shape, self.REDUCE_ROWS)
+        return self._reduce(plan, da.dtype, [da, db])
 
     def norm2(self, a):
-        cp = self.cupy
-        a = self._dev(a).astype(cp.float64, copy=False).reshape(-1)
-        return float(cp.dot(a, a))
+        from . import reduction_kernels as rk
+
+        d = self._dev(a)
+        return self._reduce(rk.plan_norm2(d.shape, self.REDUCE_ROWS), d.dtype, [d])
 
     def slice_sum(self, a, table):
-        cp = self.cupy
-        if not isinstance(a, cp.ndarray):
+        from . import reduction_kernels as rk
+
+        if not isinstance(a, self.cupy.ndarray):
             return host.slice_sum(a, table)
-        osites, ncomp, _, ns = a.shape
-        v = a.astype(cp.float64, copy=False).transpose(0, 3, 1, 2).reshape(osites * ns, ncomp, 2)
-        s = cp.asnumpy(v[self.tables.ints(table).reshape(np.shape(table))].sum(axis=1))
-        return s[..., 0] + 1j * s[..., 1]
+        plan = rk.plan_slice_sum(a.shape, np.shape(table))
+        return self._reduce(plan, a.dtype, [a, self.tables.ints(table)], a.shape[1])
 
     def site_sum(self, a):
-        cp = self.cupy
-        s = cp.asnumpy(self._dev(a).astype(cp.float64, copy=False).sum(axis=(0, 3)))
-        return s[:, 0] + 1j * s[:, 1]
+        from . import reduction_kernels as rk
+
+        d = self._dev(a)
+        return self._reduce(rk.plan_site_sum(d.shape, self.REDUCE_ROWS), d.dtype, [d])
 
     def _cov_kernel(self, kernel, nsimd, dtype):
         from . import covariant
@@ -172,7 +197,7 @@ class CudaBackend:
         k = self._kernels.get(key)
         if k is None:
             src = covariant.generate(kernel, "cuda", nsimd, dtype)
-            k = self._kernels[key] = self.cupy.RawKernel(src, kernel.name, options=("-std=c++11",))
+            k = self._kernels[key] = self.cupy.RawKernel(src, kernel.name, options=NVRTC_OPTIONS)
         return k
 
     def launch(self, kernel, args, nsimd, dtype):
@@ -201,7 +226,8 @@ class CudaBackend:
         mod = self._kernels.get(key)
         if mod is None:
             mod = self._kernels[key] = {
-                n: self.cupy.RawKernel(lk.source("cuda", out.dtype.name, inp.dtype.name), n)
+                n: self.cupy.RawKernel(lk.source("cuda", out.dtype.name, inp.dtype.name), n,
+                                        options=NVRTC_OPTIONS)
                 for n in lk.KERNELS
             }
         name, ints, threads = lk.launch_plan(kind, out, inp, om, lm)
@@ -211,6 +237,9 @@ class CudaBackend:
         mod[name]((blocks,), (tpb,), tuple(args + [np.int64(i) for i in ints]))
         if dout is not out:
             out[...] = cp.asnumpy(dout)
+
+    def synchronize(self):
+        self.cupy.cuda.Device().synchronize()
 
     def bench_copy(self, n, dtype):
         """A device-to-device copy of ``n`` reals (CuPy): the device's bandwidth ceiling; runs one and

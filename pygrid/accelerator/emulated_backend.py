@@ -114,7 +114,7 @@ class EmulatedSIMTBackend:
     """Generated GPU source run on the CPU under simt_emulation.h (``cuda-emulated``, ``opencl-emulated``).
 
     Buffers are host numpy arrays (the unified device, or the emulated device of
-    ``--emulate-device``); reductions are the numpy ones.
+    ``--emulate-device``); reductions run the device reduction kernels under the emulation.
     """
 
     device = "unified"
@@ -130,23 +130,56 @@ class EmulatedSIMTBackend:
     def accelerator_for(self, osites, kernel, *args):
         host.serial_for(osites, kernel, *args)
 
+    # ---- reductions: the device kernels of pygrid.accelerator.reduction_kernels ----
+    REDUCE_ROWS = 4096
+
+    def _reduce(self, plan, arrays, ncomp=None):
+        from . import reduction_kernels as rk
+
+        dtype = arrays[0].dtype
+        if dtype not in (np.float64, np.float32):
+            raise BackendError(f"reductions take float64 or float32 buffers, not {dtype}")
+        lib = compile_emulated(rk.source(self.dialect, dtype, np.float64)
+                               + rk.emulation_wrappers(dtype, np.float64), argtypes=False)
+        part = np.empty(plan.rows * plan.width)
+        arrs = [np.ascontiguousarray(x) for x in arrays] + [part]
+        fn = getattr(lib, "pygrid_launch_" + plan.name)
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int,
+                       ctypes.c_int]
+        blocks, tpb = codegen_c.launch_dims(plan.rows, 1, threads_per_block())
+        fn((ctypes.c_void_p * len(arrs))(*[x.ctypes.data for x in arrs]),
+           (ctypes.c_long * len(plan.ints))(*plan.ints), blocks, tpb)
+        return rk.finish(plan, rk.partial_sums(plan, part), ncomp)
+
     def norm2(self, a):
-        return host.norm2(a)
+        from . import reduction_kernels as rk
+
+        return self._reduce(rk.plan_norm2(a.shape, self.REDUCE_ROWS), [a])
 
     def inner_product(self, a, b):
-        return host.inner_product(a, b)
+        from . import reduction_kernels as rk
+
+        return self._reduce(rk.plan_inner(a.shape, self.REDUCE_ROWS), [a, np.asarray(b, dtype=a.dtype)])
 
     def site_sum(self, a):
-        return host.site_sum(a)
+        from . import reduction_kernels as rk
+
+        return self._reduce(rk.plan_site_sum(a.shape, self.REDUCE_ROWS), [a])
 
     def slice_sum(self, a, table):
-        return host.slice_sum(a, table)
+        from . import reduction_kernels as rk
+
+        plan = rk.plan_slice_sum(a.shape, np.shape(table))
+        return self._reduce(plan, [a, np.asarray(table, dtype=np.int32)], a.shape[1])
 
     def set_threads(self, n):
         pass  # the emulation runs the threads of a launch one after another
 
     def threads(self):
         return 1
+
+    def synchronize(self) -> None:
+        pass  # every launch returns when its kernel has finished
 
     def bench_copy(self, n, dtype):
         return None

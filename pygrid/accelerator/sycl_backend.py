@@ -8,7 +8,7 @@
   as arrays by :class:`UsmArray`, allocated for the MemoryManager by
   :class:`UsmDevice` (device name 'sycl').  Neither ``dpctl.tensor`` nor dpnp
   is needed.
-* Reductions run on the device: small OpenCL C kernels (``_REDUCE_SRC``) leave
+* Reductions run on the device: the OpenCL C of :mod:`.reduction_kernels` leaves
   per-work-item partial sums, accumulated in double, that the host adds.
 * The CPU OpenCL device (``intel-opencl-rt``): the ICD file that the wheel
   installs points at a path that does not exist
@@ -290,65 +290,6 @@ class UsmDevice(Device):
         return f"UsmDevice({self.queue.sycl_device.name!r}, allocated_bytes={self.allocated_bytes})"
 
 
-# reductions: each work-item sums a strided part in ACC precision, the host adds the partial sums
-_REDUCE_SRC = """
-{pragma}
-__kernel void pg_norm2(__global const {real}* restrict a, const long n, __global {acc}* restrict part)
-{{
-    const long g = get_global_id(0), G = get_global_size(0);
-    {acc} s = 0;
-    for (long i = g; i < n; i += G) {{ const {acc} x = a[i]; s += x * x; }}
-    part[g] = s;
-}}
-__kernel void pg_inner(__global const {real}* restrict a, __global const {real}* restrict b,
-                       const long m, const int ns, __global {acc}* restrict part)
-{{
-    const long g = get_global_id(0), G = get_global_size(0);
-    {acc} sr = 0, si = 0;
-    for (long i = g; i < m; i += G) {{
-        const long oc = i / ns;
-        const long r = oc * 2 * ns + (i - oc * ns), q = r + ns;
-        const {acc} ar = a[r], ai = a[q], br = b[r], bi = b[q];
-        sr += ar * br + ai * bi;
-        si += ar * bi - ai * br;
-    }}
-    part[2 * g] = sr;
-    part[2 * g + 1] = si;
-}}
-__kernel void pg_slice_sum(__global const {real}* restrict a, __global const int* restrict table, const int m,
-                           const int ncomp, const int ns, const int nslices, __global {acc}* restrict part)
-{{
-    const int g = (int)get_global_id(0);
-    if (g >= nslices * ncomp) return;
-    const int t = g / ncomp, c = g - t * ncomp;
-    {acc} sr = 0, si = 0;
-    for (int j = 0; j < m; ++j) {{
-        const int f = table[(long)t * m + j];
-        const int o = f / ns, l = f - o * ns;
-        const long base = ((long)o * ncomp + c) * 2 * ns + l;
-        sr += a[base];
-        si += a[base + ns];
-    }}
-    part[2 * g] = sr;
-    part[2 * g + 1] = si;
-}}
-__kernel void pg_site_sum(__global const {real}* restrict a, const int osites, const int ncomp, const int ns,
-                          const int P, __global {acc}* restrict part)
-{{
-    const int g = (int)get_global_id(0);
-    if (g >= ncomp * P) return;
-    const int c = g / P, p = g - c * P;
-    {acc} sr = 0, si = 0;
-    for (int o = p; o < osites; o += P) {{
-        const long base = ((long)o * ncomp + c) * 2 * ns;
-        for (int l = 0; l < ns; ++l) {{ sr += a[base + l]; si += a[base + ns + l]; }}
-    }}
-    part[2 * g] = sr;
-    part[2 * g + 1] = si;
-}}
-"""
-
-
 class SyclBackend:
     """Generated OpenCL C on a SYCL device through dpctl (``--accelerator sycl``).
 
@@ -360,6 +301,8 @@ class SyclBackend:
 
     name = "sycl"
     device = "sycl"
+    #: most work-items of a reduction: on the CPU OpenCL device each takes a long strided run
+    REDUCE_ROWS = 4096
 
     def __init__(self, selector=None):
         self.dpctl = import_dpctl()
@@ -370,7 +313,7 @@ class SyclBackend:
         queue = self.queue
         register_device("sycl", lambda: UsmDevice(queue))
         self._kernels = {}
-        self._reduce = {}
+        self._reduce_kernels = {}
         self.tables = DeviceTables(self.to_device)
         self.compiles = 0
         self.compile_seconds = 0.0
@@ -444,71 +387,50 @@ class SyclBackend:
             out[...] = dout.get()
 
     # ---- reductions on the device, accumulated in double where the device has it ----
-    def _reduce_kernel(self, name, dtype):
-        key = (name, dtype)
-        k = self._reduce.get(key)
-        if k is None:
-            acc = "double" if self.fp64 else "float"
-            real = "double" if dtype == np.float64 else "float"
-            pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" if "double" in (acc, real) else ""
-            src = _REDUCE_SRC.format(pragma=pragma, real=real, acc=acc)
-            k = self._reduce[key] = self._build(src, name)
-        return k
+    def _reduce(self, plan, dtype, pointers):
+        """Run one reduction (pygrid.accelerator.reduction_kernels) and add its partial sums here."""
+        from . import reduction_kernels as rk
 
-    def _partials(self, n):
         acc = np.float64 if self.fp64 else np.float32
-        return np.zeros(n, dtype=acc)
-
-    def _launch_reduce(self, name, dtype, args, nparts, width):
-        part = self._partials(nparts * width)
-        dpart = self.to_device(part)
-        self.queue.submit(self._reduce_kernel(name, dtype), args + [dpart.usm_data], [nparts]).wait()
-        return dpart.get().astype(np.float64)
-
-    @staticmethod
-    def _nparts(n):
-        return int(max(1, min(4096, -(-n // 64))))
+        key = (plan.name, np.dtype(dtype).name)
+        k = self._reduce_kernels.get(key)
+        if k is None:
+            k = self._reduce_kernels[key] = self._build(rk.source("opencl", dtype, acc), plan.name)
+        dpart = self.to_device(np.zeros(plan.rows * plan.width, dtype=acc))
+        args = [p.usm_data for p in pointers] + [dpart.usm_data] + [ctypes.c_longlong(i) for i in plan.ints]
+        self.queue.submit(k, args, [plan.rows]).wait()
+        return rk.partial_sums(plan, dpart.get())
 
     def norm2(self, a):
+        from . import reduction_kernels as rk
+
         d = self.to_device(a)
-        n = d.size
-        P = self._nparts(n)
-        part = self._launch_reduce("pg_norm2", d.dtype, [d.usm_data, ctypes.c_longlong(n)], P, 1)
-        return float(part.sum())
+        plan = rk.plan_norm2(d.shape, self.REDUCE_ROWS)
+        return rk.finish(plan, self._reduce(plan, d.dtype, [d]))
 
     def inner_product(self, a, b):
+        from . import reduction_kernels as rk
+
         da, db = self.to_device(a), self.to_device(b)
         if da.dtype != db.dtype:
             db = self.to_device(db.get().astype(da.dtype))
-        osites, ncomp, _, ns = da.shape
-        m = osites * ncomp * ns
-        P = self._nparts(m)
-        part = self._launch_reduce("pg_inner", da.dtype,
-                                   [da.usm_data, db.usm_data, ctypes.c_longlong(m), ctypes.c_int(ns)], P, 2)
-        part = part.reshape(P, 2).sum(axis=0)
-        return complex(part[0], part[1])
+        plan = rk.plan_inner(da.shape, self.REDUCE_ROWS)
+        return rk.finish(plan, self._reduce(plan, da.dtype, [da, db]))
 
     def slice_sum(self, a, table):
+        from . import reduction_kernels as rk
+
         if not isinstance(a, UsmArray):
             return host.slice_sum(a, table)
-        osites, ncomp, _, ns = a.shape
-        nslices, m = np.shape(table)
-        part = self._launch_reduce("pg_slice_sum", a.dtype,
-                                   [a.usm_data, self.tables.ints(table).usm_data, ctypes.c_int(m),
-                                    ctypes.c_int(ncomp), ctypes.c_int(ns), ctypes.c_int(nslices)],
-                                   nslices * ncomp, 2)
-        s = part.reshape(nslices, ncomp, 2)
-        return s[..., 0] + 1j * s[..., 1]
+        plan = rk.plan_slice_sum(a.shape, np.shape(table))
+        return rk.finish(plan, self._reduce(plan, a.dtype, [a, self.tables.ints(table)]), a.shape[1])
 
     def site_sum(self, a):
+        from . import reduction_kernels as rk
+
         d = self.to_device(a)
-        osites, ncomp, _, ns = d.shape
-        P = int(max(1, min(osites, 256)))
-        part = self._launch_reduce("pg_site_sum", d.dtype,
-                                   [d.usm_data, ctypes.c_int(osites), ctypes.c_int(ncomp), ctypes.c_int(ns),
-                                    ctypes.c_int(P)], ncomp * P, 2)
-        s = part.reshape(ncomp, P, 2).sum(axis=1)
-        return s[:, 0] + 1j * s[:, 1]
+        plan = rk.plan_site_sum(d.shape, self.REDUCE_ROWS)
+        return rk.finish(plan, self._reduce(plan, d.dtype, [d]))
 
     def _cov_kernel(self, kernel, nsimd, dtype):
         from . import covariant
@@ -562,6 +484,9 @@ class SyclBackend:
         self.queue.submit(prog[name], args, [blocks * tpb], [tpb]).wait()
         if dout is not out:
             out[...] = dout.get()
+
+    def synchronize(self) -> None:
+        pass  # every launch returns when its kernel has finished
 
     def bench_copy(self, n, dtype):
         """A hand-written OpenCL copy of ``n`` reals between two USM buffers: the device's bandwidth ceiling.

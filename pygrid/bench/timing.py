@@ -41,17 +41,21 @@ def time_kernel(fn, iterations=None, warmup=2, target=TARGET_SECONDS, progress=N
     the program's communicator) every rank makes the same number of calls,
     starting together, and the times are those of the slowest rank.
     """
+    from ..accelerator.backends import get_backend
     from ..communicator import world
 
     comm = world() if comm is None else comm
+    sync = get_backend().synchronize
     for i in range(warmup):
         if progress:
             progress.tick(f"{label}: warm-up {i + 1}/{warmup}")
         fn()
+        sync()
     ts = []
     if iterations is None:
         t0 = time.perf_counter()
         fn()
+        sync()
         first = time.perf_counter() - t0
         ts.append(first)
         n = int(min(MAX_ITERATIONS, max(MIN_ITERATIONS, math.ceil(target / max(first, 1e-7)))))
@@ -65,6 +69,7 @@ def time_kernel(fn, iterations=None, warmup=2, target=TARGET_SECONDS, progress=N
     while len(ts) < n:
         t0 = time.perf_counter()
         fn()
+        sync()
         ts.append(time.perf_counter() - t0)
         if progress and len(ts) % every == 0:
             progress.tick(f"{label}: {len(ts)}/{n} calls, {time.perf_counter() - t_start:.1f} s")

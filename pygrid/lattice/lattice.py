@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import memory
+from ..accelerator import get_backend
 from ..cartesian import GridCartesian
 from ..errors import GridError, ShapeError, SiteTypeError
 from ..expr.nodes import ExprOps, FieldBase
@@ -19,6 +20,9 @@ from ..memory.aligned import aligned_zeros
 from ..tensors import sitetype as st
 
 _REAL = {"double": np.float64, "single": np.float32}
+#: the host view a host backend's kernel opens in place of an accelerator view (Lattice._kernel_view)
+_HOST_INTENT = {ViewMode.AcceleratorRead: ViewMode.CpuRead, ViewMode.AcceleratorWrite: ViewMode.CpuWrite,
+                ViewMode.AcceleratorWriteDiscard: ViewMode.CpuWrite}
 _CPLX = {"double": np.complex128, "single": np.complex64}
 
 
@@ -121,7 +125,13 @@ class Lattice(FieldBase, ExprOps):
 
     def _kernel_view(self, mode: ViewMode) -> memory.View:
         """``view(mode)`` for pygrid's own kernels: a read view gives the array itself, writable, so
-        that numba compiles one variant of a kernel whether or not an input aliases its output."""
+        that numba compiles one variant of a kernel whether or not an input aliases its output.
+
+        A backend whose kernels run on the host (numpy, openmp, the emulations) while the fields
+        live in a GPU's or a SYCL device's memory gets host views: the manager brings the data
+        to the host, as for any CPU access, and the kernel never sees a device array."""
+        if mode.accelerator and not self._manager.device.host_memory and get_backend().device == "unified":
+            mode = _HOST_INTENT[mode]
         return memory.View(self._manager, self._key, mode, read_only=False)
 
     def advise(self, advice: memory.Advise) -> None:

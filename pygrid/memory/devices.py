@@ -4,6 +4,8 @@ A device is a small object with this interface (see :class:`Device`):
 
 ``unified``                      True when the "device" memory *is* the host memory
                                  (the manager then never allocates, copies or counts).
+``host_memory``                  True when ``alloc`` returns numpy arrays in host memory,
+                                 which the CPU backends' kernels can use in place.
 ``name``                         short name used in reports.
 ``alloc(nbytes, dtype, shape)``  a new device array of that shape and dtype
                                  (``nbytes == prod(shape) * dtype.itemsize``).
@@ -33,6 +35,7 @@ class Device:
 
     name = "abstract"
     unified = False
+    host_memory = False
 
     def alloc(self, nbytes, dtype, shape):
         raise NotImplementedError
@@ -60,6 +63,7 @@ class UnifiedDevice(Device):
 
     name = "unified"
     unified = True
+    host_memory = True
 
     def alloc(self, nbytes, dtype, shape):
         return aligned_empty(shape, dtype)
@@ -87,6 +91,7 @@ class EmulatedDevice(Device):
 
     name = "emulated"
     unified = False
+    host_memory = True
 
     def __init__(self):
         self.allocated_bytes = 0

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The checks docs/backends.md ("What has run on GPU hardware") reports, in one script for a machine
+# with a GPU and CuPy, run from the repository root:
+#
+#     bash benchmarks/gpu_check.sh [checks|tests|all]      (default: checks)
+#
+# checks: every operator on the device against numpy (pygrid selftest), then the Wilson and
+#         domain-wall benchmarks on the device, with the numpy baselines and the device copy
+# tests:  the expression, shift, reduction, Dirac and solver suites with the backend under test
+#         set to the GPU and the fields in device memory under a small watermark (evictions),
+#         then the time of a Schur CG iteration and its share outside the hopping term
+#
+# Needs numpy, numba and CuPy (and pytest, hypothesis for "tests"); pygrid is taken from this
+# checkout.  ACCEL=hip for an AMD GPU; PYTHON names the interpreter; OUT the folder for the logs
+# and the benchmarks' JSON.
+set -u
+what=${1:-checks}
+ACCEL=${ACCEL:-cuda}
+PY=${PYTHON:-python3}
+OUT=${OUT:-gpu-check}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYGRID_CACHE_DIR=${PYGRID_CACHE_DIR:-/tmp/pygrid-cache} NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/pygrid-cache/numba}
+status=0
+run() {  # run one step with a time limit, its output to the terminal and to $OUT/log.txt
+    local limit=$1; shift
+    echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/log.txt"
+    timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt"
+    local rc=${PIPESTATUS[0]}
+    echo "== exit $rc" | tee -a "$OUT/log.txt"
+    [ "$rc" = 0 ] || status=1
+}
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv || true
+  lscpu | grep -E '^Model name|^CPU\(s\)' || true
+  $PY -c "import sys, numpy, numba, cupy
+print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'numba', numba.__version__,
+      'cupy', cupy.__version__, 'CUDA runtime', cupy.cuda.runtime.runtimeGetVersion())"
+} 2>&1 | tee -a "$OUT/log.txt"
+
+if [ "$what" = checks ] || [ "$what" = all ]; then
+    run 300 $PY -m pygrid selftest --accelerator "$ACCEL" --grid 8.8.8.8 --precision both --no-benchmark
+    run 300 $PY -m pygrid benchmark wilson --accelerator "$ACCEL" --device-mem none --quiet \
+        --sweep 16.16.16.16,32.32.32.32 --precision both --json "$OUT/wilson.json"
+    run 300 $PY -m pygrid benchmark dwf --accelerator "$ACCEL" --device-mem none --quiet \
+        --grid 16.16.16.16 --Ls 16 --precision both --json "$OUT/dwf.json"
+fi
+if [ "$what" = tests ] || [ "$what" = all ]; then
+    PYGRID_TEST_BACKEND=$ACCEL PYGRID_TEST_DEVICE_MEM=2 run 300 $PY -m pytest -q -rf -p no:cacheprovider \
+        tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_device_views.py \
+        tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py
+    for prec in double single; do
+        run 120 $PY benchmarks/bench_solvers.py --accelerator "$ACCEL" --device-mem none --grid 32.32.32.32 \
+            --Ls 16 --precision $prec --iterations 200 --operators wilson
+        run 120 $PY benchmarks/bench_solvers.py --accelerator "$ACCEL" --device-mem none --grid 16.16.16.16 \
+            --Ls 16 --precision $prec --iterations 200 --operators dwf
+    done
+fi
+exit $status
