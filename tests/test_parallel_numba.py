@@ -1,10 +1,12 @@
-"""The openmp backend's accelerator_for: blocks of outer sites on OpenMP threads, per-kernel drivers."""
+"""The openmp backend's accelerator_for: blocks of outer sites on OpenMP threads, one driver per arity
+calling each kernel by address."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from numba import njit
+from numba import njit, typeof, types
+from numba._dispatcher import compute_fingerprint as _fp
 
 from pygrid.accelerator import parallel_numba
 from pygrid.accelerator.openmp_backend import OpenMPBackend
@@ -37,17 +39,61 @@ def test_every_site_once_in_contiguous_blocks(osites, nblocks):
     assert set(np.flatnonzero(starts[:osites])) == expected
 
 
-def test_module_kernel_gets_a_cached_driver_module():
-    d = parallel_numba.driver(mark_block, 2)
-    assert d.__module__.startswith("pygrid_par_")
-    assert parallel_numba.driver(mark_block, 2) is d
-    src = parallel_numba.driver_source(__name__, "mark_block", 2, "abc")
-    assert f"from {__name__} import mark_block as kernel" in src and "abc" in src
-    # a changed kernel module gets another driver module (its source names the module digest)
-    assert parallel_numba.driver_source(__name__, "mark_block", 2, "abd") != src
+def test_one_cached_driver_serves_every_kernel_of_the_same_arity():
+    owner, starts, out = np.zeros(10, np.int64), np.zeros(10, np.int64), np.zeros(10)
+    parallel_numba.parallel_for(2, 10, mark_block, owner, starts)
+    parallel_numba.parallel_for(2, 10, count_block, out, 1.0)
+    d = parallel_numba.driver(2)
+    assert d.__module__.startswith("pygrid_par_") and parallel_numba.driver(2) is d
+    assert parallel_numba._launches[(mark_block, (_fp(owner), _fp(starts)))][0] is d
+    assert parallel_numba._launches[(count_block, (_fp(out), _fp(1.0)))][0] is d
+    src = parallel_numba.driver_source(2)
+    assert "call_kernel(address" in src and "mark_block" not in src
 
 
-def test_kernel_defined_in_a_function_runs_through_the_generic_driver():
+def test_the_driver_calls_the_kernel_by_address_without_linking_it():
+    """numba links a kernel called by name into its caller and compiles it again; the driver
+    holds only an indirect call, so its machine code never contains the kernel's."""
+    a = np.zeros(64)
+    parallel_numba.parallel_for(2, 64, count_block, a, 2.0)
+    np.testing.assert_array_equal(a, 2.0)
+    sig = (types.int64, types.int64, typeof(a), types.float64)
+    kernel_name = count_block.overloads[sig].fndesc.llvm_func_name
+    # the driver's source compiled afresh here (code loaded from numba's disk cache cannot be inspected)
+    ns = {}
+    exec(parallel_numba.driver_source(2).replace("cache=True", "cache=False"), ns)
+    b = np.zeros(64)
+    ns["drive"](parallel_numba._launches[(count_block, (_fp(b), _fp(2.0)))][1], 2, 64, b, 2.0)
+    np.testing.assert_array_equal(b, 2.0)
+    llvm = ns["drive"].inspect_llvm()
+    assert llvm and all("inttoptr" in text for text in llvm.values())
+    assert all(kernel_name not in text for text in llvm.values())
+    # the check sees a kernel called by name: the linked driver holds it
+    parallel_numba._drive_linked(count_block, 2, 64, (a, 2.0))
+    assert any(kernel_name in text for text in parallel_numba._drive_linked.inspect_llvm().values())
+
+
+def test_each_argument_type_signature_gets_its_own_kernel_address():
+    """The address is that of the overload for the arguments' exact types: a read-only array,
+    an integer for a float, another dtype each run the kernel compiled for them."""
+    @njit(nogil=True)
+    def scale(lo, hi, out, x, b):
+        for i in range(lo, hi):
+            out[i] += x * b[i]
+
+    b = np.arange(100.0)
+    ro = b.view()
+    ro.flags.writeable = False
+    out = np.zeros(100)
+    runs = [(2.0, b), (1.0, ro), (1, b), (np.float32(0.5), b.astype(np.float32))]
+    for x, arr in runs:
+        parallel_numba.parallel_for(3, 100, scale, out, x, arr)
+    np.testing.assert_array_equal(out, 4.5 * b)
+    addresses = {v[1] for k, v in parallel_numba._launches.items() if k[0] is scale}
+    assert len(addresses) == len(runs) and 0 not in addresses
+
+
+def test_kernel_defined_in_a_function_runs_through_the_shared_driver():
     @njit(nogil=True)
     def add(lo, hi, a, x):
         for i in range(lo, hi):
@@ -56,7 +102,7 @@ def test_kernel_defined_in_a_function_runs_through_the_generic_driver():
     a = np.zeros(1000)
     parallel_numba.parallel_for(3, 1000, add, a, 2.0)
     np.testing.assert_array_equal(a, 2.0)
-    assert not getattr(parallel_numba.driver(add, 2), "__module__", "").startswith("pygrid_par_")
+    assert parallel_numba._launches[(add, (_fp(a), _fp(2.0)))][0] is parallel_numba.driver(2)
 
 
 def test_python_callable_runs_on_the_calling_thread():
@@ -88,9 +134,9 @@ def test_expression_launch_compiles_its_driver_only_when_it_uses_the_threads():
     for grid, new_driver in ((small, False), (large, True)):
         a, b = pg.LatticeColourMatrix(grid), pg.LatticeColourMatrix(grid)
         pg.ParallelRNG(grid, [7]).gaussian(a)
-        before = set(parallel_numba._drivers)
+        before = set(parallel_numba._launches)
         b @= pg.transpose(pg.conjugate(a)) * pg.adj(a) - 0.25 * a   # a shape no other test uses
-        assert (len(set(parallel_numba._drivers) - before) > 0) == new_driver
+        assert (len(set(parallel_numba._launches) - before) > 0) == new_driver
         np.testing.assert_allclose(b.to_numpy(), np.swapaxes(np.conj(a.to_numpy()), -1, -2)
                                    @ np.swapaxes(np.conj(a.to_numpy()), -1, -2) - 0.25 * a.to_numpy(),
                                    rtol=1e-12, atol=1e-12)

@@ -2,98 +2,133 @@
 
 A kernel ``kernel(lo, hi, *args)`` (a numba dispatcher, ``nogil``) runs as one
 block of outer sites per thread inside a ``prange`` of a small driver,
-``drive(nblocks, osites, *args)``, generated for that kernel.  Why OpenMP and not a
-Python thread pool: handing a block to a pool thread costs 40-60 us on a
-virtual machine (the thread is woken through the GIL and a futex), which is a
-quarter of a Wilson Dhop at 8^4 and more than a whole kernel on small fields;
-OpenMP's threads spin for a while after each region (libgomp's default wait
-policy) and start the next one in microseconds.
+``drive(address, nblocks, osites, *args)``.  Why OpenMP and not a Python thread
+pool: handing a block to a pool thread costs 40-60 us on a virtual machine (the
+thread is woken through the GIL and a futex), which is a quarter of a Wilson Dhop
+at 8^4 and more than a whole kernel on small fields; OpenMP's threads spin for a
+while after each region (libgomp's default wait policy) and start the next one in
+microseconds.
 
-The driver is written to the kernel cache as source that imports the kernel
-from its module, so numba's on-disk cache keeps it; its source names a digest
-of the kernel module's file, so a changed kernel never meets a stale driver.
-A kernel that cannot be imported by name (defined inside a function) gets a
-driver that takes it as an argument, compiled once per process.  A plain Python
-callable runs on the calling thread.
+The driver calls the kernel through the address of its compiled C wrapper
+(:func:`call_kernel`), not by name: a call by name would make numba link the
+kernel's whole LLVM module into the driver and optimise and generate it a second
+time, which took as long as compiling the kernel (6 s of a Wilson kernel's 13).
+So one driver serves every kernel with the same argument types; it is generated
+per argument count and kept in numba's disk cache.  The address of the kernel's
+overload for the arguments' types is looked up once per kernel and types (the
+types keyed by numba's C fingerprint of each argument, about 0.2 us each), after
+the kernel is compiled (or loaded from numba's cache) for them.  A kernel whose
+overload cannot be found that way runs through a driver that takes the kernel
+itself (linked, compiled once per process); a plain Python callable runs on the
+calling thread.
 """
 from __future__ import annotations
 
-import hashlib
-import sys
 import threading
 
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, typeof, types
+from numba._dispatcher import compute_fingerprint
+from numba.core import cgutils
+from numba.core.extending import intrinsic
 from numba.core.registry import CPUDispatcher
 
-_drivers: dict = {}
+_drivers: dict = {}     # number of kernel arguments -> generic driver
+_launches: dict = {}    # (kernel, argument fingerprints) -> (driver, kernel address)
 _lock = threading.Lock()
 
 
-@njit(parallel=True, nogil=True)
-def _drive_any(kernel, nblocks, osites, args):
-    for b in prange(nblocks):
-        kernel(b * osites // nblocks, (b + 1) * osites // nblocks, *args)
+@intrinsic
+def call_kernel(typingctx, address, lo, hi, args):
+    """Call the compiled C wrapper at ``address`` of a kernel typed ``(int64, int64, *args)``.
 
-
-def _module_digest(mod) -> str | None:
-    path = getattr(mod, "__file__", None)
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha1(f.read()).hexdigest()[:16]
-    except OSError:
+    The caller guarantees that the kernel was compiled for exactly these argument types
+    (:func:`parallel_for` looks the address up by them)."""
+    if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
         return None
 
+    def codegen(context, builder, sig, llargs):
+        addr, lo_v, hi_v, tup = llargs
+        argtys = [types.int64, types.int64, *args.types]
+        vals = [context.cast(builder, lo_v, lo, types.int64), context.cast(builder, hi_v, hi, types.int64),
+                *cgutils.unpack_tuple(builder, tup, len(args.types))]
+        fnty = ir.FunctionType(context.get_value_type(types.none),
+                               [context.get_value_type(t) for t in argtys])
+        builder.call(builder.inttoptr(addr, fnty.as_pointer()), vals)
+        return context.get_dummy_value()
 
-def driver_source(module: str, name: str, nargs: int, digest: str) -> str:
-    """Source of the cached driver of ``module.name`` taking ``nargs`` arguments after (lo, hi)."""
+    return types.none(address, lo, hi, args), codegen
+
+
+def driver_source(nargs: int) -> str:
+    """Source of the cached driver of every kernel taking ``nargs`` arguments after (lo, hi)."""
     args = ", ".join(f"a{i}" for i in range(nargs))
+    tup = f"({args},)" if nargs else "()"
     tail = f", {args}" if nargs else ""
     return "\n".join([
-        f"# the parallel driver of {module}.{name} (module digest {digest})",
+        f"# the parallel driver of the kernels of {nargs} arguments after (lo, hi), called by address",
         "from numba import njit, prange",
-        f"from {module} import {name} as kernel",
+        "from pygrid.accelerator.parallel_numba import call_kernel",
         "",
         "",
         "@njit(parallel=True, nogil=True, cache=True)",
-        f"def drive(nblocks, osites{tail}):",
+        f"def drive(address, nblocks, osites{tail}):",
         "    for b in prange(nblocks):",
-        f"        kernel(b * osites // nblocks, (b + 1) * osites // nblocks{tail})",
+        f"        call_kernel(address, b * osites // nblocks, (b + 1) * osites // nblocks, {tup})",
         "",
     ])
 
 
-def _importable(kernel) -> tuple[str, str, str] | None:
-    py = kernel.py_func
-    mod = sys.modules.get(py.__module__)
-    if mod is None or "<locals>" in py.__qualname__ or getattr(mod, py.__name__, None) is not kernel:
-        return None
-    digest = _module_digest(mod)
-    return None if digest is None else (py.__module__, py.__name__, digest)
+@njit(parallel=True, nogil=True)
+def _drive_linked(kernel, nblocks, osites, args):
+    for b in prange(nblocks):
+        kernel(b * osites // nblocks, (b + 1) * osites // nblocks, *args)
 
 
-def driver(kernel, nargs: int):
-    """``drive(nblocks, osites, *args)`` for ``kernel`` with ``nargs`` arguments after (lo, hi)."""
-    key = (kernel, nargs)
-    d = _drivers.get(key)
-    if d is not None:
-        return d
-    with _lock:
-        d = _drivers.get(key)
-        if d is None:
-            where = _importable(kernel)
-            if where is None:
-                def d(nblocks, osites, *args, _k=kernel):
-                    _drive_any(_k, nblocks, osites, args)
-            else:
-                from .compile_cache import load_module
+def driver(nargs: int):
+    """``drive(address, nblocks, osites, *args)`` for kernels of ``nargs`` arguments after (lo, hi)."""
+    d = _drivers.get(nargs)
+    if d is None:
+        from .compile_cache import load_module
 
-                module, name, digest = where
-                d = load_module(driver_source(module, name, nargs, digest), "pygrid_par",
-                                label=f"the parallel driver of {name}").drive
-            _drivers[key] = d
+        with _lock:
+            d = _drivers.get(nargs)
+            if d is None:
+                d = _drivers[nargs] = load_module(driver_source(nargs), "pygrid_par",
+                                                  label=f"the parallel driver of {nargs} arguments").drive
     return d
+
+
+def _address(kernel, args) -> int | None:
+    """The address of the C wrapper of ``kernel``'s overload for ``(0, 0, *args)``, compiled (or
+    loaded from numba's cache) here if needed; None when numba keeps no such overload."""
+    sig = tuple(typeof(x) for x in (0, 0, *args))
+    kernel.compile(sig)
+    cres = kernel.overloads.get(sig)
+    if cres is None:
+        return None
+    addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
+    return int(addr) if addr else None
+
+
+def _launch(kernel, args):
+    try:
+        key = (kernel, tuple(map(compute_fingerprint, args)))
+    except (ValueError, TypeError):  # an argument numba fingerprints not: the linked driver
+        key = None
+    hit = _launches.get(key) if key is not None else None
+    if hit is None:
+        addr = _address(kernel, args) if key is not None else None
+        if addr is None:
+            def linked(address, nblocks, osites, *a, _k=kernel):
+                _drive_linked(_k, nblocks, osites, a)
+
+            hit = (linked, 0)
+        else:
+            hit = (driver(len(args)), addr)
+        if key is not None:
+            _launches[key] = hit
+    return hit
 
 
 def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
@@ -101,4 +136,5 @@ def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
     if not isinstance(kernel, CPUDispatcher):
         kernel(0, osites, *args)
         return
-    driver(kernel, len(args))(nblocks, osites, *args)
+    drive, addr = _launch(kernel, args)
+    drive(addr, nblocks, osites, *args)

@@ -33,3 +33,37 @@ def compile_times():
             runs.append([float(v) for v in r.stdout.strip().splitlines()[-1].split()])
     return {"import_seconds": runs[1][0], "first_compile_seconds": runs[0][1],
             "disk_cache_load_seconds": runs[1][1]}
+
+
+_DIRAC_PROBE = """
+import sys, time
+import pygrid as pg
+pg.init(["--threads", "{threads}"])
+prec = "{precision}"
+g = pg.GridCartesian([8, 8, 8, 8], precision=prec)
+rng = pg.ParallelRNG(g, [1])
+U = pg.qcd.random_gauge(g, rng, precision=prec)
+if {Ls} == 0:
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    psi = pg.LatticeFermion(g, prec)
+    rng.gaussian(psi)
+else:
+    D = pg.qcd.DomainWallFermion(U, {Ls}, 0.1, 1.8)
+    psi = D.new_fermion()
+    pg.ParallelRNG(D.grid, [2]).gaussian(psi)
+t0 = time.perf_counter()
+D.Dhop(psi)
+print(time.perf_counter() - t0)
+"""
+
+
+def dirac_first_call_times(Ls=0, precision="double", threads=2):
+    """Seconds of the first ``D.Dhop`` at 8^4 (Wilson for ``Ls`` 0, else domain wall) in a process
+    with an empty cache, and in a second process with the cache the first one left."""
+    code = _DIRAC_PROBE.replace("{threads}", str(int(threads))).replace("{precision}", precision)
+    code = code.replace("{Ls}", str(int(Ls)))
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, PYGRID_CACHE_DIR=d, NUMBA_CACHE_DIR=os.path.join(d, "numba"))
+        runs = [float(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                     check=True).stdout.strip().splitlines()[-1]) for _ in range(2)]
+    return {"cold_seconds": runs[0], "cached_seconds": runs[1]}

@@ -1,0 +1,30 @@
+"""The first call of a Dirac operator: ``D.Dhop`` at 8^4 in a process with an empty compile cache
+(every kernel and its parallel driver compiled), then in a new process with that cache.
+
+    python benchmarks/bench_first_call.py [--threads 2] [--rounds 1]
+
+Wilson in double and domain wall (Ls 16) in single, the two cases issue 17 names.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+
+from pygrid.bench.compile_probe import dirac_first_call_times
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1)
+    args = p.parse_args(argv)
+    print(f"first D.Dhop at 8^4, {args.threads} threads, {platform.processor() or platform.machine()}")
+    for label, Ls, prec in (("Wilson, double", 0, "double"), ("domain wall Ls 16, single", 16, "single")):
+        for _ in range(args.rounds):
+            t = dirac_first_call_times(Ls, prec, args.threads)
+            print(f"  {label:<27} empty cache {t['cold_seconds']:6.2f} s   "
+                  f"cached {t['cached_seconds']:5.2f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
