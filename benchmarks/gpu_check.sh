@@ -5,7 +5,8 @@
 #     bash benchmarks/gpu_check.sh [checks|tests|all]      (default: checks)
 #
 # checks: every operator on the device against numpy (pygrid selftest), then the Wilson and
-#         domain-wall benchmarks on the device, with the numpy baselines and the device copy
+#         domain-wall benchmarks and the linear algebra (axpy, norm2, inner product) on the
+#         device, with the numpy baselines and the device copy
 # tests:  the expression, shift, reduction, Dirac and solver suites with the backend under test
 #         set to the GPU and the fields in device memory under a small watermark (evictions),
 #         then the time of a Schur CG iteration and its share outside the hopping term
@@ -44,6 +45,8 @@ if [ "$what" = checks ] || [ "$what" = all ]; then
         --sweep 16.16.16.16,32.32.32.32 --precision both --json "$OUT/wilson.json"
     run 300 $PY -m pygrid benchmark dwf --accelerator "$ACCEL" --device-mem none --quiet \
         --grid 16.16.16.16 --Ls 16 --precision both --json "$OUT/dwf.json"
+    run 200 $PY -m pygrid benchmark axpy --accelerator "$ACCEL" --device-mem none --quiet \
+        --grid 32.32.32.32 --precision both --json "$OUT/axpy.json"
 fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
     PYGRID_TEST_BACKEND=$ACCEL PYGRID_TEST_DEVICE_MEM=2 run 300 $PY -m pytest -q -rf -p no:cacheprovider \

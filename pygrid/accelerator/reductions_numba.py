@@ -74,11 +74,11 @@ def inner_block(lo, hi, a, b, ncomp, partial_re, partial_im):
 
 
 def kernels(nsimd: int, dtype):
-    key = (int(nsimd), str(dtype))
-    m = _modules.get(key)
+    m = _modules.get((nsimd, dtype))  # keyed by the dtype object: str(dtype) costs microseconds a call
     if m is None:
-        m = _modules[key] = load_module(source(*key), "pygrid_red",
-                                        label=f"the reductions ({key[1]}, Nsimd {key[0]})")
+        key = (int(nsimd), str(np.dtype(dtype)))
+        m = _modules[(nsimd, dtype)] = load_module(source(*key), "pygrid_red",
+                                                   label=f"the reductions ({key[1]}, Nsimd {key[0]})")
     return m
 
 
