@@ -49,6 +49,8 @@ def test_one_cached_driver_serves_every_kernel_of_the_same_arity():
     assert parallel_numba._launches[(count_block, (_fp(out), _fp(1.0)))][0] is d
     src = parallel_numba.driver_source(2)
     assert "call_kernel(address" in src and "mark_block" not in src
+    # a driver cached by another version of this module is never loaded: the source names its digest
+    assert parallel_numba._own_digest() in src
 
 
 def test_the_driver_calls_the_kernel_by_address_without_linking_it():
@@ -103,6 +105,22 @@ def test_kernel_defined_in_a_function_runs_through_the_shared_driver():
     parallel_numba.parallel_for(3, 1000, add, a, 2.0)
     np.testing.assert_array_equal(a, 2.0)
     assert parallel_numba._launches[(add, (_fp(a), _fp(2.0)))][0] is parallel_numba.driver(2)
+
+
+@njit(nogil=True)
+def refuse_site(lo, hi, a, bad):
+    for i in range(lo, hi):
+        if i == bad:
+            raise ValueError("this site is refused")
+        a[i] = 1.0
+
+
+def test_an_exception_in_a_kernel_reaches_the_caller():
+    a = np.zeros(16)
+    with pytest.raises(ValueError, match="this site is refused"):
+        parallel_numba.parallel_for(2, 16, refuse_site, a, 7)
+    parallel_numba.parallel_for(2, 16, refuse_site, a, -1)
+    np.testing.assert_array_equal(a, 1.0)
 
 
 def test_python_callable_runs_on_the_calling_thread():

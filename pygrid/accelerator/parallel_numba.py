@@ -9,24 +9,25 @@ at 8^4 and more than a whole kernel on small fields; OpenMP's threads spin for a
 while after each region (libgomp's default wait policy) and start the next one in
 microseconds.
 
-The driver calls the kernel through the address of its compiled C wrapper
+The driver calls the kernel through the address of its compiled code
 (:func:`call_kernel`), not by name: a call by name would make numba link the
 kernel's whole LLVM module into the driver and optimise and generate it a second
 time, which took as long as compiling the kernel (6 s of a Wilson kernel's 13).
-So one driver serves every kernel with the same argument types; it is generated
-per argument count and kept in numba's disk cache.  The address of the kernel's
+So one driver serves every kernel of the same argument count (numba compiles it once
+per argument types, and keeps it in its disk cache).  The address of the kernel's
 overload for the arguments' types is looked up once per kernel and types (the
 types keyed by numba's C fingerprint of each argument, about 0.2 us each), after
-the kernel is compiled (or loaded from numba's cache) for them.  A kernel whose
+the kernel is compiled (or loaded from numba's cache) for them.  An exception the
+kernel raises reaches the caller of :func:`parallel_for` as itself.  A kernel whose
 overload cannot be found that way runs through a driver that takes the kernel
 itself (linked, compiled once per process); a plain Python callable runs on the
 calling thread.
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 
-from llvmlite import ir
 from numba import njit, prange, typeof, types
 from numba._dispatcher import compute_fingerprint
 from numba.core import cgutils
@@ -40,10 +41,11 @@ _lock = threading.Lock()
 
 @intrinsic
 def call_kernel(typingctx, address, lo, hi, args):
-    """Call the compiled C wrapper at ``address`` of a kernel typed ``(int64, int64, *args)``.
+    """Call the compiled kernel at ``address`` (numba's native calling convention) as
+    ``kernel(lo, hi, *args)``, and pass on an exception it raises, as a call by name does.
 
-    The caller guarantees that the kernel was compiled for exactly these argument types
-    (:func:`parallel_for` looks the address up by them)."""
+    The caller guarantees that the kernel was compiled for exactly ``(int64, int64, *args)``
+    (:func:`parallel_for` looks the address up by the arguments' types)."""
     if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
         return None
 
@@ -52,21 +54,33 @@ def call_kernel(typingctx, address, lo, hi, args):
         argtys = [types.int64, types.int64, *args.types]
         vals = [context.cast(builder, lo_v, lo, types.int64), context.cast(builder, hi_v, hi, types.int64),
                 *cgutils.unpack_tuple(builder, tup, len(args.types))]
-        fnty = ir.FunctionType(context.get_value_type(types.none),
-                               [context.get_value_type(t) for t in argtys])
-        builder.call(builder.inttoptr(addr, fnty.as_pointer()), vals)
+        fnty = context.call_conv.get_function_type(types.none, argtys)
+        fn = builder.inttoptr(addr, fnty.as_pointer())
+        status, _ = context.call_conv.call_function(builder, fn, types.none, argtys, vals)
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
         return context.get_dummy_value()
 
     return types.none(address, lo, hi, args), codegen
 
 
+def _own_digest() -> str:
+    with open(__file__, "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()[:16]
+
+
 def driver_source(nargs: int) -> str:
-    """Source of the cached driver of every kernel taking ``nargs`` arguments after (lo, hi)."""
+    """Source of the cached driver of every kernel taking ``nargs`` arguments after (lo, hi).
+
+    It names a digest of this module: a cached driver compiled against another
+    :func:`call_kernel` would call kernels with the wrong convention, so a changed module
+    gets new driver modules (their names come from their source)."""
     args = ", ".join(f"a{i}" for i in range(nargs))
     tup = f"({args},)" if nargs else "()"
     tail = f", {args}" if nargs else ""
     return "\n".join([
         f"# the parallel driver of the kernels of {nargs} arguments after (lo, hi), called by address",
+        f"# (pygrid/accelerator/parallel_numba.py digest {_own_digest()})",
         "from numba import njit, prange",
         "from pygrid.accelerator.parallel_numba import call_kernel",
         "",
@@ -100,14 +114,14 @@ def driver(nargs: int):
 
 
 def _address(kernel, args) -> int | None:
-    """The address of the C wrapper of ``kernel``'s overload for ``(0, 0, *args)``, compiled (or
-    loaded from numba's cache) here if needed; None when numba keeps no such overload."""
+    """The address of ``kernel``'s compiled overload for ``(0, 0, *args)``, compiled (or loaded
+    from numba's cache) here if needed; None when numba keeps no such overload."""
     sig = tuple(typeof(x) for x in (0, 0, *args))
     kernel.compile(sig)
     cres = kernel.overloads.get(sig)
     if cres is None:
         return None
-    addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
+    addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
     return int(addr) if addr else None
 
 
@@ -137,4 +151,9 @@ def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
         kernel(0, osites, *args)
         return
     drive, addr = _launch(kernel, args)
-    drive(addr, nblocks, osites, *args)
+    try:
+        drive(addr, nblocks, osites, *args)
+    except SystemError as e:  # numba reports a kernel's exception in a parallel loop as its cause
+        if e.__cause__ is None:
+            raise
+        raise e.__cause__ from None
