@@ -151,10 +151,11 @@ class CudaBackend:
         from . import reduction_kernels as rk
 
         cp = self.cupy
-        key = ("reduce", np.dtype(dtype).name)
+        nsimd = int(pointers[0].shape[3])
+        key = ("reduce", np.dtype(dtype).name, nsimd)
         mod = self._kernels.get(key)
         if mod is None:
-            src = rk.source(self.name, dtype, np.float64)
+            src = rk.source(self.name, dtype, np.float64, nsimd)
             mod = self._kernels[key] = {n: cp.RawKernel(src, n, options=NVRTC_OPTIONS) for n in rk.KERNELS}
         part = cp.empty(plan.rows * plan.width, dtype=np.float64)
         blocks, tpb = codegen_c.launch_dims(plan.rows, 1, threads_per_block())

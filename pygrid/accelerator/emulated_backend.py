@@ -139,7 +139,7 @@ class EmulatedSIMTBackend:
         dtype = arrays[0].dtype
         if dtype not in (np.float64, np.float32):
             raise BackendError(f"reductions take float64 or float32 buffers, not {dtype}")
-        lib = compile_emulated(rk.source(self.dialect, dtype, np.float64)
+        lib = compile_emulated(rk.source(self.dialect, dtype, np.float64, arrays[0].shape[3])
                                + rk.emulation_wrappers(dtype, np.float64), argtypes=False)
         part = np.empty(plan.rows * plan.width)
         arrs = [np.ascontiguousarray(x) for x in arrays] + [part]

@@ -7,16 +7,19 @@ shared memory and no barrier, so the same source runs on a GPU, on a SYCL device
 one thread after another, under the SIMT emulation.  Buffers are the
 ``real[osites][ncomp][2][nsimd]`` field buffers (docs/design.md)::
 
-    pg_norm2(a, part, n, R)                       row g: sum of a[i]^2, i = g, g + R, ... < n
-    pg_inner(a, b, part, m, ns, R)                row g: Re, Im of sum conj(a) b over the complex
-                                                  numbers g, g + R, ... < m (m = osites ncomp ns)
-    pg_site_sum(a, part, osites, ncomp, ns, P)    row c P + p: Re, Im of component c summed over the
-                                                  outer sites p, p + P, ... and every lane
-    pg_slice_sum(a, table, part, m, ncomp, ns, S) row t ncomp + c: Re, Im of component c summed over
-                                                  the m (outer site, lane) entries of slice t
+    pg_norm2(a, part, n, R)                    row g: sum of a[i]^2, i = g, g + R, ... < n
+    pg_inner(a, b, part, m, R)                 row g: Re, Im of sum conj(a) b over the complex
+                                               numbers g, g + R, ... < m (m = osites ncomp NS)
+    pg_site_sum(a, part, osites, ncomp, P)     row c P + p: Re, Im of component c summed over the
+                                               outer sites p, p + P, ... and every lane
+    pg_slice_sum(a, table, part, m, ncomp, S)  row t ncomp + c: Re, Im of component c summed over
+                                               the m (outer site, lane) entries of slice t
 
 Pointers come first, then ``long`` integers; ``R`` rows of ``width`` accumulation reals
-each.  A backend launches at least ``plan.rows`` threads; threads past it return.
+each.  A backend launches at least ``plan.rows`` threads; threads past it return.  The
+lane count ``NS`` is a constant of the source (one program per lane count), so the
+divisions by it are shifts: a 64-bit division by a variable costs a GPU tens of
+instructions per complex number.
 """
 from __future__ import annotations
 
@@ -35,8 +38,9 @@ KERNELS = ("pg_norm2", "pg_inner", "pg_site_sum", "pg_slice_sum")
 GRAIN = 64
 
 
-def source(dialect, real_dtype, acc_dtype):
-    """The four reduction kernels reading ``real_dtype`` buffers and summing in ``acc_dtype``."""
+def source(dialect, real_dtype, acc_dtype, nsimd):
+    """The four reduction kernels reading ``real_dtype`` buffers of ``nsimd`` lanes, summing in
+    ``acc_dtype``."""
     D = codegen_c.DIALECTS[dialect]
     G, R = D["global"], D["restrict"]
     real, acc = _CTYPE[str(np.dtype(real_dtype))], _CTYPE[str(np.dtype(acc_dtype))]
@@ -44,6 +48,7 @@ def source(dialect, real_dtype, acc_dtype):
     idx, K = D["thread_index"], D["kernel"]
     a, p = f"{G}const {real}* {R} a", f"{G}{acc}* {R} part"
     return f"""{pre}
+#define NS {int(nsimd)}L
 {K} pg_norm2({a}, {p}, const long n, const long R)
 {{
     const long g = {idx};
@@ -52,14 +57,14 @@ def source(dialect, real_dtype, acc_dtype):
     for (long i = g; i < n; i += R) {{ const {acc} x = a[i]; s += x * x; }}
     part[g] = s;
 }}
-{K} pg_inner({a}, {G}const {real}* {R} b, {p}, const long m, const long ns, const long R)
+{K} pg_inner({a}, {G}const {real}* {R} b, {p}, const long m, const long R)
 {{
     const long g = {idx};
     if (g >= R) return;
     {acc} sr = 0, si = 0;
     for (long i = g; i < m; i += R) {{
-        const long oc = i / ns;
-        const long r = oc * 2 * ns + (i - oc * ns), q = r + ns;
+        const long oc = i / NS;
+        const long r = oc * 2 * NS + (i - oc * NS), q = r + NS;
         const {acc} ar = a[r], ai = a[q], br = b[r], bi = b[q];
         sr += ar * br + ai * bi;
         si += ar * bi - ai * br;
@@ -67,21 +72,20 @@ def source(dialect, real_dtype, acc_dtype):
     part[2 * g] = sr;
     part[2 * g + 1] = si;
 }}
-{K} pg_site_sum({a}, {p}, const long osites, const long ncomp, const long ns, const long P)
+{K} pg_site_sum({a}, {p}, const long osites, const long ncomp, const long P)
 {{
     const long g = {idx};
     if (g >= ncomp * P) return;
     const long c = g / P, q = g - c * P;
     {acc} sr = 0, si = 0;
     for (long o = q; o < osites; o += P) {{
-        const long base = (o * ncomp + c) * 2 * ns;
-        for (long l = 0; l < ns; ++l) {{ sr += a[base + l]; si += a[base + ns + l]; }}
+        const long base = (o * ncomp + c) * 2 * NS;
+        for (long l = 0; l < NS; ++l) {{ sr += a[base + l]; si += a[base + NS + l]; }}
     }}
     part[2 * g] = sr;
     part[2 * g + 1] = si;
 }}
-{K} pg_slice_sum({a}, {G}const int* {R} table, {p}, const long m, const long ncomp, const long ns,
-                 const long S)
+{K} pg_slice_sum({a}, {G}const int* {R} table, {p}, const long m, const long ncomp, const long S)
 {{
     const long g = {idx};
     if (g >= S * ncomp) return;
@@ -89,10 +93,10 @@ def source(dialect, real_dtype, acc_dtype):
     {acc} sr = 0, si = 0;
     for (long j = 0; j < m; ++j) {{
         const long f = table[t * m + j];
-        const long o = f / ns, l = f - o * ns;
-        const long base = (o * ncomp + c) * 2 * ns + l;
+        const long o = f / NS, l = f - o * NS;
+        const long base = (o * ncomp + c) * 2 * NS + l;
         sr += a[base];
-        si += a[base + ns];
+        si += a[base + NS];
     }}
     part[2 * g] = sr;
     part[2 * g + 1] = si;
@@ -108,7 +112,7 @@ def emulation_wrappers(real_dtype, acc_dtype):
     """``pygrid_launch_<kernel>(void** a, long* ints, int blocks, int threads)`` for the SIMT emulation."""
     real, acc = _CTYPE[str(np.dtype(real_dtype))], _CTYPE[str(np.dtype(acc_dtype))]
     cast = {"a": f"(const {real}*)", "b": f"(const {real}*)", "t": "(const int*)", "p": f"({acc}*)"}
-    nints = {"pg_norm2": 2, "pg_inner": 3, "pg_site_sum": 4, "pg_slice_sum": 4}
+    nints = {"pg_norm2": 2, "pg_inner": 2, "pg_site_sum": 3, "pg_slice_sum": 3}
     out = []
     for name in KERNELS:
         ptrs = [f"{cast[k]}a[{i}]" for i, k in enumerate(POINTERS[name])]
@@ -147,19 +151,19 @@ def plan_inner(shape, max_rows):
     osites, ncomp, _, ns = shape
     m = int(osites) * int(ncomp) * int(ns)
     R = _rows(m, max_rows)
-    return Plan("pg_inner", (m, int(ns), R), R, 2, R)
+    return Plan("pg_inner", (m, R), R, 2, R)
 
 
 def plan_site_sum(shape, max_rows):
-    osites, ncomp, _, ns = (int(s) for s in shape)
+    osites, ncomp = int(shape[0]), int(shape[1])
     P = int(max(1, min(osites, max_rows // ncomp)))
-    return Plan("pg_site_sum", (osites, ncomp, ns, P), ncomp * P, 2, P)
+    return Plan("pg_site_sum", (osites, ncomp, P), ncomp * P, 2, P)
 
 
 def plan_slice_sum(shape, table_shape):
-    _, ncomp, _, ns = (int(s) for s in shape)
+    ncomp = int(shape[1])
     nslices, m = (int(s) for s in table_shape)
-    return Plan("pg_slice_sum", (m, ncomp, ns, nslices), nslices * ncomp, 2, 1)
+    return Plan("pg_slice_sum", (m, ncomp, nslices), nslices * ncomp, 2, 1)
 
 
 def partial_sums(plan, part):

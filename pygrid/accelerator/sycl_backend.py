@@ -392,10 +392,11 @@ class SyclBackend:
         from . import reduction_kernels as rk
 
         acc = np.float64 if self.fp64 else np.float32
-        key = (plan.name, np.dtype(dtype).name)
+        nsimd = pointers[0].shape[3]
+        key = (plan.name, np.dtype(dtype).name, nsimd)
         k = self._reduce_kernels.get(key)
         if k is None:
-            k = self._reduce_kernels[key] = self._build(rk.source("opencl", dtype, acc), plan.name)
+            k = self._reduce_kernels[key] = self._build(rk.source("opencl", dtype, acc, nsimd), plan.name)
         dpart = self.to_device(np.zeros(plan.rows * plan.width, dtype=acc))
         args = [p.usm_data for p in pointers] + [dpart.usm_data] + [ctypes.c_longlong(i) for i in plan.ints]
         self.queue.submit(k, args, [plan.rows]).wait()
