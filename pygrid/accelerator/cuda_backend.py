@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import BackendError
 from ..memory.devices import Device
-from . import codegen_c, host
+from . import codegen_c, host, reduction_kernels as rk
 from .codegen_c import threads_per_block
 from .device_tables import DeviceTables
 
@@ -148,8 +148,6 @@ class CudaBackend:
 
     def _reduce(self, plan, dtype, pointers, ncomp=None):
         """Run one reduction (pygrid.accelerator.reduction_kernels); its value on the host."""
-        from . import reduction_kernels as rk
-
         cp = self.cupy
         nsimd = int(pointers[0].shape[3])
         key = ("reduce", np.dtype(dtype).name, nsimd)
@@ -163,8 +161,6 @@ class CudaBackend:
         return rk.finish(plan, cp.asnumpy(rk.partial_sums(plan, part)), ncomp)
 
     def inner_product(self, a, b):
-        from . import reduction_kernels as rk
-
         da, db = self._dev(a), self._dev(b)
         if db.dtype != da.dtype:
             db = db.astype(da.dtype)
@@ -172,22 +168,16 @@ class CudaBackend:
         return self._reduce(plan, da.dtype, [da, db])
 
     def norm2(self, a):
-        from . import reduction_kernels as rk
-
         d = self._dev(a)
         return self._reduce(rk.plan_norm2(d.shape, self.REDUCE_ROWS), d.dtype, [d])
 
     def slice_sum(self, a, table):
-        from . import reduction_kernels as rk
-
         if not isinstance(a, self.cupy.ndarray):
             return host.slice_sum(a, table)
         plan = rk.plan_slice_sum(a.shape, np.shape(table))
         return self._reduce(plan, a.dtype, [a, self.tables.ints(table)], a.shape[1])
 
     def site_sum(self, a):
-        from . import reduction_kernels as rk
-
         d = self._dev(a)
         return self._reduce(rk.plan_site_sum(d.shape, self.REDUCE_ROWS), d.dtype, [d])
 

@@ -23,7 +23,7 @@ import threading
 import numpy as np
 
 from ..errors import BackendError
-from . import codegen_c, host
+from . import codegen_c, host, reduction_kernels as rk
 from .codegen_c import threads_per_block
 
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simt_emulation.h")
@@ -122,6 +122,7 @@ class EmulatedSIMTBackend:
     def __init__(self, dialect="cuda"):
         self.dialect = dialect
         self.name = f"{dialect}-emulated"
+        self._reduce_fns = {}
         compiler()
 
     def describe(self) -> str:
@@ -134,41 +135,35 @@ class EmulatedSIMTBackend:
     REDUCE_ROWS = 4096
 
     def _reduce(self, plan, arrays, ncomp=None):
-        from . import reduction_kernels as rk
-
         dtype = arrays[0].dtype
         if dtype not in (np.float64, np.float32):
             raise BackendError(f"reductions take float64 or float32 buffers, not {dtype}")
-        lib = compile_emulated(rk.source(self.dialect, dtype, np.float64, arrays[0].shape[3])
-                               + rk.emulation_wrappers(dtype, np.float64), argtypes=False)
+        from .covariant import C_LAUNCH_ARGTYPES
+
+        key = (plan.name, dtype.char, arrays[0].shape[3])
+        fn = self._reduce_fns.get(key)  # a CG calls these every iteration: no source hashed per call
+        if fn is None:
+            lib = compile_emulated(rk.source(self.dialect, dtype, np.float64, arrays[0].shape[3])
+                                   + rk.emulation_wrappers(dtype, np.float64), argtypes=False)
+            fn = self._reduce_fns[key] = getattr(lib, "pygrid_launch_" + plan.name)
+            fn.argtypes = C_LAUNCH_ARGTYPES
         part = np.empty(plan.rows * plan.width)
         arrs = [np.ascontiguousarray(x) for x in arrays] + [part]
-        fn = getattr(lib, "pygrid_launch_" + plan.name)
-        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long), ctypes.c_int,
-                       ctypes.c_int]
         blocks, tpb = codegen_c.launch_dims(plan.rows, 1, threads_per_block())
         fn((ctypes.c_void_p * len(arrs))(*[x.ctypes.data for x in arrs]),
            (ctypes.c_long * len(plan.ints))(*plan.ints), blocks, tpb)
         return rk.finish(plan, rk.partial_sums(plan, part), ncomp)
 
     def norm2(self, a):
-        from . import reduction_kernels as rk
-
         return self._reduce(rk.plan_norm2(a.shape, self.REDUCE_ROWS), [a])
 
     def inner_product(self, a, b):
-        from . import reduction_kernels as rk
-
         return self._reduce(rk.plan_inner(a.shape, self.REDUCE_ROWS), [a, np.asarray(b, dtype=a.dtype)])
 
     def site_sum(self, a):
-        from . import reduction_kernels as rk
-
         return self._reduce(rk.plan_site_sum(a.shape, self.REDUCE_ROWS), [a])
 
     def slice_sum(self, a, table):
-        from . import reduction_kernels as rk
-
         plan = rk.plan_slice_sum(a.shape, np.shape(table))
         return self._reduce(plan, [a, np.asarray(table, dtype=np.int32)], a.shape[1])
 
@@ -200,13 +195,10 @@ class EmulatedSIMTBackend:
         for a in arrs[:2]:
             if not a.flags.c_contiguous:
                 raise BackendError(f"relayout {kind}: buffers must be C-contiguous")
+        from .covariant import C_LAUNCH_ARGTYPES
+
         fn = getattr(lib, "pygrid_launch_" + name)
-        fn.argtypes = [
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_long),
-            ctypes.c_int,
-            ctypes.c_int,
-        ]
+        fn.argtypes = C_LAUNCH_ARGTYPES
         blocks, tpb = codegen_c.launch_dims(threads, 1, threads_per_block())
         fn((ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs]), (ctypes.c_long * len(ints))(*ints),
            blocks, tpb)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import BackendError
 from ..memory.devices import Device
-from . import codegen_c, host
+from . import codegen_c, host, reduction_kernels as rk
 from .codegen_c import threads_per_block
 from .device_tables import DeviceTables
 
@@ -389,8 +389,6 @@ class SyclBackend:
     # ---- reductions on the device, accumulated in double where the device has it ----
     def _reduce(self, plan, dtype, pointers):
         """Run one reduction (pygrid.accelerator.reduction_kernels) and add its partial sums here."""
-        from . import reduction_kernels as rk
-
         acc = np.float64 if self.fp64 else np.float32
         nsimd = pointers[0].shape[3]
         key = (plan.name, np.dtype(dtype).name, nsimd)
@@ -403,15 +401,11 @@ class SyclBackend:
         return rk.partial_sums(plan, dpart.get())
 
     def norm2(self, a):
-        from . import reduction_kernels as rk
-
         d = self.to_device(a)
         plan = rk.plan_norm2(d.shape, self.REDUCE_ROWS)
         return rk.finish(plan, self._reduce(plan, d.dtype, [d]))
 
     def inner_product(self, a, b):
-        from . import reduction_kernels as rk
-
         da, db = self.to_device(a), self.to_device(b)
         if da.dtype != db.dtype:
             db = self.to_device(db.get().astype(da.dtype))
@@ -419,16 +413,12 @@ class SyclBackend:
         return rk.finish(plan, self._reduce(plan, da.dtype, [da, db]))
 
     def slice_sum(self, a, table):
-        from . import reduction_kernels as rk
-
         if not isinstance(a, UsmArray):
             return host.slice_sum(a, table)
         plan = rk.plan_slice_sum(a.shape, np.shape(table))
         return rk.finish(plan, self._reduce(plan, a.dtype, [a, self.tables.ints(table)]), a.shape[1])
 
     def site_sum(self, a):
-        from . import reduction_kernels as rk
-
         d = self.to_device(a)
         plan = rk.plan_site_sum(d.shape, self.REDUCE_ROWS)
         return rk.finish(plan, self._reduce(plan, d.dtype, [d]))

@@ -20,10 +20,10 @@ from ..memory.aligned import aligned_zeros
 from ..tensors import sitetype as st
 
 _REAL = {"double": np.float64, "single": np.float32}
+_CPLX = {"double": np.complex128, "single": np.complex64}
 #: the host view a host backend's kernel opens in place of an accelerator view (Lattice._kernel_view)
 _HOST_INTENT = {ViewMode.AcceleratorRead: ViewMode.CpuRead, ViewMode.AcceleratorWrite: ViewMode.CpuWrite,
                 ViewMode.AcceleratorWriteDiscard: ViewMode.CpuWrite}
-_CPLX = {"double": np.complex128, "single": np.complex64}
 
 
 class Lattice(FieldBase, ExprOps):
