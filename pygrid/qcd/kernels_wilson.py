@@ -51,15 +51,17 @@ when numba compiles for the host):
   spins of the half spinor go through the link together, so each link element is
   read once per point, as Grid keeps the spinor in registers (LLVM keeps most of
   the 24 in registers; at 8^4 this ran 1.4x the tiled order below);
-* wide, 5D fields: tiles of outer sites (an accumulator of all Ls slices of the
-  tile, about 24 KiB: ``TILE_BYTES``, in L1) and, per tile, one loop per stencil
-  point, so the Ls slices of one neighbour are read as one stream, with software
-  prefetches of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of
-  the neighbour's slice ``SLICE_PREFETCH`` slices ahead; both spins of the half
-  spinor go through the link together (with eight neighbour streams per slice,
-  the register order ran slower out of cache);
-* narrow (AVX2, 16 registers), 4D and 5D: the tiled order, one spin at a time
-  (6 + 6 + 2 + a sign), so nothing spills; each link is read twice, from L1.
+* wide, 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
+  tiles of outer sites (an accumulator of all Ls slices of the tile, about
+  24 KiB: ``TILE_BYTES``, in L1) and, per tile, one loop per stencil point, so
+  the Ls slices of one neighbour are read as one stream, with software
+  prefetches (into L2 on wide machines, L1 on narrow ones) of the neighbour and
+  link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
+  ``SLICE_PREFETCH`` slices ahead; both spins of the half spinor go through the
+  link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
+  cache than one spin at a time, which reads each link twice).  With eight
+  neighbour streams per slice the register order ran slower out of cache, on
+  AVX2 for 4D fields too (12^4 and 16^4: 0.6-0.7x), though 1.2x in cache on one thread.
 
 The result is written as ``scale * acc + alpha * diag``: 1320 flops per site (Grid's count).
 
@@ -270,22 +272,14 @@ def _source(ns, dtype, five_d, wide=False):
                 fn(f"{mode}{mu}h{a}{sig}", body,
                    f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + "
                    f"g gamma_{mu}).")
-    if not wide:
-        for name, adj in (("mult", False), ("mult_adj", True)):
-            fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
-               ("U^dag" if adj else "U")
-               + " h for the link at u[b:] and one spin h of a half spinor (links read from memory).")
-    else:
-        for mu in range(4):
-            fn(f"proj{mu}(psi, b, g)", [f"return proj{mu}h0(psi, b, g) + proj{mu}h1(psi, b, g)"],
-               f"Both spins of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (12 vectors).")
-        for name, adj in (("mult2", False), ("mult2_adj", True)):
-            fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
-               ("U^dag" if adj else "U") + " h for the link at u[b:] and both spins of a half spinor h.")
-        fn("hload2(h, b)", ["return vloadt(h, b, 12, W)"],
-           "Both spins of a half spinor at h[b:], as received in a halo.")
-    fn("hload(h, b)", ["return vloadt(h, b, 6, W)"],
-       "One spin of a half spinor (3 colours, re/im) at h[b:], as received in a halo.")
+    for mu in range(4):
+        fn(f"proj{mu}(psi, b, g)", [f"return proj{mu}h0(psi, b, g) + proj{mu}h1(psi, b, g)"],
+           f"Both spins of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (12 vectors).")
+    for name, adj in (("mult2", False), ("mult2_adj", True)):
+        fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
+           ("U^dag" if adj else "U") + " h for the link at u[b:] and both spins of a half spinor h.")
+    fn("hload2(h, b)", ["return vloadt(h, b, 12, W)"],
+       "Both spins of a half spinor at h[b:], as received in a halo.")
     body = [
         "LS = U(Ls)",
         "for i in range(lo, hi):",
@@ -435,23 +429,18 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo):
             # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
             # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
             body += [f"            {pf}(psi, B + SPF * FS, {nls})"]
-        # wide: one pass with both spins of the half spinor (12 vectors); narrow: a pass per spin
-        if wide:
-            passes = [(f"proj{mu}", "hload2(halo, ((n - N4) * LS + S) * HS)", "mult2",
-                       [(0, "w[:6]"), (1, "w[6:]")])]
-        else:
-            passes = [(f"proj{mu}h{a}", f"hload(halo, ((n - N4) * LS + S) * HS + {'H1' if a else 'U(0)'})",
-                       "mult", [(a, "w")]) for a in range(2)]
-        for proj, hload, mult, halves in passes:
-            body += _neighbour_product(" " * 12, p, "n", "m", f"{proj}(psi, B, {g})", hload, mult, halo)
-            for a, half in halves:
-                if p == 0:
-                    body += [f"            init{mu}h{a}(acc_t, A, {half}, {g})"]
-                elif p < 7:
-                    body += [f"            add{mu}h{a}(acc_t, A, {half}, {g})"]
-                else:
-                    body += [f"            fin{mu}h{a}(acc_t, A, {half}, {g}, "
-                             "out, d, sc, diag, al, use_diag)"]
+        # both spins of the half spinor (12 vectors) through the link at once, so each link element is
+        # read once per point: with 16 registers a little spills, and still out of cache it ran 7-10%
+        # faster on AVX2 than a pass per spin (equal in cache)
+        body += _neighbour_product(" " * 12, p, "n", "m", f"proj{mu}(psi, B, {g})",
+                                   "hload2(halo, ((n - N4) * LS + S) * HS)", "mult2", halo)
+        for a, half in ((0, "w[:6]"), (1, "w[6:]")):
+            if p == 0:
+                body += [f"            init{mu}h{a}(acc_t, A, {half}, {g})"]
+            elif p < 7:
+                body += [f"            add{mu}h{a}(acc_t, A, {half}, {g})"]
+            else:
+                body += [f"            fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, al, use_diag)"]
     return body
 
 
