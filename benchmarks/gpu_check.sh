@@ -51,7 +51,8 @@ fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
     PYGRID_TEST_BACKEND=$ACCEL PYGRID_TEST_DEVICE_MEM=2 run 300 $PY -m pytest -q -rf -p no:cacheprovider \
         tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_device_views.py \
-        tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py
+        tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py \
+        tests/test_dirac_backends.py
     for prec in double single; do
         run 120 $PY benchmarks/bench_solvers.py --accelerator "$ACCEL" --device-mem none --grid 32.32.32.32 \
             --Ls 16 --precision $prec --iterations 200 --operators wilson
