@@ -227,7 +227,8 @@ def test_dirac_operators_through_generated_c(name, prec):
 
 
 @needs_cxx
-@pytest.mark.skipif(COMPILED in ("cuda", "hip"), reason="the stand-in CuPy would replace the real one under test")
+@pytest.mark.skipif(COMPILED in ("cuda", "hip"),
+                    reason="the stand-in CuPy would replace the real one under test")
 def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
     from test_codegen_c import fake_cupy
 
