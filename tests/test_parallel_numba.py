@@ -39,14 +39,21 @@ def test_every_site_once_in_contiguous_blocks(osites, nblocks):
     assert set(np.flatnonzero(starts[:osites])) == expected
 
 
+def _runs_through(key, d):
+    """Whether the launch of ``key`` goes through the driver ``d``: the dispatcher before the first
+    call, the compiled entry point of one of its overloads after."""
+    drive = parallel_numba._launches[key][0]
+    return drive is d or drive in {cres.entry_point for cres in d.overloads.values()}
+
+
 def test_one_cached_driver_serves_every_kernel_of_the_same_arity():
     owner, starts, out = np.zeros(10, np.int64), np.zeros(10, np.int64), np.zeros(10)
     parallel_numba.parallel_for(2, 10, mark_block, owner, starts)
     parallel_numba.parallel_for(2, 10, count_block, out, 1.0)
     d = parallel_numba.driver(2)
     assert d.__module__.startswith("pygrid_par_") and parallel_numba.driver(2) is d
-    assert parallel_numba._launches[(mark_block, (_fp(owner), _fp(starts)))][0] is d
-    assert parallel_numba._launches[(count_block, (_fp(out), _fp(1.0)))][0] is d
+    assert _runs_through((mark_block, (_fp(owner), _fp(starts))), d)
+    assert _runs_through((count_block, (_fp(out), _fp(1.0))), d)
     src = parallel_numba.driver_source(2)
     assert "call_kernel(address" in src and "mark_block" not in src
     # a driver cached by another version of this module is never loaded: the source names its digest
@@ -104,7 +111,27 @@ def test_kernel_defined_in_a_function_runs_through_the_shared_driver():
     a = np.zeros(1000)
     parallel_numba.parallel_for(3, 1000, add, a, 2.0)
     np.testing.assert_array_equal(a, 2.0)
-    assert parallel_numba._launches[(add, (_fp(a), _fp(2.0)))][0] is parallel_numba.driver(2)
+    assert _runs_through((add, (_fp(a), _fp(2.0))), parallel_numba.driver(2))
+
+
+def test_later_launches_call_the_drivers_entry_point():
+    """After the first launch of a kernel on arguments of some types, the next ones skip numba's
+    dispatch: they call the compiled entry point of the driver's overload for those types."""
+    @njit(nogil=True)
+    def twice(lo, hi, a, x):
+        for i in range(lo, hi):
+            a[i] += 2 * x
+
+    a = np.zeros(50)
+    key = (twice, (_fp(a), _fp(1.5)))
+    parallel_numba.parallel_for(2, 50, twice, a, 1.5)
+    entry = parallel_numba._launches[key][0]
+    assert entry in {cres.entry_point for cres in parallel_numba.driver(2).overloads.values()}
+    parallel_numba.parallel_for(2, 50, twice, a, 1.5)
+    parallel_numba.parallel_for(3, 49, twice, a, 1.5)
+    assert parallel_numba._launches[key][0] is entry
+    np.testing.assert_array_equal(a[:49], 9.0)
+    assert a[49] == 6.0
 
 
 @njit(nogil=True)
@@ -121,6 +148,10 @@ def test_an_exception_in_a_kernel_reaches_the_caller():
         parallel_numba.parallel_for(2, 16, refuse_site, a, 7)
     parallel_numba.parallel_for(2, 16, refuse_site, a, -1)
     np.testing.assert_array_equal(a, 1.0)
+    # and through the driver's entry point, which the launches after the first call
+    assert not isinstance(parallel_numba._launches[(refuse_site, (_fp(a), _fp(7)))][0], type(refuse_site))
+    with pytest.raises(ValueError, match="this site is refused"):
+        parallel_numba.parallel_for(2, 16, refuse_site, a, 3)
 
 
 def test_python_callable_runs_on_the_calling_thread():

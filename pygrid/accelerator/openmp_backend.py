@@ -60,6 +60,19 @@ def _name(dtype: np.dtype) -> str:
     return _NAMES.get(dtype) or dtype.name
 
 
+_PARALLEL_FOR = []
+
+
+def _parallel_for():
+    # imported at the first launch, not with the backend (it compiles numba intrinsics); a
+    # function-level import on every launch cost microseconds
+    if not _PARALLEL_FOR:
+        from .parallel_numba import parallel_for
+
+        _PARALLEL_FOR.append(parallel_for)
+    return _PARALLEL_FOR[0]
+
+
 def numba_threads() -> int:
     """The most threads numba's parallel loops can run (``NUMBA_NUM_THREADS``)."""
     import numba
@@ -114,13 +127,11 @@ class OpenMPBackend:
         thread.  A Ctrl-C is raised when every block is done, so the views of a launch never
         close while a thread still writes through them.
         """
-        from .parallel_numba import parallel_for
-
         n = self._blocks()
         if n == 1 or osites < self.min_parallel_osites:
             kernel(0, osites, *args)
             return
-        parallel_for(n, osites, kernel, *args)
+        _parallel_for()(n, osites, kernel, *args)
 
     # ---- kernels -----------------------------------------------------------------
     def kernel(self, ir, nsimd: int, alias: bool, dtype: str = "float64") -> Callable:

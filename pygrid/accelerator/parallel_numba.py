@@ -17,7 +17,9 @@ So one driver serves every kernel of the same argument count (numba compiles it 
 per argument types, and keeps it in its disk cache).  The address of the kernel's
 overload for the arguments' types is looked up once per kernel and types (the
 types keyed by numba's C fingerprint of each argument, about 0.2 us each), after
-the kernel is compiled (or loaded from numba's cache) for them.  An exception the
+the kernel is compiled (or loaded from numba's cache) for them; after the first launch
+the next ones call the driver's compiled entry point for those types directly, without
+numba's dispatch of its 20-odd arguments.  An exception the
 kernel raises reaches the caller of :func:`parallel_for` as itself.  A kernel whose
 overload cannot be found that way runs through a driver that takes the kernel
 itself (linked, compiled once per process); a plain Python callable runs on the
@@ -125,7 +127,18 @@ def _address(kernel, args) -> int | None:
     return int(addr) if addr else None
 
 
+def _entry(drive, nblocks, osites, addr, args):
+    """The driver's compiled entry point for these arguments' types, once numba has it (it
+    unboxes them without numba's dispatch, a few microseconds of a launch), else the driver."""
+    sig = tuple(typeof(x) for x in (addr, nblocks, osites, *args))
+    cres = drive.overloads.get(sig)
+    return drive if cres is None else cres.entry_point
+
+
 def _launch(kernel, args):
+    """(driver, kernel address) for ``kernel`` on arguments of these types.  The driver is the
+    compiled entry point of the generic driver after its first call (the fingerprints of the
+    key pin the types that entry point unboxes); before, the dispatcher itself."""
     try:
         key = (kernel, tuple(map(compute_fingerprint, args)))
     except (ValueError, TypeError):  # an argument numba fingerprints not: the linked driver
@@ -137,12 +150,12 @@ def _launch(kernel, args):
             def linked(address, nblocks, osites, *a, _k=kernel):
                 _drive_linked(_k, nblocks, osites, a)
 
-            hit = (linked, 0)
+            hit = (linked, 0, False)
         else:
-            hit = (driver(len(args)), addr)
+            hit = (driver(len(args)), addr, True)
         if key is not None:
             _launches[key] = hit
-    return hit
+    return hit, key
 
 
 def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
@@ -150,10 +163,13 @@ def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
     if not isinstance(kernel, CPUDispatcher):
         kernel(0, osites, *args)
         return
-    drive, addr = _launch(kernel, args)
+    (drive, addr, generic), key = _launch(kernel, args)
     try:
         drive(addr, nblocks, osites, *args)
     except SystemError as e:  # numba reports a kernel's exception in a parallel loop as its cause
         if e.__cause__ is None:
             raise
         raise e.__cause__ from None
+    if generic and key is not None and isinstance(drive, CPUDispatcher):
+        _launches[key] = (_entry(drive, nblocks, osites, addr, args), addr, False)
+

@@ -161,7 +161,7 @@ class GridCartesian:
         return (type(self).__name__, self.gdims, self.mpi_layout, self.simd_layout, id(self.comm))
 
     def __eq__(self, other):
-        return isinstance(other, GridCartesian) and self.key() == other.key()
+        return self is other or (isinstance(other, GridCartesian) and self.key() == other.key())
 
     def __hash__(self):
         return hash(self.key())

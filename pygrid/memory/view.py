@@ -50,7 +50,8 @@ class View:
         try:
             if self.mode.write:
                 self._prior = self.manager.prior_state(self.key)
-            arr = self.manager.open(self.key, self.mode)
+            # the manager's open() without its own deferral and prior state, which this method holds
+            arr = self.manager._open(self.key, self.mode)
             self._open = True
             if self._read_only:
                 arr = read_only(arr)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..accelerator.backends import get_backend
 from ..accelerator.rows import host_rows
+from ..config import current
 from ..errors import BackendError, ConformabilityError
 from ..stencil.halo import exchange_rows
 from . import kernels_generic as kg, kernels_wilson as kw
@@ -30,12 +31,22 @@ from . import kernels_generic as kg, kernels_wilson as kw
 UNROLL_BACKENDS = ("openmp", "numpy")
 
 
+_VARIANTS = {}  # (backend name, which) -> (config, variant): a Dirac call asks every time
+
+
 def variant(backend=None, which=None):
     """The hopping-kernel variant for ``backend``: ``which`` if given, else the configuration's choice."""
-    from ..config import current
-
     backend = backend or get_backend()
-    want = which or current().dslash
+    cfg = current()
+    hit = _VARIANTS.get((backend.name, which))
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    how = _variant(backend, which or cfg.dslash)
+    _VARIANTS[(backend.name, which)] = (cfg, how)
+    return how
+
+
+def _variant(backend, want):
     if want == "auto":
         return "unroll" if backend.name in UNROLL_BACKENDS else "generic"
     if want == "unroll" and backend.name not in UNROLL_BACKENDS:
@@ -99,7 +110,7 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         diag, alpha = out, 0.0
     # forward points use (1 - g_mu), backward (1 + g_mu); dag swaps them
     sf = 1.0 if dag else -1.0
-    coef = np.array([scale, alpha, sf, -sf], dtype=dtype)
+    coef = _coefficients(scale, alpha, sf, dtype)
     backend = get_backend()
     how = variant(backend, which)
     if how == "unroll":
@@ -117,6 +128,20 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls),
         halo=halo, ubh=ubh), nsimd, dtype)
     return out
+
+
+_COEFS = {}
+
+
+def _coefficients(scale, alpha, sf, dtype):
+    """The kernel's (scale, alpha, sf, -sf) array, kept: an operator passes the same few every call."""
+    key = (scale, alpha, sf, dtype)
+    c = _COEFS.get(key)
+    if c is None:
+        if len(_COEFS) > 256:
+            _COEFS.clear()
+        c = _COEFS[key] = np.array([scale, alpha, sf, -sf], dtype=dtype)
+    return c
 
 
 def _check_5d(name, out, x, Ls):

@@ -95,7 +95,8 @@ class FermionOperator:
     def _check(self, psi, rb: bool | None, name: str) -> None:
         """``psi`` is a fermion of the operator's precision on its grid (rb False), its red-black grid
         (rb True) or either (rb None)."""
-        if not isinstance(psi, Lattice) or psi.site_type.levels != FERMION.levels:
+        if not isinstance(psi, Lattice) or (psi.site_type is not FERMION
+                                            and psi.site_type.levels != FERMION.levels):
             raise SiteTypeError(f"{name} needs a {self.fermion_label}, got {psi!r}")
         g = self.rb_grid if rb else self.grid
         ok = (psi.grid == self.grid or psi.grid == self.rb_grid) if rb is None else psi.grid == g
