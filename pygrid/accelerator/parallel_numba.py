@@ -172,4 +172,3 @@ def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
         raise e.__cause__ from None
     if generic and key is not None and isinstance(drive, CPUDispatcher):
         _launches[key] = (_entry(drive, nblocks, osites, addr, args), addr, False)
-
