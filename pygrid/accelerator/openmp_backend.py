@@ -60,17 +60,16 @@ def _name(dtype: np.dtype) -> str:
     return _NAMES.get(dtype) or dtype.name
 
 
-_PARALLEL_FOR = []
+_parallel_for = None
 
 
-def _parallel_for():
-    # imported at the first launch, not with the backend (it compiles numba intrinsics); a
-    # function-level import on every launch cost microseconds
-    if not _PARALLEL_FOR:
-        from .parallel_numba import parallel_for
-
-        _PARALLEL_FOR.append(parallel_for)
-    return _PARALLEL_FOR[0]
+def _parallel():
+    # imported at the first launch, not with the backend (it imports numba); a function-level
+    # import on every launch cost microseconds
+    global _parallel_for
+    if _parallel_for is None:
+        from .parallel_numba import parallel_for as _parallel_for
+    return _parallel_for
 
 
 def numba_threads() -> int:
@@ -131,7 +130,7 @@ class OpenMPBackend:
         if n == 1 or osites < self.min_parallel_osites:
             kernel(0, osites, *args)
             return
-        _parallel_for()(n, osites, kernel, *args)
+        _parallel()(n, osites, kernel, *args)
 
     # ---- kernels -----------------------------------------------------------------
     def kernel(self, ir, nsimd: int, alias: bool, dtype: str = "float64") -> Callable:

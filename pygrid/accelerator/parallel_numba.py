@@ -136,9 +136,10 @@ def _entry(drive, nblocks, osites, addr, args):
 
 
 def _launch(kernel, args):
-    """(driver, kernel address) for ``kernel`` on arguments of these types.  The driver is the
-    compiled entry point of the generic driver after its first call (the fingerprints of the
-    key pin the types that entry point unboxes); before, the dispatcher itself."""
+    """``((driver, kernel address), key)`` for ``kernel`` on arguments of these types.  The
+    driver is the generic driver's dispatcher until :func:`parallel_for` replaces it by the
+    compiled entry point after the first call (the fingerprints of the key pin the types that
+    entry point unboxes)."""
     try:
         key = (kernel, tuple(map(compute_fingerprint, args)))
     except (ValueError, TypeError):  # an argument numba fingerprints not: the linked driver
@@ -150,9 +151,9 @@ def _launch(kernel, args):
             def linked(address, nblocks, osites, *a, _k=kernel):
                 _drive_linked(_k, nblocks, osites, a)
 
-            hit = (linked, 0, False)
+            hit = (linked, 0)
         else:
-            hit = (driver(len(args)), addr, True)
+            hit = (driver(len(args)), addr)
         if key is not None:
             _launches[key] = hit
     return hit, key
@@ -163,12 +164,12 @@ def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
     if not isinstance(kernel, CPUDispatcher):
         kernel(0, osites, *args)
         return
-    (drive, addr, generic), key = _launch(kernel, args)
+    (drive, addr), key = _launch(kernel, args)
     try:
         drive(addr, nblocks, osites, *args)
     except SystemError as e:  # numba reports a kernel's exception in a parallel loop as its cause
         if e.__cause__ is None:
             raise
         raise e.__cause__ from None
-    if generic and key is not None and isinstance(drive, CPUDispatcher):
-        _launches[key] = (_entry(drive, nblocks, osites, addr, args), addr, False)
+    if key is not None and isinstance(drive, CPUDispatcher):
+        _launches[key] = (_entry(drive, nblocks, osites, addr, args), addr)
