@@ -18,7 +18,9 @@ import time
 
 import numpy as np
 
+from pygrid.accelerator.host import read_only
 from pygrid.cartesian.simd import default_nsimd
+from pygrid.memory.aligned import aligned_empty
 from pygrid.qcd import kernels_wilson as kw
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -34,18 +36,22 @@ def main():
     ns = default_nsimd(args.precision)  # the lane count a lattice gets on this host
     Ls, n4, nsrc = args.Ls, 64, 2
     rng = np.random.default_rng(1)
-    psi = rng.random((nsrc * Ls, 12, 2, ns)).astype(dt)
-    u = rng.random((nsrc, 36, 2, ns)).astype(dt)
-    nbr = (np.arange(8 * n4) % nsrc).astype(np.int32)
-    perm = np.zeros(8 * n4, np.int32)
-    uf = np.empty((n4, 36, 2, ns), dt)
+    # aligned to cache lines as fields are; tables read-only as the library passes them (the
+    # kernel's specialisation for the library's argument types)
+    psi = aligned_empty((nsrc * Ls, 12, 2, ns), dt)
+    psi[:] = rng.random(psi.shape)
+    u = aligned_empty((nsrc, 36, 2, ns), dt)
+    u[:] = rng.random(u.shape)
+    nbr = read_only((np.arange(8 * n4) % nsrc).astype(np.int32))
+    perm = read_only(np.zeros(8 * n4, np.int32))
+    uf = aligned_empty((n4, 36, 2, ns), dt)
     uf[:] = u[0]
-    out = np.zeros((n4 * Ls, 12, 2, ns), dt)
+    out = aligned_empty((n4 * Ls, 12, 2, ns), dt)
+    out[:] = 0
     k = kw.kernel_for(ns, dt, Ls)
-    a = (out.reshape(-1), psi.reshape(-1), uf.reshape(-1), u.reshape(-1), nbr, perm,
-         np.zeros(8 * ns, np.int32), np.zeros(8, np.int32), n4, Ls, np.array([-0.5, 0, -1, 1], dt),
-         out.reshape(-1), False, kw._tile(Ls, ns, dt), False, np.arange(n4, dtype=np.int32), np.zeros(1, dt),
-         np.zeros(1, dt))
+    a = (out, psi, uf, u, out, nbr, perm, read_only(np.zeros(8 * ns, np.int32)), read_only(np.zeros(8, np.int32)),
+         n4, Ls, np.array([-0.5, 0, -1, 1], dt), False, kw._tile(Ls, ns, dt), False,
+         read_only(np.arange(n4, dtype=np.int32)), read_only(np.zeros(1, dt)), read_only(np.zeros(1, dt)))
     k(0, n4, *a)
     flops = kw.FLOPS_PER_SITE * ns * n4 * Ls
     best = 0.0

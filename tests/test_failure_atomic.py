@@ -4,7 +4,7 @@ the gauge readers.
 A call that fails, with an exception or a KeyboardInterrupt, anywhere before its last kernel leaves
 its destination as it was: the same bytes and the same checkerboard.  The faults are real: the
 backend under test (``PYGRID_TEST_BACKEND``) has its kernel entry points (``run``, ``launch``,
-``accelerator_for``, ``relayout``) wrapped so that the N-th kernel of a call raises before it starts
+``accelerator_for``, ``relayout`` and the launches ``bind_kernel`` returns) wrapped so that the N-th kernel of a call raises before it starts
 or after it finished, for every N; the operator's answer is then checked against the one it gives
 without a fault.
 """
@@ -19,6 +19,7 @@ import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
 from pygrid.algorithms import BiCGStab, ConjugateGradient, MdagMOperator, MixedPrecisionConjugateGradient
 from pygrid.lattice import pick_checkerboard
+from pygrid.qcd import dslash
 from pygrid.qcd.schur import SchurOperator
 
 MASS, M5, LS = 0.1, 1.8, 4
@@ -40,6 +41,16 @@ class Faults:
         backend = pg.get_backend()
         for name in self.ENTRIES:
             monkeypatch.setattr(backend, name, self._wrap(getattr(backend, name)))
+        # a kernel bound for repeated launches (the Dirac operators') counts at each launch; the
+        # launches bound before, by other tests, are forgotten so that every one goes through here
+        monkeypatch.setattr(backend, "bind_kernel", self._binder(backend.bind_kernel))
+        monkeypatch.setattr(dslash, "_BOUND", {})
+
+    def _binder(self, bind):
+        @functools.wraps(bind)
+        def counted_launches(*args, **kwargs):
+            return self._wrap(bind(*args, **kwargs))
+        return counted_launches
 
     def arm(self, n=None, when="before", exc=RuntimeError):
         self.count = 0

@@ -189,3 +189,35 @@ def test_expression_launch_compiles_its_driver_only_when_it_uses_the_threads():
         np.testing.assert_allclose(b.to_numpy(), np.swapaxes(np.conj(a.to_numpy()), -1, -2)
                                    @ np.swapaxes(np.conj(a.to_numpy()), -1, -2) - 0.25 * a.to_numpy(),
                                    rtol=1e-12, atol=1e-12)
+
+
+def test_bound_kernel_runs_through_the_entry_point_from_its_second_launch():
+    """A kernel bound to its arguments' types (Bound, the backend's bind_kernel) launches like
+    parallel_for: every site once, its exception as itself, the entry point after the first call."""
+    a = np.zeros(40)
+    bound = parallel_numba.Bound(refuse_site, (a, 7))
+    with pytest.raises(ValueError, match="this site is refused"):
+        bound(2, 40, a, 7)
+    bound(3, 40, a, -1)
+    np.testing.assert_array_equal(a, 1.0)
+    entry = bound._entry
+    assert entry in {cres.entry_point for cres in parallel_numba.driver(2).overloads.values()}
+    with pytest.raises(ValueError, match="this site is refused"):
+        bound(2, 40, a, 19)
+    assert bound._entry is entry
+    # parallel_for finds the same entry point for these types
+    assert parallel_numba._launches[(refuse_site, (_fp(a), _fp(7)))][0] is entry
+
+
+@pytest.mark.parametrize("osites", [5, 4096])
+def test_backend_bind_kernel_covers_all_sites(osites):
+    be = OpenMPBackend()
+    be.set_threads(2)
+    out = np.zeros(osites)
+    launch = be.bind_kernel(count_block, out, 1.5)
+    for _ in range(3):
+        launch(osites, out, 1.5)
+    np.testing.assert_array_equal(out, 4.5)
+    seen = []
+    be.bind_kernel(lambda lo, hi, tag: seen.append((lo, hi, tag)), "x")(osites, "y")
+    assert seen == [(0, osites, "y")]

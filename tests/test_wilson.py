@@ -1,6 +1,7 @@
 """The Wilson operator against plain numpy, and its algebraic properties (Grid's conventions)."""
 import numpy as np
 import pytest
+from conftest import backend
 from numpy_refs import dhop_ref
 
 import pygrid as pg
@@ -363,3 +364,51 @@ def test_dhop_names_a_wrong_buffer_and_leaves_out_alone():
         with pytest.raises(pg.ConformabilityError, match=message):
             dslash.dhop(args["out"], args["psi"], args["uf"], args["ub"], D.stencil)
         assert (out == 7.0).all()
+
+
+def test_repeated_calls_reuse_the_checked_launch(monkeypatch):
+    """A call on the buffers of an earlier one goes straight to its bound launch (no checks, no
+    launch lookup) and computes on the buffers' current contents; new buffers, another backend or
+    a read-only buffer take the checked path; the fields' buffers are not kept alive by it."""
+    import gc
+    import weakref
+
+    if dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    grid, rng, U, psi = setup((4, 4, 4, 8), None, "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    out = pg.LatticeFermion(grid)
+    D.M(psi, out=out)
+    checked = []
+    original = kw.run_unrolled
+    monkeypatch.setattr(kw, "run_unrolled", lambda *a, **k: checked.append(1) or original(*a, **k))
+    Un = U.to_numpy()
+    for seed in (5, 6):
+        pg.ParallelRNG(grid, [seed, 1, 2, 3]).gaussian(psi)
+        assert relerr(D.M(psi, out=out).to_numpy(), m_ref(Un, psi.to_numpy(), MASS)) < 1e-12
+        assert relerr(D.Dhop(psi, out=out).to_numpy(), dhop_ref(Un, psi.to_numpy())) < 1e-12
+    assert checked == [1]                              # Dhop's first call; M bound before the patch
+    other = pg.LatticeFermion(grid)
+    assert relerr(D.M(psi, out=other).to_numpy(), m_ref(Un, psi.to_numpy(), MASS)) < 1e-12
+    assert checked == [1, 1]
+    with backend("numpy"):
+        D.M(psi, out=out)
+    assert checked == [1, 1, 1]
+    # a read-only input is copied for the kernel, which is not compiled again for it
+    kernel = kw.kernel_for(grid.nsimd, "float64")
+    compiled = len(kernel.overloads)
+    o = pg.LatticeFermion(grid)
+    with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u, o.view(pg.CpuWrite) as w:
+        assert not p.flags.writeable
+        dslash.dhop(w, p, u, u, D.stencil)
+        dslash.dhop(w, p, u, u, D.stencil)
+    assert checked == [1, 1, 1, 1, 1]
+    assert len(kernel.overloads) == compiled
+    assert relerr(o.to_numpy(), dhop_ref(Un, psi.to_numpy())) < 1e-12
+    with other.view(pg.CpuRead) as b:
+        buffer = weakref.ref(b.base if b.base is not None else b)
+    del other, b
+    gc.collect()
+    with psi.view(pg.CpuRead):                         # the manager frees a dead field's memory here
+        pass
+    assert buffer() is None

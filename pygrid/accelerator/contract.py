@@ -85,6 +85,13 @@ class Backend(Protocol):
         buffers are not host arrays raise :class:`pygrid.errors.BackendError`.
         """
 
+    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
+        """``launch(osites, *args)``: :meth:`accelerator_for` of ``kernel`` for arguments of the
+        types of ``args``, with what can be looked up once looked up here (openmp: the parallel
+        driver's entry point for those types).  A caller that launches the same kernel on the same
+        buffers over and over keeps it; backends that refuse host kernels refuse here.
+        """
+
     # ---- reductions, accumulated in double (single on a device without double) -----
     def norm2(self, a: Buffer) -> float:
         """Sum of the squares of every real of ``a``."""
@@ -117,6 +124,7 @@ class Backend(Protocol):
 
 
 #: the members a backend must define, checked by the tests for every backend class
-MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for", "norm2",
+MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for", "bind_kernel",
+           "norm2",
            "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy",
            "synchronize")

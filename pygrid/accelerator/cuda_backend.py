@@ -249,3 +249,6 @@ class CudaBackend:
         raise BackendError(
             f"hand-written numba kernels (accelerator_for) do not run on the {self.name} backend"
         )
+
+    def bind_kernel(self, kernel, *args):
+        self.accelerator_for(0, kernel, *args)

@@ -131,6 +131,9 @@ class EmulatedSIMTBackend:
     def accelerator_for(self, osites, kernel, *args):
         host.serial_for(osites, kernel, *args)
 
+    def bind_kernel(self, kernel, *args):
+        return host.serial_launcher(kernel)
+
     # ---- reductions: the device kernels of pygrid.accelerator.reduction_kernels ----
     REDUCE_ROWS = 4096
 

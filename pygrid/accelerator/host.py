@@ -20,6 +20,14 @@ def serial_for(osites: int, kernel: Callable, *args: Any) -> None:
     kernel(0, osites, *args)
 
 
+def serial_launcher(kernel: Callable) -> Callable[..., None]:
+    """``launch(osites, *args)`` = :func:`serial_for` of ``kernel``: ``bind_kernel`` of the serial backends."""
+    def launch(osites: int, *args: Any) -> None:
+        kernel(0, osites, *args)
+
+    return launch
+
+
 def read_only(a: np.ndarray) -> np.ndarray:
     """``a`` as a read-only array (a view when it is writeable).
 

@@ -42,6 +42,9 @@ class NumpyBackend:
     def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
         host.serial_for(osites, kernel, *args)
 
+    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
+        return host.serial_launcher(kernel)
+
     def norm2(self, a) -> float:
         return host.norm2(a)
 

@@ -132,6 +132,22 @@ class OpenMPBackend:
             return
         _parallel()(n, osites, kernel, *args)
 
+    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
+        """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through
+        the parallel driver's entry point for those types (``parallel_numba.Bound``)."""
+        from .parallel_numba import Bound
+
+        bound = Bound(kernel, args)
+
+        def launch(osites: int, *a: Any) -> None:
+            n = self._blocks()
+            if n == 1 or osites < self.min_parallel_osites:
+                kernel(0, osites, *a)
+            else:
+                bound(n, osites, *a)
+
+        return launch
+
     # ---- kernels -----------------------------------------------------------------
     def kernel(self, ir, nsimd: int, alias: bool, dtype: str = "float64") -> Callable:
         """The compiled numba kernel of a lowered expression."""

@@ -19,8 +19,12 @@ overload for the arguments' types is looked up once per kernel and types (the
 types keyed by numba's C fingerprint of each argument, about 0.2 us each), after
 the kernel is compiled (or loaded from numba's cache) for them; after the first launch
 the next ones call the driver's compiled entry point for those types directly, without
-numba's dispatch of its 20-odd arguments.  An exception the
-kernel raises reaches the caller of :func:`parallel_for` as itself.  A kernel whose
+numba's dispatch of its 20-odd arguments; a caller that launches one kernel on the same
+buffers over and over binds it once (:class:`Bound`, the openmp backend's ``bind_kernel``)
+and skips the lookup by fingerprints as well.  An exception the
+kernel raises in the first block (the calling thread's) reaches the caller of
+:func:`parallel_for` as itself; numba's parallel loop drops one raised on another
+thread (pygrid's kernels raise none).  A kernel whose
 overload cannot be found that way runs through a driver that takes the kernel
 itself (linked, compiled once per process); a plain Python callable runs on the
 calling thread.
@@ -159,17 +163,62 @@ def _launch(kernel, args):
     return hit, key
 
 
-def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
-    """``kernel(lo, hi, *args)`` over outer sites [0, osites) in ``nblocks`` blocks, one per thread."""
-    if not isinstance(kernel, CPUDispatcher):
-        kernel(0, osites, *args)
-        return
-    (drive, addr), key = _launch(kernel, args)
+def _run(drive, addr, nblocks, osites, args):
     try:
         drive(addr, nblocks, osites, *args)
     except SystemError as e:  # numba reports a kernel's exception in a parallel loop as its cause
         if e.__cause__ is None:
             raise
         raise e.__cause__ from None
+
+
+def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
+    """``kernel(lo, hi, *args)`` over outer sites [0, osites) in ``nblocks`` blocks, one per thread."""
+    if not isinstance(kernel, CPUDispatcher):
+        kernel(0, osites, *args)
+        return
+    (drive, addr), key = _launch(kernel, args)
+    _run(drive, addr, nblocks, osites, args)
     if key is not None and isinstance(drive, CPUDispatcher):
         _launches[key] = (_entry(drive, nblocks, osites, addr, args), addr)
+
+
+class Bound:
+    """``kernel`` bound to the types of one set of arguments: ``bound(nblocks, osites, *args)`` is
+    :func:`parallel_for` without the lookup of its driver by the arguments' fingerprints.
+
+    The caller passes arguments of exactly the types of those it was bound with (the same
+    arrays again, say): the driver's entry point unboxes them by those types unchecked."""
+
+    __slots__ = ("kernel", "_drive", "_addr", "_key", "_entry")
+
+    def __init__(self, kernel, args):
+        self.kernel, self._entry = kernel, None
+        if isinstance(kernel, CPUDispatcher):
+            (self._drive, self._addr), self._key = _launch(kernel, args)
+        else:
+            self._drive, self._addr, self._key = None, 0, None
+
+    def __call__(self, nblocks, osites, *args):
+        entry = self._entry
+        if entry is None:
+            self._first(nblocks, osites, args)
+            return
+        try:
+            entry(self._addr, nblocks, osites, *args)
+        except SystemError as e:  # as in _run
+            if e.__cause__ is None:
+                raise
+            raise e.__cause__ from None
+
+    def _first(self, nblocks, osites, args):
+        drive = self._drive
+        if drive is None:
+            self.kernel(0, osites, *args)
+            return
+        _run(drive, self._addr, nblocks, osites, args)
+        # the entry point for these types exists now (compiled or loaded at this first call)
+        self._entry = _entry(drive, nblocks, osites, self._addr, args) if isinstance(drive, CPUDispatcher) \
+            else drive
+        if self._key is not None:
+            _launches[self._key] = (self._entry, self._addr)

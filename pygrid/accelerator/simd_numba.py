@@ -12,8 +12,8 @@ shorter and every operation is a vector instruction by construction.
 Operations (all usable only inside numba-compiled code):
 
 * ``vload(a, i, W)`` / ``vstore(a, i, v)``: ``W`` (an integer literal or a
-  module-level constant) consecutive elements of the 1D array ``a`` from
-  flat index ``i``;
+  module-level constant) consecutive elements of the array ``a`` (1D, or C-contiguous of any
+  shape) from flat index ``i``;
 * ``vzero(v)``: a zero vector of ``v``'s type; ``vsplat(x, W)``;
 * ``a + b``, ``a - b``, ``a * b``, ``a / b``, ``-a`` on vectors, ``x * v`` with a scalar;
 * ``vsqrt(v)``: the square root of every lane;
@@ -92,8 +92,10 @@ def _literal_int(t, what):
 
 
 def _float_array(a, what):
-    if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype in (types.float32, types.float64)):
-        raise TypingError(f"{what} needs a 1D float32/float64 array, got {a}")
+    # the index is flat: a 1D array, or a C-contiguous one of any shape
+    if not (isinstance(a, types.Array) and (a.ndim == 1 or a.layout == "C")
+            and a.dtype in (types.float32, types.float64)):
+        raise TypingError(f"{what} needs a 1D or C-contiguous float32/float64 array, got {a}")
 
 
 def _vtype(context, vt):

@@ -504,3 +504,6 @@ class SyclBackend:
 
     def accelerator_for(self, osites, kernel, *args):
         raise BackendError("hand-written numba kernels (accelerator_for) do not run on the sycl backend")
+
+    def bind_kernel(self, kernel, *args):
+        self.accelerator_for(0, kernel, *args)

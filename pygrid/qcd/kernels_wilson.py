@@ -65,7 +65,7 @@ when numba compiles for the host):
 
 The result is written as ``scale * acc + alpha * diag``: 1320 flops per site (Grid's count).
 
-Flat 1D arrays are indexed with unsigned integers (``U = np.uint64``; numba's
+Arrays are indexed flat with unsigned integers (``U = np.uint64``; numba's
 wraparound checks on signed indices defeat vectorisation); the small helpers
 are inlined by numba (``inline="always"``), so the vectors never go through
 memory between them; no array variable is reassigned in the site loop (numba
@@ -301,7 +301,7 @@ def _source(ns, dtype, five_d, wide=False):
        "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the halos "
        "to send.",
        "@_jit")
-    args = ("lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, diag, use_diag, tile, far, "
+    args = ("lo, hi, out, psi, uf, ub, diag, nbr, perm, lanes, pxor, n4, Ls, coef, use_diag, tile, far, "
             "sites, halo, ubh")
     fn(f"dhop_kernel({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True),
        "The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop().", "@_jit")
@@ -555,6 +555,8 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
             raise ConformabilityError(f"dhop: {name} buffer must be a C-contiguous host array")
+    if not out.flags.writeable:
+        raise ConformabilityError("dhop: out buffer is read-only")
     nsimd, dtype = out.shape[3], out.dtype
     st = _launch_state(stencil, Ls, nsimd, dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag)
@@ -582,11 +584,38 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
         backend.accelerator_for(len(st.boundary), st.kernel_halo, *args, st.boundary, *tail)
 
 
+def _writable(a):
+    # numba compiles a kernel per combination of writeable flags, and a Dirac kernel takes seconds:
+    # every buffer goes in writable, as pygrid's kernel views give them (the kernel never writes its
+    # inputs); a read-only one, from a caller's read view, is copied
+    return a if a.flags.writeable else a.copy()
+
+
 def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag):
     """The hopping kernel's arguments before ``sites, halo, ubh``, for the launch state ``st``
-    (:func:`_launch_state`) and host buffers shaped (osites, ncomp, 2, nsimd)."""
-    return (out.reshape(-1), read_only(psi.reshape(-1)), read_only(uf.reshape(-1)), read_only(ub.reshape(-1)),
-            *st.tables, coef, read_only(diag.reshape(-1)), bool(use_diag), st.tile, st.far)
+    (:func:`_launch_state`) and host buffers shaped (osites, ncomp, 2, nsimd), passed as they are
+    (the kernel indexes them flat), writable."""
+    return (out, _writable(psi), _writable(uf), _writable(ub), _writable(diag), *st.tables, coef,
+            bool(use_diag), st.tile, st.far)
+
+
+def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag):
+    """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
+    the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``); the
+    caller passes the same buffers again.  None where a call has more to do than the launch (a
+    lattice split over ranks, a read-only buffer that each call copies)."""
+    plan = stencil.plan
+    if (plan is not None and plan.nhalo) or not all(
+            a.flags.writeable for a in (out, psi, uf, ub, diag)):
+        return None
+    st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag) + (st.sites, st.none, st.none)
+    launch, n4, tail = backend.bind_kernel(st.kernel, *args), st.n4, args[5:]
+
+    def run(out, psi, uf, ub, diag):
+        launch(n4, out, psi, uf, ub, diag, *tail)
+
+    return run
 
 
 class _LaunchState:
