@@ -49,8 +49,9 @@ def main():
     out = aligned_empty((n4 * Ls, 12, 2, ns), dt)
     out[:] = 0
     k = kw.kernel_for(ns, dt, Ls)
-    a = (out, psi, uf, u, out, nbr, perm, read_only(np.zeros(8 * ns, np.int32)), read_only(np.zeros(8, np.int32)),
-         n4, Ls, np.array([-0.5, 0, -1, 1], dt), False, kw._tile(Ls, ns, dt), False,
+    a = (out, psi, uf, u, out, nbr, perm, read_only(np.zeros(8 * ns, np.int32)),
+         read_only(np.zeros(8, np.int32)), n4, Ls, np.array([-0.5, 0, -1, 1], dt), False,
+         kw._tile(Ls, ns, dt), False,
          read_only(np.arange(n4, dtype=np.int32)), read_only(np.zeros(1, dt)), read_only(np.zeros(1, dt)))
     k(0, n4, *a)
     flops = kw.FLOPS_PER_SITE * ns * n4 * Ls

@@ -124,7 +124,6 @@ class Backend(Protocol):
 
 
 #: the members a backend must define, checked by the tests for every backend class
-MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for", "bind_kernel",
-           "norm2",
-           "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy",
-           "synchronize")
+MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for",
+           "bind_kernel", "norm2", "inner_product", "site_sum", "slice_sum", "set_threads", "threads",
+           "bench_copy", "synchronize")

@@ -21,7 +21,7 @@ def serial_for(osites: int, kernel: Callable, *args: Any) -> None:
 
 
 def serial_launcher(kernel: Callable) -> Callable[..., None]:
-    """``launch(osites, *args)`` = :func:`serial_for` of ``kernel``: ``bind_kernel`` of the serial backends."""
+    """``launch(osites, *args)``, :func:`serial_for` of ``kernel``: the serial backends' ``bind_kernel``."""
     def launch(osites: int, *args: Any) -> None:
         kernel(0, osites, *args)
 
