@@ -5,8 +5,8 @@ A call that fails, with an exception or a KeyboardInterrupt, anywhere before its
 its destination as it was: the same bytes and the same checkerboard.  The faults are real: the
 backend under test (``PYGRID_TEST_BACKEND``) has its kernel entry points (``run``, ``launch``,
 ``accelerator_for``, ``relayout``, and the launches ``bind_kernel`` returns) wrapped so that the
-N-th kernel of a call raises before it starts or after it finished, for every N; the operator's answer is then checked against the one it gives
-without a fault.
+N-th kernel of a call raises before it starts or after it finished, for every N; the operator's
+answer is then checked against the one it gives without a fault.
 """
 from __future__ import annotations
 
