@@ -44,7 +44,9 @@ def main():
     st, dt = D.stencil, np.dtype(np.float64 if prec == "double" else np.float32)
     n4 = st.neighbours.shape[1]
     blocks = get_backend()._blocks()
-    with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u, out.view(pg.CpuWrite) as o:
+    # the fields' own buffers, writable, as the Dirac call's kernel views hand them to the kernel
+    read = pg.ViewMode.AcceleratorRead
+    with psi._kernel_view(read) as p, U._kernel_view(read) as u, out.view(pg.CpuWrite) as o:
         ls = kw._launch_state(st, 1, p.shape[3], dt)
         a = kw.kernel_args(ls, o, p, u, u, np.array([-0.5, 0, -1, 1], dt), o, False) + (
             ls.sites, ls.none, ls.none)

@@ -26,6 +26,13 @@ import numpy as np
 
 import pygrid as pg
 from pygrid.accelerator.backends import get_backend
+from pygrid.memory.aligned import aligned_empty
+
+
+def aligned_copy(a):
+    c = aligned_empty(a.shape, a.dtype)
+    c[...] = a
+    return c
 
 
 def main():
@@ -46,8 +53,9 @@ def main():
     g5 = pg.GridCartesian5D(grid, Ls) if Ls > 1 else grid
     psi = pg.LatticeFermion(g5, prec)
     pg.ParallelRNG(g5, [5, 6, 7, 8]).gaussian(psi)
+    # writable copies, aligned to cache lines as fields are (the kernel copies a read-only input)
     with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u:
-        p, u = np.ascontiguousarray(p), np.ascontiguousarray(u)
+        p, u = aligned_copy(p), aligned_copy(u)
     st = D.stencil
     n4, ns = st.neighbours.shape[1], p.shape[3]
     pool = get_backend("openmp")
@@ -56,7 +64,7 @@ def main():
         mod = importlib.import_module("pygrid.qcd." + name)
         # each module's own launch state: its site order, tile and table layout
         ls = mod._launch_state(st, Ls, ns, dt)
-        o = np.zeros_like(p)
+        o = aligned_copy(np.zeros_like(p))
         coef = np.array([-0.5, 0, -1, 1], dt)
         a = mod.kernel_args(ls, o, p, u, u, coef, o, False) + (ls.sites, ls.none, ls.none)
         k = ls.kernel
