@@ -20,7 +20,7 @@ A solver calls the hopping term thousands of times on the same few fields, and
 the MemoryManager hands a field's buffer out as the same array each time: a call
 of the unrolled kernel on buffers, stencil and coefficients seen before (the same
 objects, held weakly, under the same backend and configuration) skips the checks
-and the launch lookup, which on an 8^4 lattice cost a fifth of the call.
+and the launch lookup, tens of microseconds of a 250-350 us call at 8^4.
 """
 from __future__ import annotations
 
