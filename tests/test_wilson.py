@@ -412,3 +412,28 @@ def test_repeated_calls_reuse_the_checked_launch(monkeypatch):
     with psi.view(pg.CpuRead):                         # the manager frees a dead field's memory here
         pass
     assert buffer() is None
+
+
+def test_a_bound_call_is_forgotten_with_its_fields():
+    """The bound launch of a call leaves dslash's table when a buffer it was made for dies, so
+    it keeps no stencil tables alive for fields that are gone."""
+    import gc
+
+    if dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    grid, rng, U, psi = setup((4, 4, 4, 4), None, "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    out = pg.LatticeFermion(grid)
+    D.Dhop(psi, out=out)
+    def same_buffer(x, a):
+        return isinstance(x, np.ndarray) and x.ctypes.data == a.ctypes.data and x.shape == a.shape
+
+    with psi.view(pg.CpuRead) as p:
+        mine = [k for k, hit in dslash._BOUND.items() if any(same_buffer(r(), p) for r in hit.refs)]
+    assert len(mine) == 1
+    del psi, out, p
+    gc.collect()
+    with U.view(pg.CpuRead):                           # the manager frees dead fields' memory here
+        pass
+    gc.collect()
+    assert mine[0] not in dslash._BOUND

@@ -81,12 +81,19 @@ def _check_fermion(name, a, dtype, nsimd, nc=12):
 
 class _Bound:
     """A checked call of the unrolled kernel: the objects it was made for, held weakly, and the
-    launch bound to their buffers (:func:`pygrid.qcd.kernels_wilson.bind_unrolled`)."""
+    launch bound to their buffers (:func:`pygrid.qcd.kernels_wilson.bind_unrolled`).  The
+    entry leaves ``_BOUND`` when one of them dies, with the tables its launch holds."""
 
-    __slots__ = ("refs", "backend", "config", "run", "use_diag")
+    __slots__ = ("refs", "backend", "config", "run", "use_diag", "__weakref__")
 
-    def __init__(self, objects, backend, config, run, use_diag):
-        self.refs = tuple(weakref.ref(x) for x in objects)
+    def __init__(self, key, objects, backend, config, run, use_diag):
+        me = weakref.ref(self)
+
+        def forget(_, key=key):
+            if _BOUND.get(key) is me():
+                _BOUND.pop(key, None)
+
+        self.refs = tuple(weakref.ref(x, forget) for x in objects)
         self.backend, self.config, self.run, self.use_diag = backend, config, run, use_diag
 
     def holds(self, objects):
@@ -153,7 +160,7 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         if run is not None:
             if len(_BOUND) >= 256:
                 _BOUND.clear()
-            _BOUND[key] = _Bound(held, backend, current(), run, use_diag)
+            _BOUND[key] = _Bound(key, held, backend, current(), run, use_diag)
         return out
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:
