@@ -51,6 +51,26 @@ def test_instances_meet_the_protocol(name):
     assert b.threads() >= 1
 
 
+def test_host_kernels_run_or_are_refused_by_name():
+    """accelerator_for and bind_kernel run a host kernel on the CPU backends; sycl refuses both
+    with a BackendError naming the backend."""
+    import numpy as np
+
+    def mark(lo, hi, a):
+        a[lo:hi] += 1
+
+    for name in ("numpy", "openmp"):
+        b, a = pg.get_backend(name), np.zeros(300)
+        b.accelerator_for(300, mark, a)
+        b.bind_kernel(mark, a)(300, a)
+        assert (a == 2).all()
+    pytest.importorskip("dpctl")
+    b = pg.get_backend("sycl")
+    for call in (lambda: b.accelerator_for(3, mark, np.zeros(3)), lambda: b.bind_kernel(mark, np.zeros(3))):
+        with pytest.raises(pg.BackendError, match="do not run on the sycl backend"):
+            call()
+
+
 def test_no_class_is_patched():
     """The library and the test fixtures select backends by name: no backend method is rebound."""
     from pygrid.accelerator import emulated_backend, numpy_backend, openmp_backend

@@ -251,4 +251,6 @@ class CudaBackend:
         )
 
     def bind_kernel(self, kernel, *args):
-        self.accelerator_for(0, kernel, *args)
+        raise BackendError(
+            f"hand-written numba kernels (bind_kernel) do not run on the {self.name} backend"
+        )

@@ -506,4 +506,4 @@ class SyclBackend:
         raise BackendError("hand-written numba kernels (accelerator_for) do not run on the sycl backend")
 
     def bind_kernel(self, kernel, *args):
-        self.accelerator_for(0, kernel, *args)
+        raise BackendError("hand-written numba kernels (bind_kernel) do not run on the sycl backend")
