@@ -54,8 +54,10 @@ def main():
     # the arrays stay usable after their views close: on the openmp backend they are the fields'
     # own host buffers (D.Dhop opens its views on the same fields, which an open view would refuse)
 
+        failed = np.zeros(blocks, np.uint8)
+
         def kernel():
-            drive(addr, blocks, n4, *a)
+            drive(addr, blocks, n4, failed, *a)
 
     def call():
         D.Dhop(psi, out=out)

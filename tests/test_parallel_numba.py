@@ -72,7 +72,9 @@ def test_the_driver_calls_the_kernel_by_address_without_linking_it():
     ns = {}
     exec(parallel_numba.driver_source(2).replace("cache=True", "cache=False"), ns)
     b = np.zeros(64)
-    ns["drive"](parallel_numba._launches[(count_block, (_fp(b), _fp(2.0)))][1], 2, 64, b, 2.0)
+    failed = np.zeros(2, np.uint8)
+    address = parallel_numba._launches[(count_block, (_fp(b), _fp(2.0)))][1]
+    assert ns["drive"](address, 2, 64, failed, b, 2.0) == 0
     np.testing.assert_array_equal(b, 2.0)
     llvm = ns["drive"].inspect_llvm()
     assert llvm and all("inttoptr" in text for text in llvm.values())
@@ -154,6 +156,31 @@ def test_an_exception_in_a_kernel_reaches_the_caller():
         parallel_numba.parallel_for(2, 16, refuse_site, a, 3)
 
 
+@njit(nogil=True)
+def refuse_once(lo, hi, a, armed):
+    for i in range(lo, hi):
+        if lo > 0 and armed[0]:
+            armed[0] = 0
+            raise ValueError("refused once")
+        a[i] = 1.0
+
+
+@pytest.mark.parametrize("nblocks", [2, 3])
+def test_an_exception_on_a_worker_thread_reaches_the_caller(nblocks):
+    """numba's parallel loop drops an exception raised on a worker thread: the driver reports the
+    block, which runs again on the calling thread and raises there, through the dispatcher and
+    through the entry point alike; one that does not repeat is reported as such."""
+    a = np.zeros(60)
+    for bad in (59, 30, 59):
+        with pytest.raises(ValueError, match="this site is refused"):
+            parallel_numba.parallel_for(nblocks, 60, refuse_site, a, bad)
+    armed = np.ones(1, np.int64)
+    with pytest.raises(RuntimeError, match="refuse_once raised an exception on a worker thread"):
+        parallel_numba.parallel_for(nblocks, 60, refuse_once, a, armed)
+    parallel_numba.parallel_for(nblocks, 60, refuse_once, a, armed)
+    np.testing.assert_array_equal(a, 1.0)
+
+
 def test_python_callable_runs_on_the_calling_thread():
     seen = []
     parallel_numba.parallel_for(4, 10, lambda lo, hi, tag: seen.append((lo, hi, tag)), "x")
@@ -202,8 +229,9 @@ def test_bound_kernel_runs_through_the_entry_point_from_its_second_launch():
     np.testing.assert_array_equal(a, 1.0)
     entry = bound._entry
     assert entry in {cres.entry_point for cres in parallel_numba.driver(2).overloads.values()}
-    with pytest.raises(ValueError, match="this site is refused"):
-        bound(2, 40, a, 19)
+    for bad in (19, 39):                               # the calling thread's block, a worker's
+        with pytest.raises(ValueError, match="this site is refused"):
+            bound(2, 40, a, bad)
     assert bound._entry is entry
     # parallel_for finds the same entry point for these types
     assert parallel_numba._launches[(refuse_site, (_fp(a), _fp(7)))][0] is entry

@@ -22,18 +22,20 @@ the next ones call the driver's compiled entry point for those types directly, w
 numba's dispatch of its 20-odd arguments; a caller that launches one kernel on the same
 buffers over and over binds it once (:class:`Bound`, the openmp backend's ``bind_kernel``)
 and skips the lookup by fingerprints as well.  An exception the
-kernel raises in the first block (the calling thread's) reaches the caller of
-:func:`parallel_for` as itself; numba's parallel loop drops one raised on another
-thread (pygrid's kernels raise none).  A kernel whose
+kernel raises reaches the caller of :func:`parallel_for` as itself: numba's parallel
+loop drops one raised on a worker thread, so the driver reports which blocks failed
+and those blocks run again on the calling thread, where they raise.  A kernel whose
 overload cannot be found that way runs through a driver that takes the kernel
-itself (linked, compiled once per process); a plain Python callable runs on the
-calling thread.
+itself (linked, compiled once per process; there an exception on a worker thread is
+lost, as in any numba parallel loop); a plain Python callable runs on the calling
+thread.
 """
 from __future__ import annotations
 
 import hashlib
 import threading
 
+import numpy as np
 from numba import njit, prange, typeof, types
 from numba._dispatcher import compute_fingerprint
 from numba.core import cgutils
@@ -48,10 +50,13 @@ _lock = threading.Lock()
 @intrinsic
 def call_kernel(typingctx, address, lo, hi, args):
     """Call the compiled kernel at ``address`` (numba's native calling convention) as
-    ``kernel(lo, hi, *args)``, and pass on an exception it raises, as a call by name does.
+    ``kernel(lo, hi, *args)``; 1 if it raised an exception, else 0.
 
-    The caller guarantees that the kernel was compiled for exactly ``(int64, int64, *args)``
-    (:func:`parallel_for` looks the address up by the arguments' types)."""
+    The exception itself is not passed on: on a worker thread of the parallel loop there is no
+    Python thread state to pass it to, and numba drops it; :func:`parallel_for` runs a block
+    that failed again on the calling thread, where it raises.  The caller guarantees that the
+    kernel was compiled for exactly ``(int64, int64, *args)`` (:func:`parallel_for` looks the
+    address up by the arguments' types)."""
     if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
         return None
 
@@ -63,11 +68,9 @@ def call_kernel(typingctx, address, lo, hi, args):
         fnty = context.call_conv.get_function_type(types.none, argtys)
         fn = builder.inttoptr(addr, fnty.as_pointer())
         status, _ = context.call_conv.call_function(builder, fn, types.none, argtys, vals)
-        with cgutils.if_unlikely(builder, status.is_error):
-            context.call_conv.return_status_propagate(builder, status)
-        return context.get_dummy_value()
+        return builder.zext(status.is_error, context.get_value_type(types.uint8))
 
-    return types.none(address, lo, hi, args), codegen
+    return types.uint8(address, lo, hi, args), codegen
 
 
 def _own_digest() -> str:
@@ -92,9 +95,13 @@ def driver_source(nargs: int) -> str:
         "",
         "",
         "@njit(parallel=True, nogil=True, cache=True)",
-        f"def drive(address, nblocks, osites{tail}):",
+        f"def drive(address, nblocks, osites, failed{tail}):",
+        "    n = 0",
         "    for b in prange(nblocks):",
-        f"        call_kernel(address, b * osites // nblocks, (b + 1) * osites // nblocks, {tup})",
+        f"        f = call_kernel(address, b * osites // nblocks, (b + 1) * osites // nblocks, {tup})",
+        "        failed[b] = f",
+        "        n += f",
+        "    return n",
         "",
     ])
 
@@ -106,7 +113,9 @@ def _drive_linked(kernel, nblocks, osites, args):
 
 
 def driver(nargs: int):
-    """``drive(address, nblocks, osites, *args)`` for kernels of ``nargs`` arguments after (lo, hi)."""
+    """``drive(address, nblocks, osites, failed, *args)`` for kernels of ``nargs`` arguments after
+    (lo, hi): the number of blocks whose kernel raised, each marked 1 in ``failed`` (uint8,
+    ``nblocks`` long)."""
     d = _drivers.get(nargs)
     if d is None:
         from .compile_cache import load_module
@@ -134,7 +143,7 @@ def _address(kernel, args) -> int | None:
 def _entry(drive, nblocks, osites, addr, args):
     """The driver's compiled entry point for these arguments' types, once numba has it (it
     unboxes them without numba's dispatch, a few microseconds of a launch), else the driver."""
-    sig = tuple(typeof(x) for x in (addr, nblocks, osites, *args))
+    sig = tuple(typeof(x) for x in (addr, nblocks, osites, _FAILED, *args))
     cres = drive.overloads.get(sig)
     return drive if cres is None else cres.entry_point
 
@@ -152,8 +161,16 @@ def _launch(kernel, args):
     if hit is None:
         addr = _address(kernel, args) if key is not None else None
         if addr is None:
-            def linked(address, nblocks, osites, *a, _k=kernel):
-                _drive_linked(_k, nblocks, osites, a)
+            def linked(address, nblocks, osites, failed, *a, _k=kernel):
+                # called by name, the kernel's exception on the calling thread comes as the cause
+                # of a SystemError; one on a worker thread is lost, as numba's parallel loops lose it
+                try:
+                    _drive_linked(_k, nblocks, osites, a)
+                except SystemError as e:
+                    if e.__cause__ is None:
+                        raise
+                    raise e.__cause__ from None
+                return 0
 
             hit = (linked, 0)
         else:
@@ -163,13 +180,25 @@ def _launch(kernel, args):
     return hit, key
 
 
-def _run(drive, addr, nblocks, osites, args):
-    try:
-        drive(addr, nblocks, osites, *args)
-    except SystemError as e:  # numba reports a kernel's exception in a parallel loop as its cause
-        if e.__cause__ is None:
-            raise
-        raise e.__cause__ from None
+#: the type of the driver's ``failed`` argument, for the signature of its entry point
+_FAILED = np.zeros(1, np.uint8)
+
+
+def _run(drive, addr, nblocks, osites, args, kernel):
+    failed = np.zeros(nblocks, np.uint8)
+    if drive(addr, nblocks, osites, failed, *args):
+        _raise_failed(kernel, nblocks, osites, args, failed)
+
+
+def _raise_failed(kernel, nblocks, osites, args, failed):
+    """Run the blocks whose kernel raised again, in order, on the calling thread, where the
+    exception reaches the caller as itself (a kernel that fails fails the same way again)."""
+    blocks = [(b * osites // nblocks, (b + 1) * osites // nblocks) for b in np.flatnonzero(failed)]
+    for lo, hi in blocks:
+        kernel(lo, hi, *args)
+    name = getattr(kernel, "__name__", repr(kernel))
+    raise RuntimeError(f"kernel {name} raised an exception on a worker thread (outer sites [lo, hi): "
+                       f"{blocks}) and not when run again on the calling thread")
 
 
 def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
@@ -178,7 +207,7 @@ def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
         kernel(0, osites, *args)
         return
     (drive, addr), key = _launch(kernel, args)
-    _run(drive, addr, nblocks, osites, args)
+    _run(drive, addr, nblocks, osites, args, kernel)
     if key is not None and isinstance(drive, CPUDispatcher):
         _launches[key] = (_entry(drive, nblocks, osites, addr, args), addr)
 
@@ -204,19 +233,16 @@ class Bound:
         if entry is None:
             self._first(nblocks, osites, args)
             return
-        try:
-            entry(self._addr, nblocks, osites, *args)
-        except SystemError as e:  # as in _run
-            if e.__cause__ is None:
-                raise
-            raise e.__cause__ from None
+        failed = np.zeros(nblocks, np.uint8)
+        if entry(self._addr, nblocks, osites, failed, *args):
+            _raise_failed(self.kernel, nblocks, osites, args, failed)
 
     def _first(self, nblocks, osites, args):
         drive = self._drive
         if drive is None:
             self.kernel(0, osites, *args)
             return
-        _run(drive, self._addr, nblocks, osites, args)
+        _run(drive, self._addr, nblocks, osites, args, self.kernel)
         # the entry point for these types exists now (compiled or loaded at this first call)
         self._entry = _entry(drive, nblocks, osites, self._addr, args) if isinstance(drive, CPUDispatcher) \
             else drive
