@@ -628,7 +628,7 @@ class _LaunchState:
         self.n4 = stencil.neighbours.shape[1]
         self.kernel = kernel_for(nsimd, dtype, Ls)
         self.kernel_halo = kernel_for(nsimd, dtype, Ls, halo=True)
-        # every input read-only, whatever the stencil's flags: one numba specialisation per path
+        # the tables read-only, whatever the stencil's flags: one numba specialisation per path
         self.tables = tuple(read_only(t.reshape(-1)) for t in (
             stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
         self.tile = _tile(Ls, nsimd, dtype)
