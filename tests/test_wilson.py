@@ -1,4 +1,7 @@
 """The Wilson operator against plain numpy, and its algebraic properties (Grid's conventions)."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from conftest import backend
@@ -366,18 +369,28 @@ def test_dhop_names_a_wrong_buffer_and_leaves_out_alone():
         assert (out == 7.0).all()
 
 
+def unrolled_operator(dims):
+    """A Wilson operator, a random field and an output field on ``dims``, on a backend that runs the
+    unrolled kernel (skips elsewhere)."""
+    if dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    grid, rng, U, psi = setup(dims, None, "double")
+    return grid, U, psi, pg.qcd.WilsonFermion(U, MASS), pg.LatticeFermion(grid)
+
+
+def free_dead_fields(live):
+    """Collect dead fields and let the manager free their memory (it does at the next open)."""
+    gc.collect()
+    with live.view(pg.CpuRead):
+        pass
+    gc.collect()
+
+
 def test_repeated_calls_reuse_the_checked_launch(monkeypatch):
     """A call on the buffers of an earlier one goes straight to its bound launch (no checks, no
     launch lookup) and computes on the buffers' current contents; new buffers, another backend or
     a read-only buffer take the checked path; the fields' buffers are not kept alive by it."""
-    import gc
-    import weakref
-
-    if dslash.variant() != "unroll":
-        pytest.skip("the unrolled kernel runs on the CPU backends only")
-    grid, rng, U, psi = setup((4, 4, 4, 8), None, "double")
-    D = pg.qcd.WilsonFermion(U, MASS)
-    out = pg.LatticeFermion(grid)
+    grid, U, psi, D, out = unrolled_operator((4, 4, 4, 8))
     D.M(psi, out=out)
     checked = []
     original = kw.run_unrolled
@@ -408,23 +421,16 @@ def test_repeated_calls_reuse_the_checked_launch(monkeypatch):
     with other.view(pg.CpuRead) as b:
         buffer = weakref.ref(b.base if b.base is not None else b)
     del other, b
-    gc.collect()
-    with psi.view(pg.CpuRead):                         # the manager frees a dead field's memory here
-        pass
+    free_dead_fields(psi)
     assert buffer() is None
 
 
 def test_a_bound_call_is_forgotten_with_its_fields():
     """The bound launch of a call leaves dslash's table when a buffer it was made for dies, so
     it keeps no stencil tables alive for fields that are gone."""
-    import gc
-
-    if dslash.variant() != "unroll":
-        pytest.skip("the unrolled kernel runs on the CPU backends only")
-    grid, rng, U, psi = setup((4, 4, 4, 4), None, "double")
-    D = pg.qcd.WilsonFermion(U, MASS)
-    out = pg.LatticeFermion(grid)
+    grid, U, psi, D, out = unrolled_operator((4, 4, 4, 4))
     D.Dhop(psi, out=out)
+
     def same_buffer(x, a):
         return isinstance(x, np.ndarray) and x.ctypes.data == a.ctypes.data and x.shape == a.shape
 
@@ -432,8 +438,5 @@ def test_a_bound_call_is_forgotten_with_its_fields():
         mine = [k for k, hit in dslash._BOUND.items() if any(same_buffer(r(), p) for r in hit.refs)]
     assert len(mine) == 1
     del psi, out, p
-    gc.collect()
-    with U.view(pg.CpuRead):                           # the manager frees dead fields' memory here
-        pass
-    gc.collect()
+    free_dead_fields(U)
     assert mine[0] not in dslash._BOUND

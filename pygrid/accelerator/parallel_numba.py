@@ -201,15 +201,25 @@ def _raise_failed(kernel, nblocks, osites, args, failed):
                        f"{blocks}) and not when run again on the calling thread")
 
 
+def _first_run(drive, addr, key, nblocks, osites, args, kernel):
+    """Run through ``drive``; returns what the next launches of these types call: the driver's
+    compiled entry point, which exists once this call has compiled or loaded it."""
+    _run(drive, addr, nblocks, osites, args, kernel)
+    if not isinstance(drive, CPUDispatcher):
+        return drive
+    entry = _entry(drive, nblocks, osites, addr, args)
+    if key is not None:
+        _launches[key] = (entry, addr)
+    return entry
+
+
 def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
     """``kernel(lo, hi, *args)`` over outer sites [0, osites) in ``nblocks`` blocks, one per thread."""
     if not isinstance(kernel, CPUDispatcher):
         kernel(0, osites, *args)
         return
     (drive, addr), key = _launch(kernel, args)
-    _run(drive, addr, nblocks, osites, args, kernel)
-    if key is not None and isinstance(drive, CPUDispatcher):
-        _launches[key] = (_entry(drive, nblocks, osites, addr, args), addr)
+    _first_run(drive, addr, key, nblocks, osites, args, kernel)
 
 
 class Bound:
@@ -229,22 +239,9 @@ class Bound:
             self._drive, self._addr, self._key = None, 0, None
 
     def __call__(self, nblocks, osites, *args):
-        entry = self._entry
-        if entry is None:
-            self._first(nblocks, osites, args)
-            return
-        failed = np.zeros(nblocks, np.uint8)
-        if entry(self._addr, nblocks, osites, failed, *args):
-            _raise_failed(self.kernel, nblocks, osites, args, failed)
-
-    def _first(self, nblocks, osites, args):
-        drive = self._drive
-        if drive is None:
+        if self._entry is not None:
+            _run(self._entry, self._addr, nblocks, osites, args, self.kernel)
+        elif self._drive is None:
             self.kernel(0, osites, *args)
-            return
-        _run(drive, self._addr, nblocks, osites, args, self.kernel)
-        # the entry point for these types exists now (compiled or loaded at this first call)
-        self._entry = _entry(drive, nblocks, osites, self._addr, args) if isinstance(drive, CPUDispatcher) \
-            else drive
-        if self._key is not None:
-            _launches[self._key] = (self._entry, self._addr)
+        else:
+            self._entry = _first_run(self._drive, self._addr, self._key, nblocks, osites, args, self.kernel)
