@@ -119,6 +119,12 @@ class OpenMPBackend:
     def _blocks(self) -> int:
         return min(self._nthreads, numba_threads())
 
+    def blocks(self, osites: int) -> int:
+        """How many blocks :meth:`accelerator_for` splits ``osites`` into: block b is
+        [b * osites // n, (b + 1) * osites // n), one per thread (1: the calling thread alone)."""
+        n = self._blocks()
+        return 1 if osites < self.min_parallel_osites else n
+
     def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
         """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites), split over the threads.
 
@@ -126,8 +132,8 @@ class OpenMPBackend:
         thread.  A Ctrl-C is raised when every block is done, so the views of a launch never
         close while a thread still writes through them.
         """
-        n = self._blocks()
-        if n == 1 or osites < self.min_parallel_osites:
+        n = self.blocks(osites)
+        if n == 1:
             kernel(0, osites, *args)
             return
         _parallel()(n, osites, kernel, *args)
@@ -140,8 +146,8 @@ class OpenMPBackend:
         bound = Bound(kernel, args)
 
         def launch(osites: int, *a: Any) -> None:
-            n = self._blocks()
-            if n == 1 or osites < self.min_parallel_osites:
+            n = self.blocks(osites)
+            if n == 1:
                 kernel(0, osites, *a)
             else:
                 bound(n, osites, *a)

@@ -1,15 +1,18 @@
 """Reductions for the OpenMP backend: numba kernels over blocks of outer sites.
 
-Each block writes one partial sum (accumulated in double, whatever the field's
-precision) and the host adds the partials.  Not numpy: ``np.dot`` runs on
+Each block of a launch writes one partial sum into its own slot (accumulated in
+double, whatever the field's precision: a product of two single reals is exact in
+double) and the host adds the partials.  Not numpy: ``np.dot`` runs on
 OpenBLAS's own thread pool, which competes with the kernels' OpenMP threads for the
 cores and made a CG several times slower on a small machine.
 
 The kernels are generated per lane count and precision with explicit SIMD
 vectors (:mod:`.simd_numba`): one component's lanes are one vector, widened to
-double, with an independent accumulator per product so that the adds do not
-wait on each other.  A loop over the lanes of one component is too short for
-LLVM's vectoriser, which left the inner product scalar.
+double, with independent accumulators (:data:`NORM2_UNROLL`, :data:`INNER_UNROLL`) so
+that the FMAs do not wait on each other.  In single the widening sets the pace: one
+``vcvtps2pd`` per four reals held a core to about 50 GB/s on AVX2 (Zen 3).  A loop
+over the lanes of one component is too short for LLVM's vectoriser, which left the
+inner product scalar.
 """
 from __future__ import annotations
 
@@ -22,9 +25,44 @@ from .host import read_only
 _modules: dict = {}
 
 
-def source(nsimd: int, dtype: str) -> str:
+#: components per loop iteration of norm2 and of the inner product, each into its own accumulators.
+#: An FMA waits 4-5 cycles for the one before it on the same accumulator: norm2's two chains a
+#: component held a core to about 45 GB/s from L2 (AVX2, Zen 3), four ran 56-62; the inner
+#: product's four chains already ran 69, and eight spilled (51-61)
+NORM2_UNROLL = 2
+INNER_UNROLL = 1
+
+
+def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unroll: int = INNER_UNROLL) -> str:
     """Source of ``norm2_block`` and ``inner_block`` for buffers of ``nsimd`` lanes of ``dtype`` reals."""
-    return f'''# reductions, Nsimd {int(nsimd)}, {dtype}; simd_numba version {simd_numba.VERSION}
+    R, RI = int(norm2_unroll), int(inner_unroll)
+
+    def lines(body, ind="        "):
+        return "\n".join(ind + x for x in body)
+
+    def nbody(q, k):
+        return [f"x{k} = vdouble(vload(a, ({q}) * S2, NS))", f"y{k} = vdouble(vload(a, ({q}) * S2 + S1, NS))",
+                f"s{k} = vfma(x{k}, x{k}, s{k})", f"t{k} = vfma(y{k}, y{k}, t{k})"]
+
+    def ibody(q, k):
+        return [f"p = ({q}) * S2",
+                "ar = vdouble(vload(a, p, NS))", "ai = vdouble(vload(a, p + S1, NS))",
+                "br = vdouble(vload(b, p, NS))", "bi = vdouble(vload(b, p + S1, NS))",
+                f"rr{k} = vfma(ar, br, rr{k})", f"ii{k} = vfma(ai, bi, ii{k})",
+                f"ri{k} = vfma(ar, bi, ri{k})", f"ir{k} = vfma(ai, br, ir{k})"]
+
+    zero = "vsplat(0.0, NS)"
+    n_init = lines([f"s{k} = {zero}" for k in range(R)] + [f"t{k} = {zero}" for k in range(R)], "    ")
+    i_init = lines([f"{v}{k} = {zero}" for k in range(RI) for v in ("rr", "ii", "ri", "ir")], "    ")
+    n_main = lines([x for k in range(R) for x in nbody(f"q + U({k})", k)])
+    i_main = lines([x for k in range(RI) for x in ibody(f"q + U({k})", k)])
+    # the components past the last whole group of R, one at a time
+    n_tail = f"    for q in range(q2, q1):\n{lines(nbody('q', 0))}\n" if R > 1 else ""
+    i_tail = f"    for q in range(q2, q1):\n{lines(ibody('q', 0))}\n" if RI > 1 else ""
+    n_sum = " + ".join(f"(s{k} + t{k})" for k in range(R))
+    re_sum = " + ".join(f"(rr{k} + ii{k})" for k in range(RI))
+    im_sum = " + ".join(f"(ri{k} - ir{k})" for k in range(RI))
+    return f'''# reductions, Nsimd {int(nsimd)}, {dtype}, unrolled {R}, {RI}; simd_numba {simd_numba.VERSION}
 import numpy as np
 from numba import njit
 
@@ -34,42 +72,39 @@ NS = {int(nsimd)}
 U = np.uint64
 S1 = U(NS)
 S2 = U(2 * NS)
+R = U({R})
+RI = U({RI})
 _jit = njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@_jit
-def norm2_block(lo, hi, a, ncomp, partial):
-    """partial[lo] = sum of squares of outer sites [lo, hi)."""
-    s0 = vsplat(0.0, NS)
-    s1 = vsplat(0.0, NS)
-    for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
-        p = q * S2
-        x = vdouble(vload(a, p, NS))
-        y = vdouble(vload(a, p + S1, NS))
-        s0 = vfma(x, x, s0)
-        s1 = vfma(y, y, s1)
-    partial[lo] = vsum(s0 + s1)
+@njit(nogil=True, cache=True, inline="always")
+def block(lo, n, nb):
+    """The index of the block of [0, n) split into nb that starts at lo (lo = b * n // nb)."""
+    return (lo * nb + n - 1) // n if n > 0 else 0
 
 
 @_jit
-def inner_block(lo, hi, a, b, ncomp, partial_re, partial_im):
-    """partial[lo] = sum of conj(a) b over outer sites [lo, hi)."""
-    rr = vsplat(0.0, NS)
-    ii = vsplat(0.0, NS)
-    ri = vsplat(0.0, NS)
-    ir = vsplat(0.0, NS)
-    for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
-        p = q * S2
-        ar = vdouble(vload(a, p, NS))
-        ai = vdouble(vload(a, p + S1, NS))
-        br = vdouble(vload(b, p, NS))
-        bi = vdouble(vload(b, p + S1, NS))
-        rr = vfma(ar, br, rr)
-        ii = vfma(ai, bi, ii)
-        ri = vfma(ar, bi, ri)
-        ir = vfma(ai, br, ir)
-    partial_re[lo] = vsum(rr + ii)
-    partial_im[lo] = vsum(ri - ir)
+def norm2_block(lo, hi, a, ncomp, n, partial):
+    """partial[b] = sum of squares of outer sites [lo, hi), block b of len(partial) over [0, n)."""
+{n_init}
+    q0, q1 = U(lo) * U(ncomp), U(hi) * U(ncomp)
+    q2 = q0 + (q1 - q0) // R * R
+    for q in range(q0, q2, R):
+{n_main}
+{n_tail}    partial[block(lo, n, len(partial))] = vsum({n_sum})
+
+
+@_jit
+def inner_block(lo, hi, a, b, ncomp, n, partial_re, partial_im):
+    """partial[k] = sum of conj(a) b over outer sites [lo, hi), block k of len(partial_re) over [0, n)."""
+{i_init}
+    q0, q1 = U(lo) * U(ncomp), U(hi) * U(ncomp)
+    q2 = q0 + (q1 - q0) // RI * RI
+    for q in range(q0, q2, RI):
+{i_main}
+{i_tail}    k = block(lo, n, len(partial_re))
+    partial_re[k] = vsum({re_sum})
+    partial_im[k] = vsum({im_sum})
 '''
 
 
@@ -82,17 +117,21 @@ def kernels(nsimd: int, dtype):
     return m
 
 
+# One partial sum per block of the launch, not per site: an array of 8 bytes a site was as
+# long as the kernel's own time at 16^4 to allocate, fault in and add (about 11 of 130 us).
+
 def norm2(backend, a):
     n = a.shape[0]
-    partial = np.zeros(n)
+    partial = np.zeros(backend.blocks(n))
     backend.accelerator_for(n, kernels(a.shape[3], a.dtype).norm2_block, read_only(a.reshape(-1)), a.shape[1],
-                            partial)
+                            n, partial)
     return float(partial.sum())
 
 
 def inner_product(backend, a, b):
     n = a.shape[0]
-    pr, pi = np.zeros(n), np.zeros(n)
+    nb = backend.blocks(n)
+    pr, pi = np.zeros(nb), np.zeros(nb)
     backend.accelerator_for(n, kernels(a.shape[3], a.dtype).inner_block, read_only(a.reshape(-1)),
-                            read_only(b.reshape(-1)), a.shape[1], pr, pi)
+                            read_only(b.reshape(-1)), a.shape[1], n, pr, pi)
     return complex(pr.sum(), pi.sum())
