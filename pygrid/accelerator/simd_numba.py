@@ -511,6 +511,44 @@ def vstoret(typingctx, a, i, t):
 
 
 @intrinsic
+def vstoret_nt(typingctx, a, i, t):
+    """``vstoret`` with non-temporal stores (past the caches).  The address of every vector must be
+    a multiple of its size; the kernel calls :func:`store_fence` before it returns."""
+    _float_array(a, "vstoret_nt")
+    vt = _vec_tuple(t, "vstoret_nt")
+    if vt.dtype != a.dtype:
+        raise TypingError(f"vstoret_nt of {t} into an array of {a.dtype}")
+
+    def codegen(context, builder, sig, args):
+        align = context.get_abi_sizeof(context.get_value_type(a.dtype)) * vt.width
+        base = context.cast(builder, args[1], sig.args[1], types.uint64)
+        nt = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        for k, v in enumerate(_elements(builder, args[2], len(t))):
+            at = builder.add(base, ir.Constant(base.type, k * vt.width))
+            st = builder.store(v, _pointer(context, builder, sig.args[0], args[0], at, vt), align=align)
+            st.set_metadata("nontemporal", nt)
+        return context.get_dummy_value()
+
+    return types.void(a, i, t), codegen
+
+
+@intrinsic
+def store_fence(typingctx):
+    """Orders the non-temporal stores before it ahead of every later store (``sfence`` on x86)."""
+
+    def codegen(context, builder, sig, args):
+        if "x86" in builder.module.triple or "i686" in builder.module.triple:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                "llvm.x86.sse.sfence")
+            builder.call(fn, [])
+        else:
+            builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@intrinsic
 def vcaxpy(typingctx, g, x, y, phase):
     vt = _vec_tuple(y, "vcaxpy", 2)
     PH = _literal_int(phase, "vcaxpy phase") % 4

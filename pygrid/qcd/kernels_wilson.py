@@ -193,7 +193,8 @@ def _source(ns, dtype, five_d, wide=False):
         "import numpy as np",
         "from numba import njit",
         "from pygrid.accelerator.simd_numba import prefetch_lines, prefetch_l2_lines, vload, vstore, vzero, "
-        "vsplat, vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vcaxpy, vscalet, vpermt",
+        "vsplat, vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vstoret_nt, store_fence, vcaxpy, "
+        "vscalet, vpermt",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
@@ -258,16 +259,23 @@ def _source(ns, dtype, five_d, wide=False):
                 elif mode == "fin":
                     ou, ol = spin(a, "d"), spin(lo_, "d")
                     body += ["if use_diag:",
-                             f"    vstoret(out, {ou}, vcaxpy(al, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0))",
-                             f"    vstoret(out, {ol}, vcaxpy(al, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0))",
+                             f"    ru = vcaxpy(al, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0)",
+                             f"    rl = vcaxpy(al, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0)",
                              "else:",
-                             f"    vstoret(out, {ou}, vscalet(s, hu))",
-                             f"    vstoret(out, {ol}, vscalet(s, hl))"]
-                sig = "(acc, A, w, g)" if mode != "fin" else "(acc, A, w, g, out, d, s, x, al, use_diag)"
+                             "    ru = vscalet(s, hu)",
+                             "    rl = vscalet(s, hl)",
+                             "if nt:",
+                             f"    vstoret_nt(out, {ou}, ru)",
+                             f"    vstoret_nt(out, {ol}, rl)",
+                             "else:",
+                             f"    vstoret(out, {ou}, ru)",
+                             f"    vstoret(out, {ol}, rl)"]
+                sig = "(acc, A, w, g)" if mode != "fin" else "(acc, A, w, g, out, d, s, x, al, use_diag, nt)"
                 what = {
                     "init": "acc[A:] = the",
                     "add": "acc[A:] +=  the",
-                    "fin": "out[d:] = s * (acc[A:] + the) (+ al * x[d:] if use_diag), for the",
+                    "fin": "out[d:] = s * (acc[A:] + the) (+ al * x[d:] if use_diag; past the caches if nt), "
+                           "for the",
                 }[mode]
                 fn(f"{mode}{mu}h{a}{sig}", body,
                    f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + "
@@ -303,10 +311,10 @@ def _source(ns, dtype, five_d, wide=False):
        "@_jit")
     args = ("lo, hi, out, psi, uf, ub, diag, nbr, perm, lanes, pxor, n4, Ls, coef, use_diag, tile, far, "
             "sites, halo, ubh")
-    fn(f"dhop_kernel({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True),
+    fn(f"dhop_kernel({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True, dtype),
        "The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop().", "@_jit")
     # numba compiles a function at its first call: a job on one rank never compiles the halo branches
-    fn(f"dhop_local({args})", _kernel_body(nls, nlg, nlu, five_d, wide, False),
+    fn(f"dhop_local({args})", _kernel_body(nls, nlg, nlu, five_d, wide, False, dtype),
        "dhop_kernel on sites whose neighbours are all on this rank (halo and ubh are not read).", "@_jit")
     return "\n".join(out) + "\n"
 
@@ -388,7 +396,7 @@ def _register_body(nls, nlg, nlu, halo):
     return body
 
 
-def _kernel_body(nls, nlg, nlu, five_d, wide, halo):
+def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
     if wide and not five_d:
         return _register_body(nls, nlg, nlu, halo)
     # wide: prefetch into L2, not L1: what a tile prefetches outgrows L1 and evicted the data in use
@@ -402,6 +410,10 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo):
         "N4 = U(n4)",
         "LS = U(Ls)",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
+        # the result past the caches (non-temporal stores, as Grid streams its Dhop result) when the
+        # fields outgrow the caches, on AVX2: it left them to the data still to be read, 6-19% at 16^4
+        # (same-process A/B); a store of this kind needs an address aligned to the vector
+        f"nt = {not wide} and far and out.ctypes.data % (W * {np.dtype(dtype).itemsize}) == 0",
         "for i0 in range(lo, hi, tile):",
         "    i1 = min(i0 + tile, hi)",
         "    I0 = U(i0)",
@@ -448,7 +460,8 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo):
             elif p < 7:
                 body += [f"{ind}add{mu}h{a}(acc_t, A, {half}, {g})"]
             else:
-                body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, al, use_diag)"]
+                body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, al, use_diag, nt)"]
+    body += ["if nt:", "    store_fence()"]
     return body
 
 
