@@ -43,6 +43,10 @@ Operations (all usable only inside numba-compiled code):
 Tuples of vectors, each operation one statement for numba however long the tuple:
 
 * ``vloadt(a, i, N, W)`` / ``vstoret(a, i, t)``: N consecutive vectors of W lanes from ``a[i:]``;
+  ``vstoret_nt(a, i, t)``: ``vstoret`` with non-temporal stores, which write past the
+  caches (every vector's address a multiple of its size), and ``store_fence()``, which
+  orders them before the stores that follow (``sfence`` on x86): a kernel whose result
+  is not read again soon leaves the caches to its inputs;
 * ``vcaxpy(g, x, y, PHASE)``: ``x + g * i**PHASE * y`` on tuples of complex
   numbers (re, im vectors in turn); ``g`` a vector, or None for 1; ``x`` None for 0;
 * ``vscalet(s, t)``: every vector of ``t`` times the vector ``s``;

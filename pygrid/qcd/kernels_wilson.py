@@ -59,7 +59,10 @@ when numba compiles for the host):
   link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
   ``SLICE_PREFETCH`` slices ahead; both spins of the half spinor go through the
   link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
-  cache than one spin at a time, which reads each link twice).  With eight
+  cache than one spin at a time, which reads each link twice).  For 4D fields
+  the loops have no loop over slices.  On AVX2, when the fields outgrow the
+  caches (``far``), the result is written past them with non-temporal stores, as
+  Grid streams its Dhop result.  With eight
   neighbour streams per slice the register order ran slower out of cache, on
   AVX2 for 4D fields too (12^4 and 16^4: 0.6-0.7x), though 1.2x in cache on one thread.
 
