@@ -109,9 +109,11 @@ SLICE_PREFETCH = 4
 #: links and z, t neighbours are prefetched into L2
 FAR_DISTANCE = 2
 
-#: fields (spinor in and out, links) of more bytes than this count as larger than the caches;
-#: on the AVX-512 machine (2 MB of L2 per core, 32 MB of L3) the prefetch cost 8-10% on 8 MB of
-#: fields and gained 15-25% from 20 MB on
+#: fields (spinor in and out, links) of more bytes than this count as larger than the caches: the
+#: kernels prefetch only then, and the AVX2 kernel streams its result past the caches.  On the
+#: AVX-512 machine (2 MB of L2 per core, 32 MB of L3) the prefetch cost 8-10% on 8 MB of fields and
+#: gained 15-25% from 20 MB on; on AVX2 (512 KB of L2) streaming the result cost 20% on one thread
+#: on 4 MB and gained 17-19% on 15-20 MB
 FAR_BYTES = 12 << 20
 
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
@@ -427,9 +429,11 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
         body += ["    for i in range(i0, i1):", "        uo = U(sites[i])", f"        k = U({p}) * N4 + uo"]
         # the neighbour spinor (its first slice) and the link PD sites ahead, read in PD sites' time
         # (unrolled with constant offsets: one instruction per cache line; a halo index prefetches
-        # past the end of psi, which is harmless: prefetches never fault)
+        # past the end of psi, which is harmless: prefetches never fault), on fields larger than the
+        # caches: in cache they cost 11 cycles a point (AVX2, in L1) and Wilson 8^4 ran 3-4% faster
+        # without them
         body += [
-            "        if i + PD < hi:",
+            "        if far and i + PD < hi:",
             "            u2 = U(sites[i + PD])",
             f"            n2 = U(nbr[U({p}) * N4 + u2])",
             "            b2 = n2 * LS * FS",
