@@ -55,8 +55,8 @@ when numba compiles for the host):
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``TILE_BYTES``, in L1) and, per tile, one loop per stencil point, so
   the Ls slices of one neighbour are read as one stream, with software
-  prefetches (into L2 on wide machines, L1 on narrow ones) of the neighbour and
-  link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
+  prefetches (into L2 on wide machines, L1 on narrow ones; on fields larger than
+  the caches) of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
   ``SLICE_PREFETCH`` slices ahead; both spins of the half spinor go through the
   link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
   cache than one spin at a time, which reads each link twice).  For 4D fields
