@@ -112,15 +112,25 @@ def check_5d_hop(grid, U, D, Ls=3):
     return psi5
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_both_register_structures_against_numpy(monkeypatch, wide):
-    """The unrolled kernel's wide (AVX-512) and narrow (AVX2) structures: the host runs only one by
-    default, so the other is forced here; 4D with a general lane permute, and 5D."""
+def force_structure(monkeypatch, wide, far=False):
+    """The unrolled kernel with the wide (AVX-512) or narrow (AVX2) structure whatever the host,
+    and with every field counted as larger than the caches when ``far``: fresh modules, launch
+    states and bound launches (skips where the unrolled kernel does not run)."""
     if dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
     monkeypatch.setattr(kw, "wide_default", lambda: wide)
     monkeypatch.setattr(kw, "_modules", {})
     monkeypatch.setattr(kw, "_states", {})
+    monkeypatch.setattr(dslash, "_BOUND", {})
+    if far:
+        monkeypatch.setattr(kw, "FAR_BYTES", 0)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_both_register_structures_against_numpy(monkeypatch, wide):
+    """The unrolled kernel's wide (AVX-512) and narrow (AVX2) structures: the host runs only one by
+    default, so the other is forced here; 4D with a general lane permute, and 5D."""
+    force_structure(monkeypatch, wide)
     grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
     D = pg.qcd.WilsonFermion(U, MASS)
     Un, pn = U.to_numpy(), psi.to_numpy()
@@ -132,12 +142,7 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
 def test_far_prefetch_path_against_numpy(monkeypatch):
     """The wide 4D kernel's prefetches for fields larger than the caches (forced on a small lattice)
     leave the result as it was (tests/mpi has the same with halos from other ranks)."""
-    if dslash.variant() != "unroll":
-        pytest.skip("the unrolled kernel runs on the CPU backends only")
-    monkeypatch.setattr(kw, "wide_default", lambda: True)
-    monkeypatch.setattr(kw, "_modules", {})
-    monkeypatch.setattr(kw, "_states", {})
-    monkeypatch.setattr(kw, "FAR_BYTES", 0)
+    force_structure(monkeypatch, True, far=True)
     grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
     D = pg.qcd.WilsonFermion(U, MASS)
     Un, pn = U.to_numpy(), psi.to_numpy()
@@ -150,13 +155,7 @@ def test_streamed_result_against_numpy(monkeypatch, prec):
     """The narrow (AVX2) kernel's result written past the caches when the fields outgrow them
     (forced on a small lattice), 4D with and without the diagonal term, and 5D; a buffer off the
     vector alignment takes ordinary stores."""
-    if dslash.variant() != "unroll":
-        pytest.skip("the unrolled kernel runs on the CPU backends only")
-    monkeypatch.setattr(kw, "wide_default", lambda: False)
-    monkeypatch.setattr(kw, "_modules", {})
-    monkeypatch.setattr(kw, "_states", {})
-    monkeypatch.setattr(kw, "FAR_BYTES", 0)
-    monkeypatch.setattr(dslash, "_BOUND", {})
+    force_structure(monkeypatch, False, far=True)
     grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), prec)
     D = pg.qcd.WilsonFermion(U, MASS)
     Un, pn = U.to_numpy(), psi.to_numpy()
