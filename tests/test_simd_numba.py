@@ -11,6 +11,7 @@ from pygrid.accelerator.simd_numba import (
     prefetch_l2,
     prefetch_l2_lines,
     prefetch_lines,
+    store_fence,
     vcaxpy,
     vcmatvec,
     vdouble,
@@ -24,6 +25,7 @@ from pygrid.accelerator.simd_numba import (
     vsplat,
     vstore,
     vstoret,
+    vstoret_nt,
     vsum,
     vxor,
     vzero,
@@ -218,3 +220,33 @@ def test_prefetch_lines_prefetch_each_line_once(dtype, lines):
 
     with pytest.raises(TypingError, match="prefetch_lines count"):
         bad(a, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_streaming_tuple_store(dtype):
+    """vstoret_nt writes what vstoret writes, with non-temporal stores on x86 followed by the
+    fence; an array of another dtype is refused."""
+    from pygrid.memory.aligned import aligned_empty
+
+    w = 8
+    @njit
+    def k(a, out):
+        for i in range(a.size // (6 * w)):
+            vstoret_nt(out, U(i * 6 * w), vloadt(a, U(i * 6 * w), 6, w))
+        store_fence()
+
+    a = np.random.default_rng(1).normal(size=6 * w * 5).astype(dtype)
+    out = aligned_empty(a.shape, dtype)
+    out[:] = 0
+    k(a, out)
+    np.testing.assert_array_equal(out, a)
+    if platform.machine() in ("x86_64", "AMD64"):
+        asm = k.inspect_asm(k.signatures[0])
+        assert "vmovnt" in asm and "sfence" in asm
+
+    @njit
+    def bad(a, out):
+        vstoret_nt(out, U(0), vloadt(a, U(0), 2, w))
+
+    with pytest.raises(TypingError, match="vstoret_nt of"):
+        bad(np.zeros(16), np.zeros(16, np.float32))

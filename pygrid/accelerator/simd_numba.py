@@ -496,44 +496,39 @@ def vloadt(typingctx, a, i, n, w):
     return tt(a, i, n, w), codegen
 
 
-@intrinsic
-def vstoret(typingctx, a, i, t):
-    _float_array(a, "vstoret")
-    vt = _vec_tuple(t, "vstoret")
-    if vt.dtype != a.dtype:
-        raise TypingError(f"vstoret of {t} into an array of {a.dtype}")
+def _storet(name, nontemporal):
+    """The tuple store ``name(a, i, t)``; ``nontemporal``: stores past the caches, each aligned to
+    its vector (LLVM's ``!nontemporal`` needs the vector's own alignment to emit them)."""
 
-    def codegen(context, builder, sig, args):
-        align = context.get_abi_sizeof(context.get_value_type(a.dtype))
-        base = context.cast(builder, args[1], sig.args[1], types.uint64)
-        for k, v in enumerate(_elements(builder, args[2], len(t))):
-            at = builder.add(base, ir.Constant(base.type, k * vt.width))
-            builder.store(v, _pointer(context, builder, sig.args[0], args[0], at, vt), align=align)
-        return context.get_dummy_value()
+    def impl(typingctx, a, i, t):
+        _float_array(a, name)
+        vt = _vec_tuple(t, name)
+        if vt.dtype != a.dtype:
+            raise TypingError(f"{name} of {t} into an array of {a.dtype}")
 
-    return types.void(a, i, t), codegen
+        def codegen(context, builder, sig, args):
+            align = context.get_abi_sizeof(context.get_value_type(a.dtype))
+            if nontemporal:
+                align *= vt.width
+            base = context.cast(builder, args[1], sig.args[1], types.uint64)
+            nt = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]) if nontemporal else None
+            for k, v in enumerate(_elements(builder, args[2], len(t))):
+                at = builder.add(base, ir.Constant(base.type, k * vt.width))
+                st = builder.store(v, _pointer(context, builder, sig.args[0], args[0], at, vt), align=align)
+                if nt is not None:
+                    st.set_metadata("nontemporal", nt)
+            return context.get_dummy_value()
+
+        return types.void(a, i, t), codegen
+
+    impl.__name__ = name
+    return impl
 
 
-@intrinsic
-def vstoret_nt(typingctx, a, i, t):
-    """``vstoret`` with non-temporal stores (past the caches).  The address of every vector must be
-    a multiple of its size; the kernel calls :func:`store_fence` before it returns."""
-    _float_array(a, "vstoret_nt")
-    vt = _vec_tuple(t, "vstoret_nt")
-    if vt.dtype != a.dtype:
-        raise TypingError(f"vstoret_nt of {t} into an array of {a.dtype}")
-
-    def codegen(context, builder, sig, args):
-        align = context.get_abi_sizeof(context.get_value_type(a.dtype)) * vt.width
-        base = context.cast(builder, args[1], sig.args[1], types.uint64)
-        nt = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
-        for k, v in enumerate(_elements(builder, args[2], len(t))):
-            at = builder.add(base, ir.Constant(base.type, k * vt.width))
-            st = builder.store(v, _pointer(context, builder, sig.args[0], args[0], at, vt), align=align)
-            st.set_metadata("nontemporal", nt)
-        return context.get_dummy_value()
-
-    return types.void(a, i, t), codegen
+vstoret = intrinsic(_storet("vstoret", False))
+#: ``vstoret`` past the caches: the address of every vector a multiple of its size; the kernel calls
+#: :func:`store_fence` before it returns
+vstoret_nt = intrinsic(_storet("vstoret_nt", True))
 
 
 @intrinsic
