@@ -603,6 +603,9 @@ _lock = threading.Lock()
 def current() -> Config:
     """The active Config; built from the environment on first use."""
     global _current
+    cfg = _current
+    if cfg is not None:     # without the lock: every Dirac call asks, and the lock costs microseconds
+        return cfg
     with _lock:
         if _current is None:
             _current = config_from_env()

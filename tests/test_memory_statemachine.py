@@ -24,6 +24,7 @@ from pygrid.memory import (
     View,
     ViewConflictError,
     ViewMode,
+    Views,
 )
 
 SIZES = (4, 8, 16)                 # float64 elements: 32, 64, 128 bytes
@@ -188,6 +189,18 @@ class Model:
             elif e.dev:
                 (self.lru_inf if e.inf else self.lru).append(key)
 
+    def abort(self, key, mode, prior):
+        """Close a view whose block raised: a write view's state change is undone where the contents
+        before it survive in the other memory (the module docstring's "Failures")."""
+        e = self.entries[key]
+        if mode.write and e.dev:
+            if mode.accelerator:
+                if e.accw == 1 and prior is not State.AcceleratorDirty and e.state is State.AcceleratorDirty:
+                    e.state = State.CpuDirty
+            elif e.cpuw == 1 and prior in (State.AcceleratorDirty, State.Consistent):
+                e.state = State.AcceleratorDirty
+        self.close(key, mode)
+
     def _finish_release(self, key):
         e = self.entries.pop(key)
         self._unlru(key)
@@ -341,6 +354,50 @@ class CacheMachine(RuleBasedStateMachine):
             self.model.entries[dst].data = model_total
         for key, mode, _ in reversed(opened):
             self.do_close(key, mode)
+
+    @precondition(lambda self: self.live_keys())
+    @rule(data=st.data(), fail=st.booleans())
+    def open_together(self, data, fail):
+        """Several views opened as one (memory.Views): all of them or, when one is refused, none;
+        a block that raises closes the write views as View does (abort)."""
+        keys = data.draw(st.lists(st.sampled_from(self.live_keys()), min_size=1, max_size=4))
+        modes = [data.draw(st.sampled_from(MODES)) for _ in keys]
+        opened, priors, refused = [], [], None
+        for key, mode in zip(keys, modes):
+            priors.append(self.model.entries[key].state)
+            refused = self.model.open(key, mode)
+            if refused is not None:
+                break
+            opened.append((key, mode))
+        views = Views([(self.mgr, k, m) for k, m in zip(keys, modes)])
+        if refused is not None:
+            event(f"views refused: {refused.__name__}")
+            for (key, mode), prior in zip(reversed(opened), reversed(priors[:len(opened)])):
+                self.model.abort(key, mode, prior)
+            with pytest.raises(refused):
+                with views:
+                    raise AssertionError("the block ran with part of its views")
+            return
+        if fail:
+            with pytest.raises(RuntimeError, match="the block failed"):
+                with views:
+                    raise RuntimeError("the block failed")
+            for (key, mode), prior in zip(reversed(opened), reversed(priors)):
+                self.model.abort(key, mode, prior)
+            return
+        discarded = {k for k, m in opened if m is AccDiscard}
+        with views as arrays:
+            assert len(arrays) == len(opened)
+            for (key, _), arr in zip(opened, arrays):
+                if key not in discarded:
+                    np.testing.assert_array_equal(arr, self.model.entries[key].data)
+            written = {key: arr for (key, mode), arr in zip(opened, arrays) if mode.write}
+            for key, arr in written.items():
+                new = self.fresh(arr.shape)
+                arr[...] = new
+                self.model.entries[key].data = new
+        for key, mode in reversed(opened):
+            self.model.close(key, mode)
 
     @precondition(lambda self: self.live_keys())
     @rule(data=st.data(), write=st.booleans())

@@ -24,6 +24,7 @@ TOL = {"double": 1e-12, "single": 1e-5}
 MASS = 0.1
 
 
+
 # ---- the independent implementation: np.roll and einsum on to_numpy arrays ----
 
 def m_ref(U, psi, mass, dag=False):
@@ -467,3 +468,66 @@ def test_a_bound_call_is_forgotten_with_its_fields():
     del psi, out, p
     free_dead_fields(U)
     assert mine[0] not in dslash._BOUND
+
+
+def test_a_kept_call_runs_the_bound_launch_on_the_fields_as_they_are_now(monkeypatch):
+    """A call on the fields of an earlier one (full grid and even-odd) skips the operator's checks
+    and dslash.dhop and runs the launch bound to their buffers, on their current contents; it opens
+    and closes the same views (a conflicting one is refused, nothing written, nothing left open)."""
+    from pygrid.qcd import fermion, hop
+
+    grid, U, psi, D, out = unrolled_operator((4, 4, 4, 8))
+    e, o = pg.pick_checkerboard(0, psi), pg.pick_checkerboard(1, pg.LatticeFermion(grid))
+    D.Dhop(psi, out=out)
+    D.Meooe(e, out=o)
+    assert len(D._hop_calls) == 2
+    slow = []
+    for module, name in ((hop, "dhop"), (fermion.FermionOperator, "_check")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _o=original, **k: slow.append(1) or _o(*a, **k))
+    Un = U.to_numpy()
+    for seed in (5, 6):
+        pg.ParallelRNG(grid, [seed, 1, 2, 3]).gaussian(psi)
+        e.assign(pg.pick_checkerboard(0, psi))
+        ref = dhop_ref(Un, psi.to_numpy())
+        assert D.Dhop(psi, out=out) is out
+        assert relerr(out.to_numpy(), ref) < 1e-12
+        assert D.Meooe(e, out=o) is o and o.checkerboard == 1
+        assert relerr(o.to_numpy(), pg.pick_checkerboard(1, out).to_numpy()) < 1e-12
+    assert slow == []
+    before = out.to_numpy()
+    with psi.view(pg.CpuWrite):
+        with pytest.raises(pg.memory.ViewConflictError):
+            D.Dhop(psi, out=out)
+    np.testing.assert_array_equal(out.to_numpy(), before)
+    assert psi._manager.open_views() == []
+    # out on the wrong checkerboard: the checked path, which gives it the result's
+    o.checkerboard = 0
+    D.Meooe(e, out=o)
+    assert o.checkerboard == 1 and slow
+    assert relerr(o.to_numpy(), pg.pick_checkerboard(1, out).to_numpy()) < 1e-12
+
+
+def test_a_kept_call_whose_views_give_other_buffers_takes_the_checked_path():
+    """Where the views hand out other buffers than those the launch was bound to (a device cache
+    that moved a field), the kept call does nothing and the call is checked and bound again."""
+    grid, U, psi, D, out = unrolled_operator((4, 4, 4, 4))
+    D.Dhop(psi, out=out)
+    (call,) = D._hop_calls.values()
+    call.buffers = tuple(b.copy() for b in call.buffers)
+    pg.ParallelRNG(grid, [9, 1, 2, 3]).gaussian(psi)
+    D.Dhop(psi, out=out)
+    assert relerr(out.to_numpy(), dhop_ref(U.to_numpy(), psi.to_numpy())) < 1e-12
+    (again,) = D._hop_calls.values()
+    assert again is not call
+
+
+def test_a_kept_call_is_forgotten_with_its_fields():
+    grid, U, psi, D, out = unrolled_operator((4, 4, 4, 4))
+    D.Dhop(psi, out=out)
+    D.Dhop(psi, out=pg.LatticeFermion(grid))
+    gc.collect()
+    assert len(D._hop_calls) == 1
+    del psi
+    gc.collect()
+    assert D._hop_calls == {}

@@ -61,6 +61,16 @@ def _name(dtype: np.dtype) -> str:
 
 
 _parallel_for = None
+_reductions_numba = None
+
+
+def _reductions():
+    # imported at the first reduction (it imports numba), and kept: a function-level import costs
+    # microseconds a call
+    global _reductions_numba
+    if _reductions_numba is None:
+        from . import reductions_numba as _reductions_numba
+    return _reductions_numba
 
 
 def _parallel():
@@ -72,11 +82,18 @@ def _parallel():
     return _parallel_for
 
 
-def numba_threads() -> int:
-    """The most threads numba's parallel loops can run (``NUMBA_NUM_THREADS``)."""
-    import numba
+_numba_threads = None
 
-    return numba.config.NUMBA_NUM_THREADS
+
+def numba_threads() -> int:
+    """The most threads numba's parallel loops can run (``NUMBA_NUM_THREADS``, fixed when numba
+    is imported)."""
+    global _numba_threads
+    if _numba_threads is None:
+        import numba
+
+        _numba_threads = numba.config.NUMBA_NUM_THREADS
+    return _numba_threads
 
 
 class OpenMPBackend:
@@ -215,14 +232,10 @@ class OpenMPBackend:
 
     # ---- reductions (numba: numpy's BLAS threads would fight the kernels' OpenMP threads) ----
     def norm2(self, a) -> float:
-        from . import reductions_numba
-
-        return reductions_numba.norm2(self, a)
+        return _reductions().norm2(self, a)
 
     def inner_product(self, a, b) -> complex:
-        from . import reductions_numba
-
-        return reductions_numba.inner_product(self, a, b)
+        return _reductions().inner_product(self, a, b)
 
     def site_sum(self, a) -> np.ndarray:
         return host.site_sum(a)

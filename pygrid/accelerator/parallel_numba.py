@@ -184,8 +184,9 @@ def _launch(kernel, args):
 _FAILED = np.zeros(1, np.uint8)
 
 
-def _run(drive, addr, nblocks, osites, args, kernel):
-    failed = np.zeros(nblocks, np.uint8)
+def _run(drive, addr, nblocks, osites, args, kernel, failed=None):
+    if failed is None or len(failed) < nblocks:
+        failed = np.zeros(nblocks, np.uint8)
     if drive(addr, nblocks, osites, failed, *args):
         _raise_failed(kernel, nblocks, osites, args, failed)
 
@@ -193,7 +194,7 @@ def _run(drive, addr, nblocks, osites, args, kernel):
 def _raise_failed(kernel, nblocks, osites, args, failed):
     """Run the blocks whose kernel raised again, in order, on the calling thread, where the
     exception reaches the caller as itself (a kernel that fails fails the same way again)."""
-    blocks = [(b * osites // nblocks, (b + 1) * osites // nblocks) for b in np.flatnonzero(failed)]
+    blocks = [(b * osites // nblocks, (b + 1) * osites // nblocks) for b in np.flatnonzero(failed[:nblocks])]
     for lo, hi in blocks:
         kernel(lo, hi, *args)
     name = getattr(kernel, "__name__", repr(kernel))
@@ -229,10 +230,13 @@ class Bound:
     The caller passes arguments of exactly the types of those it was bound with (the same
     arrays again, say): the driver's entry point unboxes them by those types unchecked."""
 
-    __slots__ = ("kernel", "_drive", "_addr", "_key", "_entry")
+    __slots__ = ("kernel", "_drive", "_addr", "_key", "_entry", "_failed")
 
     def __init__(self, kernel, args):
         self.kernel, self._entry = kernel, None
+        # the driver's per-block failure flags, kept: a fresh array cost 15 us a launch once the
+        # kernel had pushed numpy's allocator out of the caches (a launch writes each flag)
+        self._failed = np.zeros(256, np.uint8)
         if isinstance(kernel, CPUDispatcher):
             (self._drive, self._addr), self._key = _launch(kernel, args)
         else:
@@ -240,7 +244,7 @@ class Bound:
 
     def __call__(self, nblocks, osites, *args):
         if self._entry is not None:
-            _run(self._entry, self._addr, nblocks, osites, args, self.kernel)
+            _run(self._entry, self._addr, nblocks, osites, args, self.kernel, self._failed)
         elif self._drive is None:
             self.kernel(0, osites, *args)
         else:

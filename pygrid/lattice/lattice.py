@@ -320,3 +320,11 @@ LatticeGaugeField = _named(
     lambda nc=3: st.LorentzColourMatrix(nc), "A gauge field: 4 colour matrices per site."
 )
 LatticeLorentzColourMatrix = LatticeGaugeField
+
+
+def kernel_views(*fields: tuple[Lattice, ViewMode]) -> memory.Views:
+    """:meth:`Lattice._kernel_view` of several fields opened as one step (:class:`pygrid.memory.Views`):
+    ``with kernel_views((psi, AcceleratorRead), (out, AcceleratorWriteDiscard)) as (p, o):``."""
+    host = get_backend().device == "unified"
+    return memory.Views([(f._manager, f._key, _HOST_INTENT[m] if host and m.accelerator
+                          and not f._manager.device.host_memory else m) for f, m in fields])

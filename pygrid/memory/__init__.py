@@ -8,6 +8,7 @@ Public API::
     MemoryManager(device, watermark_bytes)   the cache (manager.py)
     ViewConflictError, LeakedViewWarning, MB
     View(manager, key, mode)                 context manager (view.py)
+    Views(((manager, key, mode), ...))       several views opened as one (view.py)
     get_manager()                            the process-wide default manager
     configure(device='unified', device_mem_mb=...)   replace the default manager
     memory_stats()                           get_manager().stats()
@@ -23,11 +24,12 @@ from . import interrupts
 from .devices import Device, EmulatedDevice, UnifiedDevice, make_device, register_device
 from .manager import MB, LeakedViewWarning, MemoryManager, ViewConflictError, live_managers
 from .modes import Advise, State, ViewMode
-from .view import View
+from .view import View, Views
 
 __all__ = [
     "ViewMode", "Advise", "State", "Device", "UnifiedDevice", "EmulatedDevice",
-    "make_device", "register_device", "MemoryManager", "ViewConflictError", "LeakedViewWarning", "MB", "View",
+    "make_device", "register_device", "MemoryManager", "ViewConflictError", "LeakedViewWarning", "MB",
+    "View", "Views",
     "get_manager", "configure", "memory_stats", "enable_debug_report",
 ]
 

@@ -4,7 +4,7 @@ import numpy as np
 
 from .interrupts import defer_in, deferred, fire
 
-__all__ = ["View", "read_only"]
+__all__ = ["View", "Views", "read_only"]
 defer_in(__file__)
 
 
@@ -73,3 +73,77 @@ class View:
     def __repr__(self):
         state = "open" if self._open else "closed"
         return f"View(key={self.key}, mode={self.mode.name}, {state})"
+
+
+class Views:
+    """``with Views(((manager, key, mode), ...)) as arrays:`` several views opened as one step.
+
+    What a kernel of several fields needs, at a fraction of the cost of one :class:`View` each (a
+    Dirac call at 8^4 spent 20 us opening and closing its three): the views open in order, and if
+    one cannot open, those before it are closed again and the error raised, so the block never runs
+    with part of them.  They close in the reverse order; after a block that raised, the write views
+    are closed by :meth:`MemoryManager.abort`, as :class:`View` closes them.  The arrays are the
+    buffers themselves, writable (views for pygrid's own kernels, which never write their inputs).
+    """
+
+    __slots__ = ("views", "_priors")
+
+    def __init__(self, views):
+        self.views = tuple(views)
+        self._priors = None
+
+    def __enter__(self):
+        if self._priors is not None:
+            raise RuntimeError(f"{self!r} is already open")
+        d = deferred
+        d.depth += 1
+        try:
+            arrays, priors = [], []
+            try:
+                for manager, key, mode in self.views:
+                    priors.append(manager.prior_state(key) if mode.write else None)
+                    arrays.append(manager._open(key, mode))
+            except BaseException:
+                self._close(self.views[:len(arrays)], priors, True)
+                raise
+            self._priors = priors
+            if d.pending and d.depth == 1:
+                self.__exit__(KeyboardInterrupt, None, None)
+                fire()
+            return arrays
+        finally:
+            d.depth -= 1
+
+    def __exit__(self, exc_type, exc, tb):
+        priors, self._priors = self._priors, None
+        self._close(self.views, priors, exc_type is not None)
+        return False
+
+    @staticmethod
+    def _close(views, priors, failed):
+        # every view is closed even when one close raises (a device copy that failed), and the
+        # first error is raised at the end: the nested Views of a ``with`` statement do the same
+        d = deferred
+        d.depth += 1
+        error = None
+        try:
+            for i in range(len(views) - 1, -1, -1):
+                manager, key, mode = views[i]
+                try:
+                    if (failed or error is not None) and mode.write:
+                        manager.abort(key, mode, priors[i])
+                    else:
+                        manager._close(key, mode)
+                except BaseException as e:  # noqa: PERF203 - one close failing is rare
+                    if error is None:
+                        error = e
+        finally:
+            d.depth -= 1
+        if error is not None:
+            raise error
+        if d.pending and not d.depth:
+            fire()
+
+    def __repr__(self):
+        state = "open" if self._priors is not None else "closed"
+        return f"Views({[(key, mode.name) for _, key, mode in self.views]}, {state})"

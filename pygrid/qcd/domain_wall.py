@@ -78,7 +78,7 @@ from ..lattice import Lattice
 from ..memory import ViewMode
 from ..tensors.constant import Gamma
 from . import kernels_wilson as kw
-from .dslash import bidiag_apply, bidiag_multiply, dhop
+from .dslash import bidiag_apply, bidiag_multiply
 from .fermion import FERMION, FermionOperator, committing
 from .fifth_dim import (
     bidiag_solver,
@@ -87,6 +87,7 @@ from .fifth_dim import (
     fifth_dim_hop_matrices,
     s_apply,
 )
+from .hop import hop as hop_fields
 from .wilson import WilsonFermion
 
 __all__ = ["MobiusFermion", "DomainWallFermion", "s_apply", "bidiag_apply", "bidiag_multiply",
@@ -246,43 +247,27 @@ class MobiusFermion(FermionOperator):
             apply(o, xv, yv)
         return res
 
-    def _hop(self, psi, tgt, dag, alpha=0.0, diag=None, scale=-0.5):
-        """tgt = scale * hop(psi) + alpha * diag on the full 5D grid (tgt must not alias psi): one kernel."""
+    def _hop(self, psi, tgt, dag, alpha=0.0, diag=None, scale=-0.5, kept_only=False):
+        """tgt = scale * hop(psi) + alpha * diag on the full 5D grid (tgt must not alias psi): one kernel.
+        ``kept_only``: see :func:`pygrid.qcd.hop.hop`."""
         w = self._w
-        with (
-            psi._kernel_view(ViewMode.AcceleratorRead) as p,
-            w.links._kernel_view(ViewMode.AcceleratorRead) as u,
-            tgt._kernel_view(ViewMode.AcceleratorWriteDiscard if diag is not tgt
-                             else ViewMode.AcceleratorWrite) as o,
-        ):
-            lh = w.link_halo(w.stencil, w.links, u)
-            if diag is None or alpha == 0.0:
-                dhop(o, p, u, u, w.stencil, self.Ls, scale, 0.0, None, dag, link_halo=lh)
-            elif diag is psi:
-                dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, p, dag, link_halo=lh)
-            else:
-                with diag._kernel_view(ViewMode.AcceleratorRead) as d:
-                    dhop(o, p, u, u, w.stencil, self.Ls, scale, alpha, d, dag, link_halo=lh)
-        return tgt
+        return hop_fields(w._hop_calls, psi, w.links, w.links, tgt, w.stencil, self.Ls, scale, alpha, diag,
+                          dag, halo_of=w, kept_only=kept_only)
 
-    def _hop_cb(self, psi, tgt, dag):
+    def _hop_cb(self, psi, tgt, dag, kept_only=False):
         """tgt's buffer = Dhop from psi's checkerboard to the other one (tgt must not alias psi; its
-        checkerboard is the caller's): one kernel."""
+        checkerboard is the caller's): one kernel.  ``kept_only``: see :func:`pygrid.qcd.hop.hop`."""
         w = self._w
         cb_in = psi.checkerboard
-        cb_out = 1 - cb_in
-        with psi._kernel_view(ViewMode.AcceleratorRead) as p, \
-                w.U_cb[cb_out]._kernel_view(ViewMode.AcceleratorRead) as uf, \
-                w.U_cb[cb_in]._kernel_view(ViewMode.AcceleratorRead) as ub, \
-                tgt._kernel_view(ViewMode.AcceleratorWriteDiscard) as o:
-            dhop(o, p, uf, ub, w.stencil_cb[cb_in], self.Ls, -0.5, 0.0, None, dag,
-                 link_halo=w.link_halo(w.stencil_cb[cb_in], w.U_cb[cb_in], ub))
-        return tgt
+        return hop_fields(w._hop_calls, psi, w.U_cb[1 - cb_in], w.U_cb[cb_in], tgt, w.stencil_cb[cb_in],
+                          self.Ls, dag=dag, halo_of=w, kept_only=kept_only)
 
     # ---- full-grid operators --------------------------------------------------------
     def Dhop(self, psi: Lattice, out: Lattice | None = None, dag: bool = False) -> Lattice:
         """The 4D hopping term (Grid's -1/2 included) on every s slice, one kernel call; ``dag``: its
         adjoint."""
+        if out is not None and out is not psi and self._hop(psi, out, dag, kept_only=True) is not None:
+            return out
         self._check(psi, False, "Dhop")
         res = self._result(psi, out, None, "Dhop")
         return self._final_hop(psi, res, None, lambda src, tgt: self._hop(src, tgt, dag))

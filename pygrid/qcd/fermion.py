@@ -99,7 +99,9 @@ class FermionOperator:
                                             and psi.site_type.levels != FERMION.levels):
             raise SiteTypeError(f"{name} needs a {self.fermion_label}, got {psi!r}")
         g = self.rb_grid if rb else self.grid
-        ok = (psi.grid == self.grid or psi.grid == self.rb_grid) if rb is None else psi.grid == g
+        grid = psi.grid
+        # the operator's own grid object first: the grids' comparison of their fields costs more
+        ok = grid is g or ((grid == self.grid or grid == self.rb_grid) if rb is None else grid == g)
         if not ok:
             # the message is built only on failure: formatting grids costs microseconds every call
             want = (f"{self.grid} or its red-black grid" if rb is None else
@@ -167,6 +169,12 @@ class FermionOperator:
     # ---- even-odd hopping -------------------------------------------------------------
     def _dhop_cb(self, psi: Lattice, out: Lattice | None, dag: bool, name: str) -> Lattice:
         """The hopping term from psi's checkerboard to the other one."""
+        if out is not None and out is not psi and isinstance(psi, Lattice) and isinstance(out, Lattice):
+            cb_in = psi.checkerboard
+            # a kept call writes out as it is: its checkerboard already the one the result gets
+            if (cb_in is not None and out.checkerboard == 1 - cb_in
+                    and self._hop_cb(psi, out, dag, kept_only=True) is not None):
+                return out
         self._check(psi, True, name)
         cb = 1 - psi.checkerboard
         res = self._result(psi, out, cb, name)

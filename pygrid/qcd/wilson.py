@@ -3,8 +3,9 @@
     Dhop psi(x) = -1/2 sum_mu [(1 - g_mu) U_mu(x) psi(x+mu) + (1 + g_mu) U_mu(x-mu)^dag psi(x-mu)]
     M = (4 + m) + Dhop,      Mdag = g5 M g5
 
-Every hopping term is one kernel launch through :func:`pygrid.qcd.dslash.dhop`
-(the generic kernel on every backend, or the hand-unrolled one on the CPU).
+Every hopping term is one kernel launch through :func:`pygrid.qcd.dslash.dhop` (the generic
+kernel on every backend, or the hand-unrolled one on the CPU), on the fields' views opened by
+:func:`pygrid.qcd.hop.hop`.
 """
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ from ..accelerator.rows import host_rows
 from ..cartesian import GridCartesian
 from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..lattice import Lattice, pick_checkerboard, set_checkerboard
-from ..memory import ViewMode
 from ..stencil import Stencil, wilson_displacements
 from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
 from . import kernels_wilson as kw
 from .boundary import FermionBoundary
-from .dslash import dhop
 from .fermion import FermionOperator, committing
+from .hop import hop as hop_fields
 
 _GAUGE = st.LorentzColourMatrix()
 
@@ -62,6 +62,7 @@ class WilsonFermion(FermionOperator):
         self.U_cb = (pick_checkerboard(0, self.links), pick_checkerboard(1, self.links))
         self.stencil_cb = tuple(Stencil(self.rb_grid, wilson_displacements(), cb) for cb in (0, 1))
         self._link_halos = {}
+        self._hop_calls = {}   # pygrid.qcd.hop: the calls on the same fields again
 
     def __repr__(self):
         return f"WilsonFermion(mass={self.mass}{self.boundary.describe()}, {self.precision}, {self.grid})"
@@ -88,30 +89,25 @@ class WilsonFermion(FermionOperator):
     # ---- kernels -----------------------------------------------------------------
     def _hop(self, psi, out, dag, alpha, name):
         """Full-grid hopping term (alpha != 0: plus alpha * psi)."""
+        if out is not None and out is not psi and hop_fields(
+                self._hop_calls, psi, self.links, self.links, out, self.stencil, 1, -0.5, alpha, psi, dag,
+                kept_only=True) is not None:
+            return out
         self._check(psi, False, name)
         res = self._result(psi, out, None, name)
 
         def hop(src, tgt):
-            with src._kernel_view(ViewMode.AcceleratorRead) as p, \
-                    self.links._kernel_view(ViewMode.AcceleratorRead) as u, \
-                    tgt._kernel_view(ViewMode.AcceleratorWriteDiscard) as o:
-                dhop(o, p, u, u, self.stencil, 1, -0.5, alpha, p if alpha else None, dag,
-                     link_halo=self.link_halo(self.stencil, self.links, u))
+            hop_fields(self._hop_calls, src, self.links, self.links, tgt, self.stencil, 1, -0.5, alpha,
+                       src, dag, halo_of=self)
 
         return self._final_hop(psi, res, None, hop)
 
-    def _hop_cb(self, psi, tgt, dag):
+    def _hop_cb(self, psi, tgt, dag, kept_only=False):
         """tgt's buffer = the hopping term from psi's checkerboard to the other one (tgt does not alias
-        psi; its checkerboard is the caller's)."""
+        psi; its checkerboard is the caller's).  ``kept_only``: see :func:`pygrid.qcd.hop.hop`."""
         cb_in = psi.checkerboard
-        cb_out = 1 - cb_in
-        with psi._kernel_view(ViewMode.AcceleratorRead) as p, \
-                self.U_cb[cb_out]._kernel_view(ViewMode.AcceleratorRead) as uf, \
-                self.U_cb[cb_in]._kernel_view(ViewMode.AcceleratorRead) as ub, \
-                tgt._kernel_view(ViewMode.AcceleratorWriteDiscard) as o:
-            dhop(o, p, uf, ub, self.stencil_cb[cb_in], 1, -0.5, 0.0, None, dag,
-                 link_halo=self.link_halo(self.stencil_cb[cb_in], self.U_cb[cb_in], ub))
-        return tgt
+        return hop_fields(self._hop_calls, psi, self.U_cb[1 - cb_in], self.U_cb[cb_in], tgt,
+                          self.stencil_cb[cb_in], dag=dag, halo_of=self, kept_only=kept_only)
 
     # ---- full-grid operators ---------------------------------------------------
     def Dhop(self, psi: Lattice, out: Lattice | None = None, dag: bool = False) -> Lattice:
