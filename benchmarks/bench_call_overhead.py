@@ -1,83 +1,94 @@
-"""What a Dirac call spends around its kernel: ``D.Dhop(psi, out=out)`` against the parallel
-driver alone on the same buffers, alternated in one process.
+"""What a library call spends around its kernel: Dirac operators and reductions.
 
-    python benchmarks/bench_call_overhead.py [--grid 8.8.8.8] [--precision double] [--rounds 31]
+    python benchmarks/bench_call_overhead.py [--operator wilson|dwf|schur|norm2|inner]
+        [--grid 8.8.8.8] [--precision double] [--calls 1000]
 
-Each round times ``--calls`` calls of each in turn; the difference of a round's two
-figures is the time the call spends outside the kernel (views, argument checks, the
-launch lookup, numba's dispatch, and those steps running again after the kernel has
-streamed the fields through the core's caches).  Prints the best figure of each and
-the median of the rounds' differences, which is robust to the machine's slow phases
-because both halves of a difference run within milliseconds of each other.
+``wilson``: ``WilsonFermion.Dhop(psi, out=out)`` on the full grid; ``dwf``: the domain-wall
+``Dhop`` (Ls 8); ``schur``: the Wilson even-odd hop ``Meooe(psi_e, out=chi_o)`` a Schur
+solve applies; ``norm2``, ``inner``: ``pg.norm2(x)``, ``pg.inner_product(x, y)`` of
+fermion fields.  Each call is timed whole and, inside it, the parallel driver's launch
+(``parallel_numba._run``: the driver's entry point and the kernel); the difference is
+the time the call spends outside the launch (checks, views, the launch lookup, and
+Python that runs with the caches full of the fields the kernel has just streamed).
+The two halves come from the same call, so the machine's slow and fast phases, which
+move a whole call by more than this difference on a virtual machine, cancel; the
+median and quartiles over the calls are printed.  The timer around the launch adds
+a wrapper's call to what is counted outside it (under a microsecond).
 """
 from __future__ import annotations
 
 import argparse
 import time
 
-import numpy as np
-
 import pygrid as pg
 from pygrid.accelerator import parallel_numba
 from pygrid.accelerator.backends import get_backend
-from pygrid.qcd import kernels_wilson as kw
+
+
+def operator_call(kind, dims, prec):
+    grid = pg.GridCartesian(dims, precision=prec)
+    if kind in ("norm2", "inner"):
+        x, y = pg.LatticeFermion(grid, prec), pg.LatticeFermion(grid, prec)
+        pg.ParallelRNG(grid, [5, 6, 7, 8]).gaussian(x)
+        pg.ParallelRNG(grid, [1, 6, 7, 8]).gaussian(y)
+        return (lambda: pg.norm2(x)) if kind == "norm2" else (lambda: pg.inner_product(x, y))
+    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision=prec)
+    if kind == "dwf":
+        D = pg.qcd.DomainWallFermion(U, 8, 0.1, 1.8)
+        psi, out = D.new_fermion(), D.new_fermion()
+        pg.ParallelRNG(psi.grid, [5, 6, 7, 8]).gaussian(psi)
+        return lambda: D.Dhop(psi, out=out)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    psi = pg.LatticeFermion(grid, prec)
+    pg.ParallelRNG(grid, [5, 6, 7, 8]).gaussian(psi)
+    if kind == "schur":
+        e = pg.pick_checkerboard(0, psi)
+        o = pg.pick_checkerboard(1, pg.LatticeFermion(grid, prec))
+        return lambda: D.Meooe(e, out=o)
+    out = pg.LatticeFermion(grid, prec)
+    return lambda: D.Dhop(psi, out=out)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--operator", choices=("wilson", "dwf", "schur", "norm2", "inner"), default="wilson")
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--precision", choices=("double", "single"), default="double")
-    ap.add_argument("--rounds", type=int, default=31)
-    ap.add_argument("--calls", type=int, default=40)
+    ap.add_argument("--calls", type=int, default=1000)
     args = ap.parse_args()
     if get_backend().name != "openmp":
         raise SystemExit("this benchmark times the openmp backend's launch path")
     dims = tuple(int(x) for x in args.grid.split("."))
-    prec = args.precision
-    grid = pg.GridCartesian(dims, precision=prec)
-    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision=prec)
-    D = pg.qcd.WilsonFermion(U, 0.1)
-    psi = pg.LatticeFermion(grid, prec)
-    pg.ParallelRNG(grid, [5, 6, 7, 8]).gaussian(psi)
-    out = pg.LatticeFermion(grid, prec)
-    D.Dhop(psi, out=out)
-    st, dt = D.stencil, np.dtype(np.float64 if prec == "double" else np.float32)
-    n4 = st.neighbours.shape[1]
-    blocks = get_backend()._blocks()
-    # the fields' own buffers, writable, as the Dirac call's kernel views hand them to the kernel
-    read = pg.ViewMode.AcceleratorRead
-    with psi._kernel_view(read) as p, U._kernel_view(read) as u, out.view(pg.CpuWrite) as o:
-        ls = kw._launch_state(st, 1, p.shape[3], dt)
-        a = kw.kernel_args(ls, o, p, u, u, np.array([-0.5, 0, -1, 1], dt), o, False) + (
-            ls.sites, ls.none, ls.none)
-        drive, addr = parallel_numba.driver(len(a)), parallel_numba._address(ls.kernel, a)
-    # the arrays stay usable after their views close: on the openmp backend they are the fields'
-    # own host buffers (D.Dhop opens its views on the same fields, which an open view would refuse)
+    call = operator_call(args.operator, dims, args.precision)
+    for _ in range(30):
+        call()
+    clock, inside = time.perf_counter_ns, []
+    run = parallel_numba._run
 
-        failed = np.zeros(blocks, np.uint8)
+    def timed_run(*a):
+        t = clock()
+        run(*a)
+        inside.append(clock() - t)
 
-        def kernel():
-            drive(addr, blocks, n4, failed, *a)
-
-    def call():
-        D.Dhop(psi, out=out)
-
-    best, diffs = {kernel: [], call: []}, []
-    for _ in range(args.rounds):
-        t = {}
-        for f in (kernel, call):
-            t0 = time.perf_counter()
-            for _ in range(args.calls):
-                f()
-            t[f] = (time.perf_counter() - t0) / args.calls * 1e6
-            best[f].append(t[f])
-        diffs.append(t[call] - t[kernel])
-    diffs.sort()
-    print(f"Wilson Dhop on {args.grid}, {prec}, {blocks} threads, {args.rounds} rounds of {args.calls} calls")
-    print(f"  parallel driver alone   best {min(best[kernel]):8.1f} us")
-    print(f"  D.Dhop(psi, out=out)    best {min(best[call]):8.1f} us")
-    print(f"  around the kernel       median {diffs[len(diffs) // 2]:6.1f} us "
-          f"(rounds {diffs[0]:.1f} to {diffs[-1]:.1f})")
+    parallel_numba._run = timed_run
+    try:
+        outside, launch = [], []
+        for _ in range(args.calls):
+            inside.clear()
+            t = clock()
+            call()
+            whole = clock() - t
+            launch.append(sum(inside) / 1e3)
+            outside.append((whole - sum(inside)) / 1e3)
+    finally:
+        parallel_numba._run = run
+    outside.sort()
+    launch.sort()
+    n = len(outside)
+    print(f"{args.operator} on {args.grid}, {args.precision}, {get_backend().describe()}, {n} calls")
+    print(f"  the launch (driver and kernel)   median {launch[n // 2]:8.1f} us")
+    print(f"  the call outside the launch      median {outside[n // 2]:8.1f} us "
+          f"(quartiles {outside[n // 4]:.1f} to {outside[3 * n // 4]:.1f})")
 
 
 if __name__ == "__main__":

@@ -531,3 +531,15 @@ def test_a_kept_call_is_forgotten_with_its_fields():
     del psi
     gc.collect()
     assert D._hop_calls == {}
+
+
+def test_a_call_while_its_kept_views_are_open_opens_its_own():
+    """Another thread's call on the same fields holds the kept views: this call opens its own."""
+    grid, U, psi, D, out = unrolled_operator((4, 4, 4, 4))
+    D.Dhop(psi, out=out)
+    (call,) = D._hop_calls.values()
+    pg.ParallelRNG(grid, [3, 1, 2, 3]).gaussian(psi)
+    with call.views:
+        D.Dhop(psi, out=out)
+    assert not call.views.is_open and psi._manager.open_views() == []
+    assert relerr(out.to_numpy(), dhop_ref(U.to_numpy(), psi.to_numpy())) < 1e-12

@@ -114,6 +114,10 @@ class Views:
         finally:
             d.depth -= 1
 
+    @property
+    def is_open(self) -> bool:
+        return self._priors is not None
+
     def __exit__(self, exc_type, exc, tb):
         priors, self._priors = self._priors, None
         self._close(self.views, priors, exc_type is not None)

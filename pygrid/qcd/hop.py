@@ -43,10 +43,12 @@ class HopCall:
         for i in range(len(refs)):
             if refs[i]() is not fields[i]:
                 return False
-        if self.backend is not get_backend() or self.config is not current():
+        views = self.views
+        # another thread's call on the same fields holds the kept views: this one opens its own
+        if self.backend is not get_backend() or self.config is not current() or views.is_open:
             return False
         buffers = self.buffers
-        with self.views as arrays:
+        with views as arrays:
             for i in range(len(buffers)):
                 if arrays[i] is not buffers[i]:
                     return False
