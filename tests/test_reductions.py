@@ -116,3 +116,53 @@ def test_openmp_reduction_blocks_match_numpy(osites, ncomp, ns, nblocks, single,
         k.inner_block(lo, hi, a.reshape(-1), b.reshape(-1), ncomp, osites, pr, pi)
     assert np.isclose(n2.sum(), host.norm2(a), rtol=1e-12)
     assert np.isclose(complex(pr.sum(), pi.sum()), host.inner_product(a, b), rtol=1e-12, atol=1e-12)
+
+
+def test_openmp_kept_reductions_follow_the_fields_and_the_threads(monkeypatch):
+    """A reduction on buffers seen before runs the launch kept from the first call (on the openmp
+    backend) on the buffers' current contents; a call while the kept partials are in use, or
+    with another thread count, takes the unkept path; the entry goes with its buffer."""
+    import gc
+    import weakref
+
+    from pygrid.accelerator import host, reductions_numba as rn
+
+    with backend("openmp"):
+        be = pg.get_backend()
+        g = pg.GridCartesian((8, 8, 8, 8))
+        x, y = pg.LatticeFermion(g), pg.LatticeFermion(g)
+        for seed in (1, 2, 3):
+            pg.ParallelRNG(g, [seed, 2, 3, 4]).gaussian(x)
+            pg.ParallelRNG(g, [seed, 5, 6, 7]).gaussian(y)
+            with x.view(pg.CpuRead) as a, y.view(pg.CpuRead) as b:
+                want_n, want_i = host.norm2(a), host.inner_product(a, b)
+            assert np.isclose(pg.norm2(x), want_n, rtol=1e-12)
+            assert np.isclose(pg.inner_product(x, y), want_i, rtol=1e-12)
+            # from the second call on, the kept launch: no kernel lookup
+            monkeypatch.setattr(rn, "kernels", lambda *a: pytest.fail("not the kept launch"))
+        monkeypatch.undo()
+        with x._kernel_view(pg.AcceleratorRead) as a, y._kernel_view(pg.AcceleratorRead) as b:
+            kept = rn._KEPT[(id(a), 0)], rn._KEPT[(id(a), id(b))]
+            assert kept[0].take(be, a, None)       # as another thread's call holds it
+            try:
+                assert np.isclose(rn.norm2(be, a), want_n, rtol=1e-12)
+            finally:
+                kept[0].lock.release()
+            threads = be.threads()
+            if be.blocks(a.shape[0]) > 1:           # a machine with one core has no other split
+                try:
+                    be.set_threads(1)
+                    assert not kept[1].take(be, a, b)
+                    assert np.isclose(rn.inner_product(be, a, b), want_i, rtol=1e-12)
+                finally:
+                    be.set_threads(threads)
+            keys, buffer = [(id(a), 0), (id(a), id(b))], weakref.ref(a)
+        del a, b, x, kept
+        gc.collect()
+        with y.view(pg.CpuRead):       # the manager frees the dead field's buffer at the next open
+            pass
+        gc.collect()
+        # (a device cache may keep the host buffer for reuse: its entry stays as long)
+        assert buffer() is not None or not any(k in rn._KEPT for k in keys)
+        if pg.memory.get_manager().device.name == "unified":
+            assert buffer() is None
