@@ -405,3 +405,37 @@ def test_bicgstab_wilson_like_spinor_operator(grid, gauge):
         )
     bn = b.to_numpy()
     assert np.linalg.norm(out - bn) < 1e-9 * np.linalg.norm(bn)
+
+
+def test_whether_an_operator_takes_out_is_kept_per_function():
+    """apply_M asks whether M accepts out= at every application; the answer is kept per function,
+    so two wrappers sharing one code object (functools.wraps) still get their own."""
+    import functools
+
+    from pygrid.algorithms.operators import _takes_out
+
+    def wrapped(f):
+        @functools.wraps(f)
+        def w(*a, **k):
+            return f(*a, **k)
+        return w
+
+    @wrapped
+    def with_out(x, out=None):
+        return x
+
+    @wrapped
+    def without_out(x):
+        return x
+
+    class Op:
+        def M(self, x, out=None):
+            return x
+
+        def Mdag(self, x):
+            return x
+
+    for _ in range(2):
+        assert _takes_out(with_out) and not _takes_out(without_out)
+        assert _takes_out(Op().M) and not _takes_out(Op().Mdag)
+        assert not _takes_out(len)      # no signature to read

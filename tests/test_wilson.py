@@ -287,6 +287,15 @@ def test_schur_operator_prepare_and_reconstruct():
     c = pg.inner_product(S.Mdag(eta), xo)
     assert abs(a - c) / abs(a) < 1e-12
     assert abs(pg.inner_product(xo, S.MdagM(xo)) - pg.norm2(S.M(xo))) / pg.norm2(S.M(xo)) < 1e-12
+    # the two-kernel Schur operator (its diagonal folded into the second hop) against its pieces,
+    # also in place
+    for name, hop, inv, diag in (("M", D.Meooe, D.MooeeInv, D.Mooee),
+                                 ("Mdag", D.MeooeDag, D.MooeeInvDag, D.MooeeDag)):
+        want = diag(xo).to_numpy() - hop(inv(hop(xo))).to_numpy()
+        assert relerr(getattr(S, name)(xo).to_numpy(), want) < 1e-12
+        y = xo.copy()
+        assert getattr(S, name)(y, out=y) is y and y.checkerboard == 1
+        assert relerr(y.to_numpy(), want) < 1e-12
 
 
 def test_single_precision_copy_of_operator():

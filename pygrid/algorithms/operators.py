@@ -29,6 +29,7 @@ operator ``Mdag M``, which is.
 from __future__ import annotations
 
 import inspect
+import weakref
 
 from ..errors import PyGridError
 
@@ -51,13 +52,33 @@ def _materialise(y, out):
     return _eval(y)
 
 
+#: a function -> whether it accepts out= (held weakly)
+_TAKES_OUT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _takes_out(fn):
+    # asked at every application inside a solver: inspect.signature took tens of microseconds, so
+    # the answer is kept per function (a bound method is a new object at every attribute access:
+    # the key is the function under it)
+    key = getattr(fn, "__func__", fn)
+    try:
+        hit = _TAKES_OUT.get(key)
+    except TypeError:       # not weakly referenceable or not hashable: asked each time
+        key, hit = None, None
+    if hit is not None:
+        return hit
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return False
-    return "out" in sig.parameters or any(
+    takes = "out" in sig.parameters or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    if key is not None:
+        try:
+            _TAKES_OUT[key] = takes
+        except TypeError:
+            pass
+    return takes
 
 
 def _call(fn, x, out):
