@@ -17,6 +17,7 @@ import pytest
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
+from pygrid.accelerator import reductions_numba
 from pygrid.algorithms import BiCGStab, ConjugateGradient, MdagMOperator, MixedPrecisionConjugateGradient
 from pygrid.lattice import pick_checkerboard
 from pygrid.qcd import dslash
@@ -41,10 +42,12 @@ class Faults:
         backend = pg.get_backend()
         for name in self.ENTRIES:
             monkeypatch.setattr(backend, name, self._wrap(getattr(backend, name)))
-        # a kernel bound for repeated launches (the Dirac operators') counts at each launch; the
-        # launches bound before, by other tests, are forgotten so that every one goes through here
+        # a kernel bound for repeated launches (the Dirac operators', the reductions') counts at each
+        # launch; the launches bound before, by other tests, are forgotten so that every one goes
+        # through here
         monkeypatch.setattr(backend, "bind_kernel", self._binder(backend.bind_kernel))
-        monkeypatch.setattr(dslash, "_BOUND", {})
+        monkeypatch.setattr(dslash, "_BOUND", {})          # and the Dirac calls kept with them
+        monkeypatch.setattr(reductions_numba, "_KEPT", {})
 
     def _binder(self, bind):
         @functools.wraps(bind)

@@ -515,6 +515,11 @@ def test_a_kept_call_runs_the_bound_launch_on_the_fields_as_they_are_now(monkeyp
     D.Meooe(e, out=o)
     assert o.checkerboard == 1 and slow
     assert relerr(o.to_numpy(), pg.pick_checkerboard(1, out).to_numpy()) < 1e-12
+    # a new table of dslash's bound launches (every bound launch forgotten) retires the kept calls
+    monkeypatch.setattr(dslash, "_BOUND", {})
+    slow.clear()
+    D.Dhop(psi, out=out)
+    assert slow and relerr(out.to_numpy(), dhop_ref(Un, psi.to_numpy())) < 1e-12
 
 
 def test_a_kept_call_whose_views_give_other_buffers_takes_the_checked_path():

@@ -17,6 +17,7 @@ from ..accelerator.backends import get_backend
 from ..config import current
 from ..lattice.lattice import kernel_views
 from ..memory import ViewMode
+from . import dslash
 from .dslash import bound, dhop
 
 _READ, _WRITE = ViewMode.AcceleratorRead, ViewMode.AcceleratorWrite
@@ -29,12 +30,15 @@ class HopCall:
     """A hop run before on the same fields (held weakly): their views (a ``memory.Views``, opened
     again each call), the buffers those views gave, and the launch bound to them."""
 
-    __slots__ = ("refs", "views", "buffers", "launch", "backend", "config", "__weakref__")
+    __slots__ = ("refs", "views", "buffers", "launch", "backend", "config", "table", "__weakref__")
 
     def __init__(self, fields, views, buffers, launch, forget):
         self.refs = tuple(weakref.ref(f, forget) for f in fields)
         self.views, self.buffers, self.launch = views, tuple(buffers), launch
         self.backend, self.config = get_backend(), current()
+        # the launch is one of dslash's bound launches: replacing dslash's table of them (to forget
+        # every bound launch) retires the kept calls as well
+        self.table = dslash._BOUND
 
     def __call__(self, fields) -> bool:
         """Run on ``fields`` (the same objects, in order); False, with nothing done, where the call
@@ -45,7 +49,8 @@ class HopCall:
                 return False
         views = self.views
         # another thread's call on the same fields holds the kept views: this one opens its own
-        if self.backend is not get_backend() or self.config is not current() or views.is_open:
+        if (self.backend is not get_backend() or self.config is not current() or views.is_open
+                or self.table is not dslash._BOUND):
             return False
         buffers = self.buffers
         with views as arrays:
