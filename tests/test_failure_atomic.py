@@ -4,9 +4,9 @@ the gauge readers.
 A call that fails, with an exception or a KeyboardInterrupt, anywhere before its last kernel leaves
 its destination as it was: the same bytes and the same checkerboard.  The faults are real: the
 backend under test (``PYGRID_TEST_BACKEND``) has its kernel entry points (``run``, ``launch``,
-``accelerator_for``, ``relayout``, and the launches ``bind_kernel`` returns) wrapped so that the
-N-th kernel of a call raises before it starts or after it finished, for every N; the operator's
-answer is then checked against the one it gives without a fault.
+``accelerator_for``, ``relayout``, and the launches ``bind_kernel`` and ``kept_launch`` return)
+wrapped so that the N-th kernel of a call raises before it starts or after it finished, for every
+N; the operator's answer is then checked against the one it gives without a fault.
 """
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ class Faults:
         # launch; the launches bound before, by other tests, are forgotten so that every one goes
         # through here
         monkeypatch.setattr(backend, "bind_kernel", self._binder(backend.bind_kernel))
+        if hasattr(backend, "kept_launch"):
+            monkeypatch.setattr(backend, "kept_launch", self._binder(backend.kept_launch))
         monkeypatch.setattr(dslash, "_BOUND", {})          # and the Dirac calls kept with them
         monkeypatch.setattr(reductions_numba, "_KEPT", {})
 

@@ -183,6 +183,14 @@ class OpenMPBackend:
             return
         _parallel()(n, osites, kernel, *args)
 
+    def kept_launch(self, kernel: Callable, args: tuple, nblocks: int) -> Callable[..., None]:
+        """``launch(osites, *args)`` for a kept launch of ``nblocks`` blocks: :meth:`bind_kernel`, or
+        the kernel itself on the calling thread for one block (binding would load, or compile for
+        seconds, a parallel driver that launch never uses)."""
+        if nblocks > 1:
+            return self.bind_kernel(kernel, *args)
+        return lambda osites, *a: kernel(0, osites, *a)
+
     def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
         """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through
         the parallel driver's entry point for those types (``parallel_numba.Bound``)."""
@@ -258,7 +266,7 @@ class OpenMPBackend:
         kept.nblocks = self.blocks(out.shape[0])
         kept.coef = np.array(args[-1])  # writable: the coefficients change from run to run
         kept.args = (*args[:-1], host.read_only(kept.coef))
-        kept.launch, kept.lock = self.bind_kernel(k, *kept.args), threading.Lock()
+        kept.launch, kept.lock = self.kept_launch(k, kept.args, kept.nblocks), threading.Lock()
         runs[key] = kept
 
     def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None) -> None:

@@ -186,7 +186,7 @@ class _Kept:
 
 
 def _keep(backend, kernel, args, partials, a, b):
-    bind = getattr(backend, "bind_kernel", None)
+    bind = getattr(backend, "kept_launch", None)
     # the flat aliases hold the memory's owner; one that holds a buffer itself (a buffer that owns
     # its memory) would keep it alive, and its entry with it
     buffers = (a,) if b is None else (a, b)
@@ -204,7 +204,7 @@ def _keep(backend, kernel, args, partials, a, b):
 
     kept.refs = tuple(weakref.ref(x, forget) for x in buffers)
     kept.backend, kept.n, kept.nblocks = backend, args[-len(partials) - 1], len(partials[0])
-    kept.launch, kept.args, kept.partials = bind(kernel, *args), args, partials
+    kept.launch, kept.args, kept.partials = bind(kernel, args, kept.nblocks), args, partials
     kept.lock = threading.Lock()
     _KEPT[key] = kept
 
