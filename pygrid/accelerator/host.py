@@ -7,6 +7,7 @@ are accumulated in double.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -90,3 +91,27 @@ def coef_reals(coefs: np.ndarray, dtype: Any) -> np.ndarray:
     cf[0:2 * len(coefs):2] = np.real(coefs)
     cf[1:2 * len(coefs):2] = np.imag(coefs)
     return cf
+
+
+# ---- launches kept for the buffers they ran on (reductions, expression kernels, Dirac calls) ----
+
+def holds_a_buffer(args, buffers) -> bool:
+    """Whether an array among ``args`` is a view whose base is one of ``buffers`` (a buffer that
+    owns its memory): keeping it would keep the buffer alive, and whatever is keyed by it."""
+    return any(isinstance(a, np.ndarray) and any(a.base is b for b in buffers) for a in args)
+
+
+def keep(table: dict, key, entry, objects, limit: int = 256) -> None:
+    """``table[key] = entry``, with ``entry.refs`` weak references to ``objects`` whose death takes
+    the entry out of the table again (while it is still the one there).  A table of ``limit``
+    entries is emptied first."""
+    if len(table) >= limit:
+        table.clear()
+    me = weakref.ref(entry)
+
+    def forget(_, key=key):
+        if table.get(key) is me():
+            table.pop(key, None)
+
+    entry.refs = tuple(weakref.ref(x, forget) for x in objects)
+    table[key] = entry

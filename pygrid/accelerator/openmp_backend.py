@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -246,28 +245,16 @@ class OpenMPBackend:
         axpy every iteration): the kernel and launch lookups, the flat aliases and the coefficient
         array are Python that runs with the caches full of the fields the last kernel streamed."""
         buffers = (out, *inputs)
-        # the flat aliases hold the memory's owner; one that held a buffer itself (a buffer owning
-        # its memory) would keep it, and this entry, alive
-        if any(isinstance(a, np.ndarray) and any(a.base is b for b in buffers) for a in args):
+        # the flat aliases hold the memory's owner, not a buffer that is a view of it
+        if host.holds_a_buffer(args, buffers):
             return
-        runs = self._kept_runs
-        if len(runs) >= 256:
-            runs.clear()
-        key = (id(ir), alias, id(out), *map(id, inputs))
         kept = _KeptRun()
-        me = weakref.ref(kept)
-
-        def forget(_, key=key):
-            if runs.get(key) is me():
-                runs.pop(key, None)
-
-        kept.refs = tuple(weakref.ref(b, forget) for b in buffers)
         kept.ir, kept.shifts, kept.osites = ir, [x for s in shifts for x in s], out.shape[0]
         kept.nblocks = self.blocks(out.shape[0])
         kept.coef = np.array(args[-1])  # writable: the coefficients change from run to run
         kept.args = (*args[:-1], host.read_only(kept.coef))
         kept.launch, kept.lock = self.kept_launch(k, kept.args, kept.nblocks), threading.Lock()
-        runs[key] = kept
+        host.keep(self._kept_runs, (id(ir), alias, id(out), *map(id, inputs)), kept, buffers)
 
     def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None) -> None:
         # numba compiles at the first call for the argument types: an empty site range on empty

@@ -17,13 +17,12 @@ inner product scalar.
 from __future__ import annotations
 
 import threading
-import weakref
 
 import numpy as np
 
 from . import simd_numba
 from .compile_cache import load_module
-from .host import read_only
+from .host import holds_a_buffer, keep, read_only
 
 _modules: dict = {}
 
@@ -187,26 +186,15 @@ class _Kept:
 
 def _keep(backend, kernel, args, partials, a, b):
     bind = getattr(backend, "kept_launch", None)
-    # the flat aliases hold the memory's owner; one that holds a buffer itself (a buffer that owns
-    # its memory) would keep it alive, and its entry with it
+    # the flat aliases hold the memory's owner, not a buffer that is a view of it
     buffers = (a,) if b is None else (a, b)
-    if bind is None or any(isinstance(x, np.ndarray) and any(x.base is y for y in buffers) for x in args):
+    if bind is None or holds_a_buffer(args, buffers):
         return
-    key = (id(a), 0 if b is None else id(b))
-    if len(_KEPT) >= MAX_KEPT:
-        _KEPT.clear()
     kept = _Kept()
-    me = weakref.ref(kept)
-
-    def forget(_, key=key):
-        if _KEPT.get(key) is me():
-            _KEPT.pop(key, None)
-
-    kept.refs = tuple(weakref.ref(x, forget) for x in buffers)
     kept.backend, kept.n, kept.nblocks = backend, args[-len(partials) - 1], len(partials[0])
     kept.launch, kept.args, kept.partials = bind(kernel, args, kept.nblocks), args, partials
     kept.lock = threading.Lock()
-    _KEPT[key] = kept
+    keep(_KEPT, (id(a), 0 if b is None else id(b)), kept, buffers, MAX_KEPT)
 
 
 def _total(partial):

@@ -24,11 +24,10 @@ and the launch lookup, tens of microseconds of a 250-350 us call at 8^4.
 """
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from ..accelerator.backends import get_backend
+from ..accelerator.host import keep
 from ..accelerator.rows import host_rows
 from ..config import current
 from ..errors import BackendError, ConformabilityError
@@ -86,14 +85,8 @@ class _Bound:
 
     __slots__ = ("refs", "backend", "config", "run", "use_diag", "__weakref__")
 
-    def __init__(self, key, objects, backend, config, run, use_diag):
-        me = weakref.ref(self)
-
-        def forget(_, key=key):
-            if _BOUND.get(key) is me():
-                _BOUND.pop(key, None)
-
-        self.refs = tuple(weakref.ref(x, forget) for x in objects)
+    def __init__(self, backend, config, run, use_diag):
+        self.refs = ()  # the objects' weak references (host.keep)
         self.backend, self.config, self.run, self.use_diag = backend, config, run, use_diag
 
     def holds(self, objects):
@@ -158,9 +151,7 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo)
         run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag)
         if run is not None:
-            if len(_BOUND) >= 256:
-                _BOUND.clear()
-            _BOUND[key] = _Bound(key, held, backend, current(), run, use_diag)
+            keep(_BOUND, key, _Bound(backend, current(), run, use_diag), held)
         return out
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:

@@ -11,9 +11,8 @@ the kernel has just streamed: at 8^4 a Wilson Dhop spent 30-45 us around its 200
 """
 from __future__ import annotations
 
-import weakref
-
 from ..accelerator.backends import get_backend
+from ..accelerator.host import keep
 from ..config import current
 from ..lattice.lattice import kernel_views
 from ..memory import ViewMode
@@ -32,8 +31,8 @@ class HopCall:
 
     __slots__ = ("refs", "views", "buffers", "launch", "backend", "config", "table", "__weakref__")
 
-    def __init__(self, fields, views, buffers, launch, forget):
-        self.refs = tuple(weakref.ref(f, forget) for f in fields)
+    def __init__(self, views, buffers, launch):
+        self.refs = ()  # the fields' weak references (host.keep)
         self.views, self.buffers, self.launch = views, tuple(buffers), launch
         self.backend, self.config = get_backend(), current()
         # the launch is one of dslash's bound launches: replacing dslash's table of them (to forget
@@ -98,14 +97,5 @@ def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None
         dhop(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, link_halo=lh)
         launch = bound(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag)
     if launch is not None:
-        if len(calls) >= MAX_CALLS:
-            calls.clear()
-        me = []  # the call, held weakly: its fields' weak references hold this callback
-
-        def forget(_, key=key):
-            if me and calls.get(key) is me[0]():
-                calls.pop(key, None)
-
-        call = calls[key] = HopCall(fields, kept, arrays, launch, forget)
-        me.append(weakref.ref(call))
+        keep(calls, key, HopCall(kept, arrays, launch), fields, MAX_CALLS)
     return tgt
