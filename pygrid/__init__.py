@@ -41,6 +41,8 @@ from .lattice import (
     LatticeSpinMatrix,
     LatticeSpinVector,
     adj,
+    axpy,
+    axpy_norm2,
     conjugate,
     convert,
     coordinate,

@@ -143,7 +143,7 @@ def test_openmp_kept_reductions_follow_the_fields_and_the_threads(monkeypatch):
         monkeypatch.undo()
         with x._kernel_view(pg.AcceleratorRead) as a, y._kernel_view(pg.AcceleratorRead) as b:
             kept = rn._KEPT[(id(a), 0)], rn._KEPT[(id(a), id(b))]
-            assert kept[0].take(be, a, None)       # as another thread's call holds it
+            assert kept[0].take(be, (a,))          # as another thread's call holds it
             try:
                 assert np.isclose(rn.norm2(be, a), want_n, rtol=1e-12)
             finally:
@@ -152,7 +152,7 @@ def test_openmp_kept_reductions_follow_the_fields_and_the_threads(monkeypatch):
             if be.blocks(a.shape[0]) > 1:           # a machine with one core has no other split
                 try:
                     be.set_threads(1)
-                    assert not kept[1].take(be, a, b)
+                    assert not kept[1].take(be, (a, b))
                     assert np.isclose(rn.inner_product(be, a, b), want_i, rtol=1e-12)
                 finally:
                     be.set_threads(threads)

@@ -123,6 +123,21 @@ class Backend(Protocol):
         kernel runs, so timers call this before reading the clock; a no-op where launches wait."""
 
 
+class FusedUpdates(Protocol):
+    """Members a backend may add (the openmp backend has them): a solver's vector updates as one
+    kernel each.  Where a backend lacks them, :func:`pygrid.axpy` and :func:`pygrid.axpy_norm2`
+    evaluate the expression ``a * x + y`` and take the norm separately."""
+
+    def axpy(self, z: Buffer, a: complex, x: Buffer, y: Buffer) -> None:
+        """z = a x + y on buffers of one shape and dtype; z may be x or y."""
+
+    def axpy_norm2(self, z: Buffer, a: complex, x: Buffer, y: Buffer) -> float:
+        """:meth:`axpy`, returning the sum of the squares of z as written, in the same pass."""
+
+
+#: the optional members of :class:`FusedUpdates`
+FUSED = ("axpy", "axpy_norm2")
+
 #: the members a backend must define, checked by the tests for every backend class
 MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for",
            "bind_kernel", "norm2", "inner_product", "site_sum", "slice_sum", "set_threads", "threads",

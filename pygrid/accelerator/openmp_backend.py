@@ -299,6 +299,12 @@ class OpenMPBackend:
     def inner_product(self, a, b) -> complex:
         return _reductions().inner_product(self, a, b)
 
+    def axpy(self, z, a, x, y) -> None:
+        _reductions().axpy(self, z, a, x, y)
+
+    def axpy_norm2(self, z, a, x, y) -> float:
+        return _reductions().axpy_norm2(self, z, a, x, y)
+
     def site_sum(self, a) -> np.ndarray:
         return host.site_sum(a)
 

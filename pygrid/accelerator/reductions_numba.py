@@ -1,4 +1,5 @@
-"""Reductions for the OpenMP backend: numba kernels over blocks of outer sites.
+"""Reductions and the solvers' fused vector updates for the OpenMP backend: numba kernels over
+blocks of outer sites.
 
 Each block of a launch writes one partial sum into its own slot (accumulated in
 double, whatever the field's precision: a product of two single reals is exact in
@@ -13,6 +14,11 @@ that the FMAs do not wait on each other.  In single the widening sets the pace: 
 ``vcvtps2pd`` per four reals held a core to about 50 GB/s on AVX2 (Zen 3).  A loop
 over the lanes of one component is too short for LLVM's vectoriser, which left the
 inner product scalar.
+
+``axpy`` (z = a x + y) and ``axpy_norm2`` (the same and the norm of z in the same pass, as
+Grid's CG does it) are one kernel each on any buffers of one shape, z possibly x or y: a
+solver's vector updates without an expression's construction and lowering, and in
+``axpy_norm2`` without the second pass over z that a separate norm would read.
 """
 from __future__ import annotations
 
@@ -68,9 +74,10 @@ def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unrol
 import numpy as np
 from numba import njit
 
-from pygrid.accelerator.simd_numba import vdouble, vfma, vload, vsplat, vsum
+from pygrid.accelerator.simd_numba import vdouble, vfma, vfms, vload, vsplat, vstore, vsum
 
 NS = {int(nsimd)}
+Z = np.{dtype}
 U = np.uint64
 S1 = U(NS)
 S2 = U(2 * NS)
@@ -107,6 +114,45 @@ def inner_block(lo, hi, a, b, ncomp, n, partial_re, partial_im):
 {i_tail}    k = block(lo, n, len(partial_re))
     partial_re[k] = vsum({re_sum})
     partial_im[k] = vsum({im_sum})
+
+
+@njit(nogil=True, cache=True, inline="always")
+def axpy_comp(z, x, y, p, Ar, Ai):
+    """z = (Ar + i Ai) x + y for the component whose real plane starts at p; returns z's planes
+    (every load before the stores: z may be x or y)."""
+    xr = vload(x, p, NS)
+    xi = vload(x, p + S1, NS)
+    zr = vfms(Ai, xi, vfma(Ar, xr, vload(y, p, NS)))
+    zi = vfma(Ai, xr, vfma(Ar, xi, vload(y, p + S1, NS)))
+    vstore(z, p, zr)
+    vstore(z, p + S1, zi)
+    return zr, zi
+
+
+@_jit
+def axpy_block(lo, hi, z, x, y, ncomp, ar, ai):
+    """z = (ar + i ai) x + y on outer sites [lo, hi)."""
+    Ar = vsplat(Z(ar), NS)
+    Ai = vsplat(Z(ai), NS)
+    for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
+        axpy_comp(z, x, y, q * S2, Ar, Ai)
+
+
+@_jit
+def axpy_norm2_block(lo, hi, z, x, y, ncomp, ar, ai, n, partial):
+    """axpy_block, and partial[b] = the sum of squares of z over [lo, hi) as written (block b of
+    len(partial) over [0, n))."""
+    Ar = vsplat(Z(ar), NS)
+    Ai = vsplat(Z(ai), NS)
+    s = vsplat(0.0, NS)
+    t = vsplat(0.0, NS)
+    for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
+        zr, zi = axpy_comp(z, x, y, q * S2, Ar, Ai)
+        zr = vdouble(zr)
+        zi = vdouble(zi)
+        s = vfma(zr, zr, s)
+        t = vfma(zi, zi, t)
+    partial[block(lo, n, len(partial))] = vsum(s + t)
 '''
 
 
@@ -130,9 +176,9 @@ def kernels(nsimd: int, dtype):
 
 def norm2(backend, a):
     kept = _KEPT.get((id(a), 0))
-    if kept is not None and kept.take(backend, a, None):
+    if kept is not None and kept.take(backend, (a,)):
         try:
-            kept.launch(kept.n, *kept.args)
+            kept.launch(kept.n, *kept.head)
             return _total(kept.partials[0])
         finally:
             kept.lock.release()
@@ -141,15 +187,15 @@ def norm2(backend, a):
     args = (read_only(a.reshape(-1)), a.shape[1], n, partial)
     kernel = kernels(a.shape[3], a.dtype).norm2_block
     backend.accelerator_for(n, kernel, *args)
-    _keep(backend, kernel, args, (partial,), a, None)
+    _keep(backend, kernel, args, (), (partial,), (id(a), 0), (a,))
     return _total(partial)
 
 
 def inner_product(backend, a, b):
     kept = _KEPT.get((id(a), id(b)))
-    if kept is not None and kept.take(backend, a, b):
+    if kept is not None and kept.take(backend, (a, b)):
         try:
-            kept.launch(kept.n, *kept.args)
+            kept.launch(kept.n, *kept.head)
             return complex(_total(kept.partials[0]), _total(kept.partials[1]))
         finally:
             kept.lock.release()
@@ -159,42 +205,83 @@ def inner_product(backend, a, b):
     args = (read_only(a.reshape(-1)), read_only(b.reshape(-1)), a.shape[1], n, pr, pi)
     kernel = kernels(a.shape[3], a.dtype).inner_block
     backend.accelerator_for(n, kernel, *args)
-    _keep(backend, kernel, args, (pr, pi), a, b)
+    _keep(backend, kernel, args, (), (pr, pi), (id(a), id(b)), (a, b))
     return complex(_total(pr), _total(pi))
 
 
-#: (id of a buffer, id of the second or 0) -> _Kept
+def axpy(backend, z, a, x, y):
+    """z = a x + y (a complex) on buffers of one shape and dtype; z may be x or y."""
+    _axpy(backend, z, complex(a), x, y, False)
+
+
+def axpy_norm2(backend, z, a, x, y):
+    """:func:`axpy`, returning the sum of squares of z as written (one pass)."""
+    return _axpy(backend, z, complex(a), x, y, True)
+
+
+def _axpy(backend, z, a, x, y, norm):
+    key = (norm, id(z), id(x), id(y))
+    kept = _KEPT.get(key)
+    if kept is not None and kept.take(backend, (z, x, y)):
+        try:
+            kept.launch(kept.n, *kept.head, a.real, a.imag, *kept.tail)
+            return _total(kept.partials[0]) if norm else None
+        finally:
+            kept.lock.release()
+    n = z.shape[0]
+    # z's flat alias writable, x's and y's read-only even where they are z (the same memory: each
+    # component is read before it is written)
+    head = (z.reshape(-1), read_only(x.reshape(-1)), read_only(y.reshape(-1)), z.shape[1])
+    mod = kernels(z.shape[3], z.dtype)
+    partials = (np.zeros(backend.blocks(n)),) if norm else ()
+    tail = (n, *partials) if norm else ()
+    kernel = mod.axpy_norm2_block if norm else mod.axpy_block
+    backend.accelerator_for(n, kernel, *head, a.real, a.imag, *tail)
+    _keep(backend, kernel, head + (a.real, a.imag) + tail, tail, partials, key, (z, x, y),
+          n=n, nhead=len(head))
+    return _total(partials[0]) if norm else None
+
+
+#: (id of a buffer, id of the second or 0) for reductions, (norm, ids of z, x, y) for axpy -> _Kept
 _KEPT: dict = {}
 MAX_KEPT = 64
 
 
 class _Kept:
-    """A reduction's launch bound to the flat aliases of its buffers (held weakly) and the partial
-    sums it writes.  ``lock`` is held while a call uses them: another thread's call on the same
-    buffers meanwhile takes the unkept path, with partials of its own."""
+    """A kernel's launch bound to the flat aliases of its buffers (held weakly) and the partial
+    sums it writes: ``launch(n, *head, <scalars of the call>, *tail)``.  ``lock`` is held while a
+    call uses them: another thread's call on the same buffers meanwhile takes the unkept path,
+    with partials of its own."""
 
-    __slots__ = ("refs", "backend", "n", "nblocks", "launch", "args", "partials", "lock", "__weakref__")
+    __slots__ = ("refs", "backend", "n", "nblocks", "launch", "head", "tail", "partials", "lock",
+                 "__weakref__")
 
-    def take(self, backend, a, b):
-        """True, holding the lock, when this launch serves ``(a, b)`` on ``backend`` now."""
+    def take(self, backend, buffers):
+        """True, holding the lock, when this launch serves ``buffers`` on ``backend`` now."""
         refs = self.refs
-        if (refs[0]() is not a or (b is not None and refs[1]() is not b) or self.backend is not backend
-                or backend.blocks(self.n) != self.nblocks):
+        for i in range(len(buffers)):
+            if refs[i]() is not buffers[i]:
+                return False
+        if self.backend is not backend or backend.blocks(self.n) != self.nblocks:
             return False
         return self.lock.acquire(False)
 
 
-def _keep(backend, kernel, args, partials, a, b):
+def _keep(backend, kernel, args, tail, partials, key, buffers, n=None, nhead=None):
+    """Keep the launch of ``kernel`` on ``args`` (those after ``nhead`` up to ``tail`` change from
+    call to call) for the next call on ``buffers``."""
     bind = getattr(backend, "kept_launch", None)
     # the flat aliases hold the memory's owner, not a buffer that is a view of it
-    buffers = (a,) if b is None else (a, b)
     if bind is None or holds_a_buffer(args, buffers):
         return
     kept = _Kept()
-    kept.backend, kept.n, kept.nblocks = backend, args[-len(partials) - 1], len(partials[0])
-    kept.launch, kept.args, kept.partials = bind(kernel, args, kept.nblocks), args, partials
+    kept.backend = backend
+    kept.n = args[-len(partials) - 1] if n is None else n
+    kept.nblocks = backend.blocks(kept.n)
+    kept.launch, kept.partials = bind(kernel, args, kept.nblocks), partials
+    kept.head, kept.tail = (args if nhead is None else args[:nhead]), tail
     kept.lock = threading.Lock()
-    keep(_KEPT, (id(a), 0 if b is None else id(b)), kept, buffers, MAX_KEPT)
+    keep(_KEPT, key, kept, buffers, MAX_KEPT)
 
 
 def _total(partial):

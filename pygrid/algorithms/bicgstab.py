@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..lattice import Lattice, inner_product, norm2
+from ..lattice import Lattice, axpy, axpy_norm2, inner_product, norm2
 from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_operator
@@ -72,11 +72,10 @@ class BiCGStab(IterativeSolver):
                 reason = "breakdown: <rhat, A p> = 0"
                 break
             alpha = rho / rv
-            r @= r - alpha * v  # r is now s
+            ss = axpy_norm2(r, -alpha, v, r)  # r is now s
             k += 1
-            ss = norm2(r)
             if ss <= target:
-                x @= x + alpha * p
+                axpy(x, alpha, p, x)
                 rr = ss
                 history.append(rel(rr, bb))
                 converged = True
@@ -86,13 +85,12 @@ class BiCGStab(IterativeSolver):
             tt = norm2(t)
             if tt == 0:
                 reason = "breakdown: |A s| = 0"
-                x @= x + alpha * p
+                axpy(x, alpha, p, x)
                 rr = ss
                 break
             omega = inner_product(t, r) / tt
             x @= x + alpha * p + omega * r
-            r @= r - omega * t
-            rr = norm2(r)
+            rr = axpy_norm2(r, -omega, t, r)
             history.append(rel(rr, bb))
             if rr <= target:
                 converged = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..lattice import Lattice, inner_product, norm2
+from ..lattice import Lattice, axpy, axpy_norm2, inner_product, norm2
 from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_hermitian
@@ -71,18 +71,22 @@ class ConjugateGradient(IterativeSolver):
         reason = None
         if log.enabled("iterative"):
             log.iterative("%s: iteration 0 residual %.2e tolerance %.2e", self.name, rel(rr, bb), self.tol)
+        # <p, A p> as |M p|^2 where A is M^dag M (one field read, and never negative by rounding)
+        and_norm = getattr(A, "apply_and_norm", None)
         while not converged and k < self.maxiter:
-            apply_M(A, p, out=Ap)
+            if and_norm is not None:
+                pAp = and_norm(p, out=Ap)[1]
+            else:
+                apply_M(A, p, out=Ap)
+                pAp = inner_product(p, Ap).real
             applications += 1
-            pAp = inner_product(p, Ap).real
             if not (pAp > 0.0) or not math.isfinite(pAp):
                 reason = f"breakdown: <p, A p> = {pAp:.3e}; the operator is not positive definite"
                 log.warning("%s: %s at iteration %d", self.name, reason, k)
                 break
             a = rr / pAp
-            x @= x + a * p
-            r @= r - a * Ap
-            rr_new = norm2(r)
+            axpy(x, a, p, x)
+            rr_new = axpy_norm2(r, -a, Ap, r)
             k += 1
             history.append(rel(rr_new, bb))
             if rr_new <= target:
@@ -91,7 +95,7 @@ class ConjugateGradient(IterativeSolver):
                 break
             beta = rr_new / rr
             rr = rr_new
-            p @= r + beta * p
+            axpy(p, beta, p, r)
             if k % self.log_every == 0 and log.enabled("iterative"):
                 log.iterative("%s: iteration %d residual %.2e time %.3g s", self.name, k,
                               history[-1], time.perf_counter() - t0)

@@ -189,6 +189,17 @@ class MdagMOperator(HermitianOperator):
                 return _call(op.Mdag, _call(op.M, x, None), out)
             self._fn = mdagm
 
+    def apply_and_norm(self, x, out=None):
+        """``(Mdag M x, |M x|^2)``: CG's ``<x, Mdag M x>`` as the norm of the intermediate ``M x``
+        (one field read where the inner product reads two, as Grid's ``HermOpAndNorm``).  The
+        intermediate is a field this operator keeps for the next call."""
+        from ..lattice import norm2
+
+        op = self.op
+        mid = getattr(self, "_mid", None)
+        mid = self._mid = _call(op.M, x, mid)
+        return _call(op.Mdag, mid, out), norm2(mid)
+
     def converted(self, precision):
         return MdagMOperator(converted_operator(self.op, precision))
 

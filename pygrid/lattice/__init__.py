@@ -16,6 +16,8 @@ from .lattice import (
 )
 from .ops import (
     adj,
+    axpy,
+    axpy_norm2,
     conjugate,
     convert,
     coordinate,

@@ -183,6 +183,55 @@ def inner_product(a: Any, b: Any) -> complex:
         return fa.grid.comm.sum(get_backend().inner_product(x, y))
 
 
+def axpy(z: Lattice, a: Any, x: Any, y: Any) -> Lattice:
+    """``z = a * x + y`` for a number ``a``, in one kernel; returns ``z``, which may be ``x`` or ``y``.
+
+    The same as ``z @= a * x + y``: a solver's vector update without building and lowering an
+    expression at every iteration, on backends that have the fused kernel (openmp).
+    """
+    if _fused_update(z, a, x, y, "axpy", False) is None:
+        evaluate(a * nodes.as_expr(x) + y, z)
+    return z
+
+
+def axpy_norm2(z: Lattice, a: Any, x: Any, y: Any) -> float:
+    """``z = a * x + y`` and ``norm2(z)``, as Grid's CG updates its residual: on backends with the
+    fused kernel (openmp) one pass over the fields, z read back from registers, not memory."""
+    n = _fused_update(z, a, x, y, "axpy_norm2", True)
+    if n is None:
+        evaluate(a * nodes.as_expr(x) + y, z)
+        return norm2(z)
+    return n
+
+
+def _fused_update(z, a, x, y, name, norm):
+    """The backend's fused ``axpy`` / ``axpy_norm2`` on three fields of one grid object,
+    checkerboard, precision and site type (the float norm, or 0.0 for axpy); None where the
+    expression path is to do it (another backend, expressions, other types: its checks give the
+    errors)."""
+    if not isinstance(z, Lattice):
+        raise SiteTypeError(f"{name} writes into a field, got {type(z).__name__}")
+    fn = getattr(get_backend(), name, None)
+    if (fn is None or not isinstance(x, Lattice) or not isinstance(y, Lattice)
+            or not isinstance(a, (int, float, complex, np.number)) or isinstance(a, (bool, np.bool_))):
+        return None
+    g, st = z.grid, z.site_type
+    if not (x.grid is g and y.grid is g and x.site_type == st and y.site_type == st
+            and x.checkerboard == z.checkerboard == y.checkerboard
+            and x.precision == z.precision == y.precision):
+        return None
+    a = complex(a)
+    if a.imag and st.is_real:
+        return None
+    # z written in place where it is also read; x and y read through z's view when they are z
+    mode = ViewMode.AcceleratorWrite if (x is z or y is z) else ViewMode.AcceleratorWriteDiscard
+    fields = [(z, mode)] + [(f, ViewMode.AcceleratorRead) for f in dict.fromkeys((x, y)) if f is not z]
+    with kernel_views(*fields) as bufs:
+        by = dict(zip(map(id, (f for f, _ in fields)), bufs))
+        r = fn(bufs[0], a, by[id(x)], by[id(y)])
+    return g.comm.sum(r) if norm else 0.0
+
+
 def sum(x: Any) -> np.ndarray:  # noqa: A001
     """Sum over all sites: a numpy array of the site shape."""
     f = _field(x)

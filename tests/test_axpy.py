@@ -1,0 +1,138 @@
+"""pg.axpy and pg.axpy_norm2 (the solvers' fused vector updates) against numpy, on every backend."""
+import numpy as np
+import pytest
+from conftest import COMPILED, TOL, backend, grid, random_field
+from hypothesis import given, settings, strategies as st
+
+import pygrid as pg
+from pygrid.errors import ConformabilityError, SiteTypeError
+
+TYPES = [pg.Complex, pg.Real, pg.ColourVector(), pg.SpinColourVector()]
+
+#: which of z, x, y are one field: z fresh; z is x; z is y; x is y; all three one field
+ALIASES = ["fresh", "z=x", "z=y", "x=y", "all"]
+
+
+def fields(g, t, precision, alias):
+    x, y = random_field(g, t, precision), random_field(g, t, precision)
+    if alias == "x=y":
+        y = x
+    if alias == "all":
+        y = x
+    z = {"z=x": x, "z=y": y, "all": x}.get(alias) or pg.Lattice(g, t, precision)
+    return z, x, y
+
+
+def run(fn, alias, a, t, precision):
+    g = grid((4, 4, 4, 8), (1, 1, 1, 4), precision=precision)
+    z, x, y = fields(g, t, precision, alias)
+    want = a * x.to_numpy().astype(np.complex128) + y.to_numpy().astype(np.complex128)
+    got = fn(z, a, x, y)
+    return z, want, got
+
+
+@pytest.mark.parametrize("name", [COMPILED, "numpy"])
+@pytest.mark.parametrize("precision", ["double", "single"])
+@pytest.mark.parametrize("alias", ALIASES)
+def test_axpy_and_axpy_norm2_match_numpy(name, precision, alias):
+    with backend(name):
+        for a in (0.37, -1.5 + 0.25j, 2):
+            z, want, got = run(pg.axpy, alias, a, pg.SpinColourVector(), precision)
+            assert got is z
+            np.testing.assert_allclose(z.to_numpy(), want, rtol=0, atol=TOL[precision] * np.abs(want).max())
+            z, want, n = run(pg.axpy_norm2, alias, a, pg.SpinColourVector(), precision)
+            np.testing.assert_allclose(z.to_numpy(), want, rtol=0, atol=TOL[precision] * np.abs(want).max())
+            # the norm of z as written (in its precision), accumulated in double
+            zz = z.to_numpy().astype(np.complex128)
+            assert isinstance(n, float)
+            assert abs(n - np.vdot(zz, zz).real) <= 1e-12 * np.vdot(zz, zz).real
+
+
+@settings(max_examples=25, deadline=None)
+@given(t=st.sampled_from(TYPES), alias=st.sampled_from(ALIASES), re=st.floats(-3, 3), im=st.floats(-3, 3),
+       single=st.booleans(), rb=st.booleans(), norm=st.booleans())
+def test_fused_updates_agree_with_the_expression(t, alias, re, im, single, rb, norm):
+    """Any site type, checkerboard, precision and aliasing: the fused kernel writes what
+    ``z @= a * x + y`` writes (a real coefficient on Real fields)."""
+    precision = "single" if single else "double"
+    a = complex(re, 0.0 if t.is_real else im)
+    g = grid((4, 4, 4, 8), (1, 1, 1, 4), precision=precision)
+    if rb:
+        g = pg.GridRedBlackCartesian(g)
+    z, x, y = fields(g, t, precision, alias)
+    if rb:
+        for f in {id(f): f for f in (z, x, y)}.values():
+            f.checkerboard = 1
+    expected = pg.Lattice(g, t, precision, checkerboard=z.checkerboard)
+    expected @= a * x + y
+    n = pg.axpy_norm2(z, a, x, y) if norm else pg.axpy(z, a, x, y)
+    scale = max(1.0, float(np.abs(expected.to_numpy()).max()))
+    np.testing.assert_allclose(z.to_numpy(), expected.to_numpy(), rtol=0, atol=TOL[precision] * scale)
+    if norm:
+        assert np.isclose(n, pg.norm2(expected), rtol=1e-5 if single else 1e-12)
+
+
+def test_fused_updates_take_the_expression_path_for_what_they_do_not_fuse():
+    g = grid()
+    x, y = random_field(g, pg.ColourVector()), random_field(g, pg.ColourVector())
+    z = pg.Lattice(g, pg.ColourVector())
+    X, Y = x.to_numpy(), y.to_numpy()
+    # an expression operand, a field coefficient
+    pg.axpy(z, 0.5, x * 2.0, y)
+    np.testing.assert_allclose(z.to_numpy(), X + Y, atol=1e-13)
+    c = random_field(g, pg.Complex)
+    n = pg.axpy_norm2(z, c, x, y)
+    want = c.to_numpy()[..., None] * X + Y
+    np.testing.assert_allclose(z.to_numpy(), want, atol=1e-13)
+    assert np.isclose(n, np.vdot(want, want).real, rtol=1e-12)
+    # errors come from the expression's checks, and leave z as it was
+    before = z.to_numpy()
+    other = random_field(grid((4, 4, 4, 8)), pg.ColourVector())
+    with pytest.raises(ConformabilityError):
+        pg.axpy(z, 1.0, x, other)
+    with pytest.raises(SiteTypeError):
+        pg.axpy(z, 1.0, x, random_field(g, pg.SpinColourVector()))
+    r = random_field(g, pg.Real)
+    with pytest.raises(SiteTypeError):
+        pg.axpy(r, 1j, r, r)
+    with pytest.raises(SiteTypeError, match="writes into a field"):
+        pg.axpy(x * 1.0, 1.0, x, y)
+    np.testing.assert_array_equal(z.to_numpy(), before)
+
+
+def test_openmp_fused_updates_keep_their_launch(monkeypatch):
+    """From the second call on the same fields the kept launch runs, with the call's coefficient."""
+    from pygrid.accelerator import reductions_numba as rn
+
+    with backend("openmp"):
+        g = grid((8, 8, 8, 8))
+        x, y = random_field(g, pg.SpinColourVector()), random_field(g, pg.SpinColourVector())
+        X, Y = x.to_numpy(), y.to_numpy()
+        z = pg.Lattice(g, pg.SpinColourVector())
+        pg.axpy(z, 1.0, x, y)
+        pg.axpy_norm2(y, 1.0, x, y)
+        Y = X + Y
+        monkeypatch.setattr(rn, "kernels", lambda *a: pytest.fail("not the kept launch"))
+        for a in (0.5, -2.0 + 1j):
+            pg.axpy(z, a, x, y)
+            np.testing.assert_allclose(z.to_numpy(), a * X + Y, atol=1e-12)
+            n = pg.axpy_norm2(y, a, x, y)
+            Y = a * X + Y
+            np.testing.assert_allclose(y.to_numpy(), Y, atol=1e-12)
+            assert np.isclose(n, np.vdot(Y, Y).real, rtol=1e-12)
+
+
+def test_mdagm_apply_and_norm_is_the_inner_product():
+    from pygrid.algorithms import MdagMOperator
+
+    g = grid()
+    U = pg.qcd.random_gauge(g, pg.ParallelRNG(g, [1, 2, 3, 4]))
+    A = MdagMOperator(pg.qcd.WilsonFermion(U, 0.1))
+    p = random_field(g, pg.SpinColourVector())
+    out = pg.LatticeFermion(g)
+    for _ in range(2):  # the second call reuses the kept intermediate
+        got, n = A.apply_and_norm(p, out=out)
+        assert got is out
+        want = A.M(p)
+        np.testing.assert_allclose(out.to_numpy(), want.to_numpy(), atol=1e-12)
+        assert np.isclose(n, pg.inner_product(p, want).real, rtol=1e-12)
