@@ -386,3 +386,45 @@ def test_kept_calls_follow_the_fields_contents():
         assert relerr(D.Meooe(e, out=o).to_numpy(), pg.pick_checkerboard(1, out).to_numpy()) < 1e-12
     if pg.qcd.dslash.variant() == "unroll":
         assert len(D._w._hop_calls) >= 3
+
+
+@pytest.mark.parametrize("prec", ["double", "single"])
+@pytest.mark.parametrize("which", ["unroll", "generic"])
+def test_hop_with_mooee_as_its_diagonal_term(prec, which):
+    """dslash.dhop's diagonal term in s (``diag_s``): scale * hop(t) + alpha * Mooee x in one
+    kernel, against the plain hop and the dense numpy s matrix, both adjoints, both variants;
+    and the Schur operator that ends with it against its pieces."""
+    U, D, _ = ops(prec, (4, 4, 4, 8), Ls=5)
+    if pg.get_backend().device == "unified":  # raw host buffers: the CPU backends
+        _hop_with_mooee_buffers(D, prec, which)
+    S = pg.qcd.SchurDiagMooeeOperator(D, 1)
+    odd = pg.pick_checkerboard(1, fermion(D))
+    for apply, hop, inv, diag in ((S.M, D.Meooe, D.MooeeInv, D.Mooee),
+                                  (S.Mdag, D.MeooeDag, D.MooeeInvDag, D.MooeeDag)):
+        want = diag(odd)
+        want @= want - hop(inv(hop(odd)))
+        assert relerr(apply(odd).to_numpy(), want.to_numpy()) < TOL[prec]
+
+
+def _hop_with_mooee_buffers(D, prec, which):
+    from pygrid.qcd import dslash
+    from pygrid.qcd.fifth_dim import s_apply
+
+    w = D._w
+    t, x = fermion(D, cb=0), fermion(D, (9, 8, 7, 6), cb=1)
+    out = D.new_fermion(1)
+    with (t._kernel_view(pg.AcceleratorRead) as p, x._kernel_view(pg.AcceleratorRead) as xb,
+          w.U_cb[1]._kernel_view(pg.AcceleratorRead) as uf, w.U_cb[0]._kernel_view(pg.AcceleratorRead) as ub,
+          out._kernel_view(pg.AcceleratorWrite) as o):
+        for dag in (False, True):
+            key = "MooeeDag" if dag else "Mooee"
+            hop = dslash.dhop(np.empty_like(o), p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, dag=dag, which=which)
+            want = hop.astype(np.float64) + s_apply(np.empty(o.shape), xb.astype(np.float64),
+                                                      -1.3 * D._mats[key].astype(np.float64), Ls=D.Ls)
+            for _ in range(2):  # the second call: the bound launch
+                dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, -1.3, xb, dag, which=which,
+                            diag_s=D._banded[key])
+                assert relerr(o, want) < TOL[prec]
+        with pytest.raises(pg.errors.ConformabilityError, match="not out"):
+            dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, 1.0, o, which=which,
+                        diag_s=D._banded["Mooee"])

@@ -178,6 +178,11 @@ class MobiusFermion(FermionOperator):
             self._banded["minus" + k] = None if band is None else cast(
                 (band[0], -np.ones(2), np.zeros(2), np.zeros(2)))
         self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
+        # a Schur operator's end, Mooee psi - Meooe t, as one hop kernel with Mooee on its diagonal
+        # term (Shamir's Meooe is the hop alone; Mobius's has b + c S around it)
+        if not (self._trivial_bc and self._banded["Mooee"] is not None
+                and self._banded["MooeeDag"] is not None):
+            self._mpc_end = None
 
     def __repr__(self):
         return (
@@ -330,6 +335,16 @@ class MobiusFermion(FermionOperator):
 
     def MooeeInvDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._smat(psi, "MooeeInvDag", out, "MooeeInvDag")
+
+    def _mpc_end(self, t: Lattice, psi: Lattice, res: Lattice, dag: bool) -> Lattice:
+        """res = Mooee psi - Meooe t (MooeeDag psi - MeooeDag t with ``dag``) in one kernel: the hop
+        of t with Mooee psi as its diagonal term, Mooee cyclic bidiagonal in s.  Where a Schur
+        operator's end took a hop and a pass over psi, t and res, it reads psi once more in the hop."""
+        w = self._w
+        cb_in = t.checkerboard
+        return hop_fields(w._hop_calls, t, w.U_cb[1 - cb_in], w.U_cb[cb_in], res, w.stencil_cb[cb_in],
+                          self.Ls, 0.5, 1.0, psi, dag, halo_of=w,
+                          diag_s=self._banded["MooeeDag" if dag else "Mooee"])
 
     def _mooee_minus(self, psi: Lattice, t: Lattice, res: Lattice, dag: bool) -> Lattice:
         """res = Mooee psi - t (MooeeDag for dag) in one kernel: how a Schur operator's application ends."""

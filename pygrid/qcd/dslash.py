@@ -100,8 +100,12 @@ _BOUND = {}  # id()s of a call's buffers and stencil, and its parameters -> _Bou
 
 
 def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, which=None,
-         link_halo=None):
+         link_halo=None, diag_s=None):
     """``out = scale * hop(psi) + alpha * diag`` on raw buffers; returns out.
+
+    ``diag_s``, on 5D fields: the diagonal term is ``alpha * A diag`` for A cyclic bidiagonal in s
+    per chirality, ``diag_s = bidiag_structure(A)`` (a Schur operator's ``Mooee psi - Meooe t``
+    in the hop's kernel); ``diag`` must not alias ``out`` then.
 
     See :data:`pygrid.qcd.kernels_generic.WILSON_HOP` for the operation: ``uf``
     the links at the output sites, ``ub`` at the source sites (``uf is ub`` on
@@ -112,8 +116,9 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     (:func:`pygrid.stencil.halo.exchange_rows` of ``ub``) saves exchanging the links again.
     """
     backend = get_backend()
-    key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which)
-    held = (out, psi, uf, ub, stencil) if diag is None else (out, psi, uf, ub, stencil, diag)
+    key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which,
+           id(diag_s))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s)
     hit = _BOUND.get(key)
     if hit is not None and hit.backend is backend and hit.config is current() and hit.holds(held):
         hit.run(out, psi, uf, ub, diag if hit.use_diag else out)
@@ -143,16 +148,24 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
             )
     else:
         diag, alpha = out, 0.0
+    if diag_s is not None and use_diag and (Ls < 2 or _aliases(out, diag)):
+        raise ConformabilityError("dhop: a diagonal term in s needs 5D fields and a diag that is not out")
+    banded = diag_s is not None and use_diag
     # forward points use (1 - g_mu), backward (1 + g_mu); dag swaps them
     sf = 1.0 if dag else -1.0
     coef = _coefficients(scale, alpha, sf, dtype)
     how = variant(backend, which)
     if how == "unroll":
-        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo)
-        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag)
+        dterm = _diagonal_term(alpha, diag_s if banded else None, Ls, dtype)
+        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, dterm)
+        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm)
         if run is not None:
             keep(_BOUND, key, _Bound(backend, current(), run, use_diag), held)
         return out
+    if banded:
+        # the generic kernels: the hop, then A diag added in the fifth dimension's kernel
+        dhop(out, psi, uf, ub, stencil, Ls, scale, 0.0, None, dag, which, link_halo)
+        return bidiag_multiply(out, diag, _scaled(diag_s, alpha), Ls, add=out)
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:
         # the generic kernel reads whole spinors from the halo, exchanged before it starts
@@ -168,14 +181,48 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
 
 
 _COEFS = {}
+_DTERMS = {}
 
 
-def bound(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False):
+def _held(out, psi, uf, ub, stencil, diag, diag_s):
+    """What a kept call on these arguments holds weakly (the arrays of ``diag_s`` with them)."""
+    held = (out, psi, uf, ub, stencil) if diag is None else (out, psi, uf, ub, stencil, diag)
+    return held if diag_s is None else held + tuple(diag_s)
+
+
+def _diagonal_term(alpha, diag_s, Ls, dtype):
+    """:func:`pygrid.qcd.kernels_wilson.diagonal_term` for ``alpha`` and the structure ``diag_s``
+    (or None), kept: an operator passes the same few every call."""
+    key = (alpha, None if diag_s is None else tuple(map(id, diag_s)), Ls, dtype)
+    hit = _DTERMS.get(key)
+    if hit is not None and (diag_s is None or all(a is b for a, b in zip(hit[0], diag_s))):
+        return hit[1]
+    stream = None
+    if diag_s is not None:
+        order, d, e, f = diag_s
+        prev, ep = _stream_tables(order, e, f)
+        stream = (d, prev, ep)
+    if len(_DTERMS) > 256:
+        _DTERMS.clear()
+    _DTERMS[key] = (diag_s, kw.diagonal_term(alpha, stream, Ls, dtype))
+    return _DTERMS[key][1]
+
+
+def _scaled(structure, alpha):
+    """A bidiagonal structure (order, d, e, f) times ``alpha`` (the same tables when alpha is 1)."""
+    if alpha == 1.0:
+        return structure
+    order, d, e, f = structure
+    return order, alpha * d, alpha * e, alpha * f
+
+
+def bound(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, diag_s=None):
     """``run()``: the launch :func:`dhop` bound to these buffers at its call with them (the same
     arguments), to run again on the same buffers; None where that call bound none (the generic
     kernel, a lattice split over ranks).  Valid under the backend and configuration of that call."""
-    hit = _BOUND.get((id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, None))
-    held = (out, psi, uf, ub, stencil) if diag is None else (out, psi, uf, ub, stencil, diag)
+    hit = _BOUND.get((id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, None,
+                      id(diag_s)))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s)
     if hit is None or not hit.holds(held):
         return None
     run, d = hit.run, diag if hit.use_diag else out

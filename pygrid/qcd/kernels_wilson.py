@@ -264,8 +264,11 @@ def _source(ns, dtype, five_d, wide=False):
                 elif mode == "fin":
                     ou, ol = spin(a, "d"), spin(lo_, "d")
                     body += ["if use_diag:",
-                             f"    ru = vcaxpy(al, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0)",
-                             f"    rl = vcaxpy(al, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0)",
+                             f"    ru = vcaxpy(a0, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0)",
+                             f"    rl = vcaxpy(a1, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0)",
+                             "    if banded:",
+                             f"        ru = vcaxpy(e0, ru, vloadt(x, {spin(a, 'P0')}, 6, W), 0)",
+                             f"        rl = vcaxpy(e1, rl, vloadt(x, {spin(lo_, 'P1')}, 6, W), 0)",
                              "else:",
                              "    ru = vscalet(s, hu)",
                              "    rl = vscalet(s, hl)",
@@ -275,12 +278,14 @@ def _source(ns, dtype, five_d, wide=False):
                              "else:",
                              f"    vstoret(out, {ou}, ru)",
                              f"    vstoret(out, {ol}, rl)"]
-                sig = "(acc, A, w, g)" if mode != "fin" else "(acc, A, w, g, out, d, s, x, al, use_diag, nt)"
+                sig = "(acc, A, w, g)" if mode != "fin" else \
+                    "(acc, A, w, g, out, d, s, x, a0, a1, use_diag, nt, banded, e0, e1, P0, P1)"
                 what = {
                     "init": "acc[A:] = the",
                     "add": "acc[A:] +=  the",
-                    "fin": "out[d:] = s * (acc[A:] + the) (+ al * x[d:] if use_diag; past the caches if nt), "
-                           "for the",
+                    "fin": "out[d:] = s * (acc[A:] + the) (+ a * x[d:] if use_diag, a0 on the upper spins "
+                           "and a1 on the lower, + e0 * x[P0:] and e1 * x[P1:] if banded; past the caches "
+                           "if nt), for the",
                 }[mode]
                 fn(f"{mode}{mu}h{a}{sig}", body,
                    f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + "
@@ -314,7 +319,8 @@ def _source(ns, dtype, five_d, wide=False):
        "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the halos "
        "to send.",
        "@_jit")
-    args = ("lo, hi, out, psi, uf, ub, diag, nbr, perm, lanes, pxor, n4, Ls, coef, use_diag, tile, far, "
+    args = ("lo, hi, out, psi, uf, ub, diag, nbr, perm, lanes, pxor, n4, Ls, coef, use_diag, dco, dprev, "
+            "tile, far, "
             "sites, halo, ubh")
     fn(f"dhop_kernel({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True, dtype),
        "The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop().", "@_jit")
@@ -414,6 +420,11 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
         "gb = vsplat(coef[3], W)",
         "N4 = U(n4)",
         "LS = U(Ls)",
+        # the diagonal term's coefficients per chirality, and with ``banded`` its second term per
+        # chirality and slice: a cyclic bidiagonal matrix in s (Mooee psi, for a Schur operator's end)
+        "a0 = vsplat(dco[0], W)",
+        "a1 = vsplat(dco[1], W)",
+        "banded = len(dprev) > 0",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
         # the result past the caches (non-temporal stores, as Grid streams its Dhop result) when the
         # fields outgrow the caches, on AVX2: it left them to the data still to be read, 6-19% at 16^4
@@ -448,6 +459,14 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
                      "            B = (n * LS + S) * FS", "            A = ((U(i) - I0) * LS + S) * FS",
                      "            d = (uo * LS + S) * FS"]
             halo_at = "((n - N4) * LS + S) * HS"
+            if p == 7:
+                body += ["            if banded:",
+                         "                P0 = (uo * LS + U(dprev[S])) * FS",
+                         "                P1 = (uo * LS + U(dprev[LS + S])) * FS",
+                         "                e0 = vsplat(dco[U(2) + S], W)",
+                         "                e1 = vsplat(dco[U(2) + LS + S], W)",
+                         "            else:",
+                         "                P0, P1, e0, e1 = d, d, a0, a1"]
             # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
             # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
             body += [f"            {pf}(psi, B + SPF * FS, {nls})"]
@@ -467,7 +486,9 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
             elif p < 7:
                 body += [f"{ind}add{mu}h{a}(acc_t, A, {half}, {g})"]
             else:
-                body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, al, use_diag, nt)"]
+                tail = "banded, e0, e1, P0, P1" if five_d else "False, a0, a1, d, d"
+                body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, a0, a1, use_diag, nt, "
+                         f"{tail})"]
     body += ["if nt:", "    store_fence()"]
     return body
 
@@ -571,14 +592,15 @@ INTERIOR_CHUNKS = 8
 MIN_PIECE_SITES = 384
 
 
-def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None):
+def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None, dterm=None):
     """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`.
 
     On a lattice split over ranks the face half spinors are packed and sent
     first, the interior sites computed while they travel, then the boundary
     sites from the received halo; ``link_halo`` holds the links of the
     backward neighbours on other ranks (:func:`pygrid.stencil.halo.exchange_rows`
-    of ``ub``; exchanged here when not given).
+    of ``ub``; exchanged here when not given).  ``dterm``: the diagonal term's coefficients, see
+    :func:`diagonal_term`.
     """
     for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
@@ -587,7 +609,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
         raise ConformabilityError("dhop: out buffer is read-only")
     nsimd, dtype = out.shape[3], out.dtype
     st = _launch_state(stencil, Ls, nsimd, dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
         backend.accelerator_for(st.n4, st.kernel, *args, st.sites, st.none, st.none)
@@ -619,15 +641,36 @@ def _writable(a):
     return a if a.flags.writeable else a.copy()
 
 
-def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag):
+def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm=None):
     """The hopping kernel's arguments before ``sites, halo, ubh``, for the launch state ``st``
     (:func:`_launch_state`) and host buffers shaped (osites, ncomp, 2, nsimd), passed as they are
-    (the kernel indexes them flat), writable."""
+    (the kernel indexes them flat), writable; ``dterm`` from :func:`diagonal_term` (None: the
+    plain ``alpha * diag`` of ``coef``)."""
+    if dterm is None:
+        dterm = diagonal_term(coef[1], None, Ls=1, dtype=coef.dtype)
     return (out, _writable(psi), _writable(uf), _writable(ub), _writable(diag), *st.tables, coef,
-            bool(use_diag), st.tile, st.far)
+            bool(use_diag), *dterm, st.tile, st.far)
 
 
-def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag):
+_NO_PREV = read_only(np.zeros(0, np.int32))
+
+
+def diagonal_term(alpha, stream, Ls, dtype):
+    """``(dco, dprev)``, the kernel's diagonal term: ``alpha * diag`` (``stream`` None), or
+    ``alpha * A diag`` for A cyclic bidiagonal in s per chirality, ``stream = (d, prev, ep)``:
+    row s of chirality c is ``d[c] x_s + ep[c, s] x_prev[c, s]`` (flattened (2, Ls) tables, see
+    :func:`pygrid.qcd.dslash.stream_tables`).  ``dco`` holds ``alpha d`` then ``alpha ep``;
+    ``dprev`` is empty for the plain term."""
+    if stream is None:
+        return read_only(np.full(2, alpha, dtype)), _NO_PREV
+    d, prev, ep = stream
+    if len(prev) != 2 * int(Ls):
+        raise ConformabilityError(f"dhop: a diagonal term in s of {len(prev) // 2} slices for Ls={Ls}")
+    dco = np.concatenate([alpha * np.asarray(d, np.float64), alpha * np.asarray(ep, np.float64)])
+    return read_only(dco.astype(dtype)), read_only(np.ascontiguousarray(prev, np.int32))
+
+
+def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None):
     """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
     the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``); the
     caller passes the same buffers again.  None where a call has more to do than the launch (a
@@ -637,7 +680,7 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag):
             a.flags.writeable for a in (out, psi, uf, ub, diag)):
         return None
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag) + (st.sites, st.none, st.none)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm) + (st.sites, st.none, st.none)
     launch, n4, tail = backend.bind_kernel(st.kernel, *args), st.n4, args[5:]
 
     def run(out, psi, uf, ub, diag):

@@ -215,6 +215,12 @@ class SchurDiagMooeeOperator:
             with committing(res, self.cb):
                 return fused(t, psi, res, dag)
         inv(t, out=t)
+        # an operator whose diagonal is not a scalar may still end in the second hop's kernel, which
+        # reads psi's other slices of a site after writing some of res's: not in place
+        end = getattr(self.op, "_mpc_end", None)
+        if end is not None and res is not psi:
+            with committing(res, self.cb):
+                return end(t, psi, res, dag)
         t2 = hop(t, out=self._scratch("hop2", self.cb))
         # the operators of pygrid.qcd do diag psi - t2 in one pass over the fields (an optional hook)
         finish = getattr(self.op, "_mooee_minus", None)
