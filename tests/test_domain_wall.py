@@ -392,8 +392,9 @@ def test_kept_calls_follow_the_fields_contents():
 @pytest.mark.parametrize("which", ["unroll", "generic"])
 def test_hop_with_mooee_as_its_diagonal_term(prec, which):
     """dslash.dhop's diagonal term in s (``diag_s``): scale * hop(t) + alpha * Mooee x in one
-    kernel, against the plain hop and the dense numpy s matrix, both adjoints, both variants;
-    and the Schur operator that ends with it against its pieces."""
+    kernel, and its solve in s (``inv_s``): MooeeInv (scale * hop(t)), against the plain hop and
+    the dense numpy s matrices, both adjoints, both variants; and the Schur operator that starts
+    and ends with them against its pieces."""
     U, D, _ = ops(prec, (4, 4, 4, 8), Ls=5)
     if pg.get_backend().device == "unified":  # raw host buffers: the CPU backends
         _hop_with_mooee_buffers(D, prec, which)
@@ -425,6 +426,17 @@ def _hop_with_mooee_buffers(D, prec, which):
                 dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, -1.3, xb, dag, which=which,
                             diag_s=D._banded[key])
                 assert relerr(o, want) < TOL[prec]
+            # MooeeInv after the hop, in its kernel: against the dense inverse
+            inv = "MooeeInvDag" if dag else "MooeeInv"
+            dense = D._mats[inv].astype(np.float64)
+            want = s_apply(np.empty(o.shape), hop.astype(np.float64), dense, Ls=D.Ls)
+            for _ in range(2):
+                dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, dag=dag, which=which,
+                            inv_s=D._sweeps[inv])
+                assert relerr(o, want) < TOL[prec]
+        with pytest.raises(pg.errors.ConformabilityError, match="no diagonal term"):
+            dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, 1.0, xb, which=which,
+                        inv_s=D._sweeps["MooeeInv"])
         with pytest.raises(pg.errors.ConformabilityError, match="not out"):
             dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, 1.0, o, which=which,
                         diag_s=D._banded["Mooee"])

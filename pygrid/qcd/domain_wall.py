@@ -183,6 +183,10 @@ class MobiusFermion(FermionOperator):
         if not (self._trivial_bc and self._banded["Mooee"] is not None
                 and self._banded["MooeeDag"] is not None):
             self._mpc_end = None
+        # and its start, MooeeInv Meooe psi, as one hop kernel that solves in s before it writes
+        if not (self._trivial_bc and self._sweeps["MooeeInv"] is not None
+                and self._sweeps["MooeeInvDag"] is not None):
+            self._mpc_start = None
 
     def __repr__(self):
         return (
@@ -335,6 +339,16 @@ class MobiusFermion(FermionOperator):
 
     def MooeeInvDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._smat(psi, "MooeeInvDag", out, "MooeeInvDag")
+
+    def _mpc_start(self, psi: Lattice, t: Lattice, dag: bool) -> Lattice:
+        """t = MooeeInv Meooe psi (MooeeInvDag MeooeDag psi with ``dag``) in one kernel: the hop's
+        tile solves Mooee in s (two O(Ls) sweeps per site, from L1) before the result is written,
+        where MooeeInv took a pass of its own over t."""
+        w = self._w
+        cb_in = psi.checkerboard
+        return hop_fields(w._hop_calls, psi, w.U_cb[1 - cb_in], w.U_cb[cb_in], t, w.stencil_cb[cb_in],
+                          self.Ls, dag=dag, halo_of=w,
+                          inv_s=self._sweeps["MooeeInvDag" if dag else "MooeeInv"])
 
     def _mpc_end(self, t: Lattice, psi: Lattice, res: Lattice, dag: bool) -> Lattice:
         """res = Mooee psi - Meooe t (MooeeDag psi - MeooeDag t with ``dag``) in one kernel: the hop

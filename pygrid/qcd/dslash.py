@@ -100,12 +100,14 @@ _BOUND = {}  # id()s of a call's buffers and stencil, and its parameters -> _Bou
 
 
 def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, which=None,
-         link_halo=None, diag_s=None):
+         link_halo=None, diag_s=None, inv_s=None):
     """``out = scale * hop(psi) + alpha * diag`` on raw buffers; returns out.
 
     ``diag_s``, on 5D fields: the diagonal term is ``alpha * A diag`` for A cyclic bidiagonal in s
     per chirality, ``diag_s = bidiag_structure(A)`` (a Schur operator's ``Mooee psi - Meooe t``
-    in the hop's kernel); ``diag`` must not alias ``out`` then.
+    in the hop's kernel); ``diag`` must not alias ``out`` then.  ``inv_s``, on 5D fields without a
+    diagonal term: ``out = A^-1 (scale * hop(psi))`` for ``inv_s = bidiag_solver(A)`` (a Schur
+    operator's ``MooeeInv Meooe psi`` in one kernel).
 
     See :data:`pygrid.qcd.kernels_generic.WILSON_HOP` for the operation: ``uf``
     the links at the output sites, ``ub`` at the source sites (``uf is ub`` on
@@ -117,8 +119,8 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     """
     backend = get_backend()
     key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which,
-           id(diag_s))
-    held = _held(out, psi, uf, ub, stencil, diag, diag_s)
+           id(diag_s), id(inv_s))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s)
     hit = _BOUND.get(key)
     if hit is not None and hit.backend is backend and hit.config is current() and hit.holds(held):
         hit.run(out, psi, uf, ub, diag if hit.use_diag else out)
@@ -151,20 +153,25 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     if diag_s is not None and use_diag and (Ls < 2 or _aliases(out, diag)):
         raise ConformabilityError("dhop: a diagonal term in s needs 5D fields and a diag that is not out")
     banded = diag_s is not None and use_diag
+    if inv_s is not None and (Ls < 2 or use_diag):
+        raise ConformabilityError("dhop: a solve in s after the hop needs 5D fields and no diagonal term")
     # forward points use (1 - g_mu), backward (1 + g_mu); dag swaps them
     sf = 1.0 if dag else -1.0
     coef = _coefficients(scale, alpha, sf, dtype)
     how = variant(backend, which)
     if how == "unroll":
         dterm = _diagonal_term(alpha, diag_s if banded else None, Ls, dtype)
-        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, dterm)
-        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm)
+        solve = _solve_in_s(inv_s, Ls, dtype)
+        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, dterm, solve)
+        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm, solve)
         if run is not None:
             keep(_BOUND, key, _Bound(backend, current(), run, use_diag), held)
         return out
-    if banded:
-        # the generic kernels: the hop, then A diag added in the fifth dimension's kernel
+    if banded or inv_s is not None:
+        # the generic kernels: the hop, then the fifth dimension's kernel (A diag added, or A solved)
         dhop(out, psi, uf, ub, stencil, Ls, scale, 0.0, None, dag, which, link_halo)
+        if inv_s is not None:
+            return bidiag_apply(out, out, inv_s, Ls)
         return bidiag_multiply(out, diag, _scaled(diag_s, alpha), Ls, add=out)
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:
@@ -184,10 +191,29 @@ _COEFS = {}
 _DTERMS = {}
 
 
-def _held(out, psi, uf, ub, stencil, diag, diag_s):
-    """What a kept call on these arguments holds weakly (the arrays of ``diag_s`` with them)."""
+def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s):
+    """What a kept call on these arguments holds weakly (the arrays of ``diag_s`` and ``inv_s``
+    with them)."""
     held = (out, psi, uf, ub, stencil) if diag is None else (out, psi, uf, ub, stencil, diag)
-    return held if diag_s is None else held + tuple(diag_s)
+    for tables in (diag_s, inv_s):
+        if tables is not None:
+            held += tuple(tables)
+    return held
+
+
+_SOLVES = {}
+
+
+def _solve_in_s(inv_s, Ls, dtype):
+    """:func:`pygrid.qcd.kernels_wilson.solve_in_s` of ``inv_s`` (or None), kept per tables."""
+    key = (None if inv_s is None else tuple(map(id, inv_s)), Ls, dtype)
+    hit = _SOLVES.get(key)
+    if hit is not None and (inv_s is None or all(a is b for a, b in zip(hit[0], inv_s))):
+        return hit[1]
+    if len(_SOLVES) > 256:
+        _SOLVES.clear()
+    _SOLVES[key] = (inv_s, kw.solve_in_s(inv_s, Ls, dtype))
+    return _SOLVES[key][1]
 
 
 def _diagonal_term(alpha, diag_s, Ls, dtype):
@@ -216,13 +242,14 @@ def _scaled(structure, alpha):
     return order, alpha * d, alpha * e, alpha * f
 
 
-def bound(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, diag_s=None):
+def bound(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, diag_s=None,
+          inv_s=None):
     """``run()``: the launch :func:`dhop` bound to these buffers at its call with them (the same
     arguments), to run again on the same buffers; None where that call bound none (the generic
     kernel, a lattice split over ranks).  Valid under the backend and configuration of that call."""
     hit = _BOUND.get((id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, None,
-                      id(diag_s)))
-    held = _held(out, psi, uf, ub, stencil, diag, diag_s)
+                      id(diag_s), id(inv_s)))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s)
     if hit is None or not hit.holds(held):
         return None
     run, d = hit.run, diag if hit.use_diag else out

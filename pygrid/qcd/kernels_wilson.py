@@ -320,7 +320,7 @@ def _source(ns, dtype, five_d, wide=False):
        "to send.",
        "@_jit")
     args = ("lo, hi, out, psi, uf, ub, diag, nbr, perm, lanes, pxor, n4, Ls, coef, use_diag, dco, dprev, "
-            "tile, far, "
+            "sorder, sinv, tile, far, "
             "sites, halo, ubh")
     fn(f"dhop_kernel({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True, dtype),
        "The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop().", "@_jit")
@@ -425,6 +425,7 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
         "a0 = vsplat(dco[0], W)",
         "a1 = vsplat(dco[1], W)",
         "banded = len(dprev) > 0",
+        "solving = len(sorder) > 0",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
         # the result past the caches (non-temporal stores, as Grid streams its Dhop result) when the
         # fields outgrow the caches, on AVX2: it left them to the data still to be read, 6-19% at 16^4
@@ -487,10 +488,52 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
                 body += [f"{ind}add{mu}h{a}(acc_t, A, {half}, {g})"]
             else:
                 tail = "banded, e0, e1, P0, P1" if five_d else "False, a0, a1, d, d"
-                body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, a0, a1, use_diag, nt, "
-                         f"{tail})"]
+                fin = [f"fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, a0, a1, use_diag, nt, {tail})"]
+                if five_d:  # the tile's hop stays in the accumulator for the solve in s below
+                    fin = ["if solving:", f"    add{mu}h{a}(acc_t, A, {half}, {g})", "else:", "    " + fin[0]]
+                body += [ind + x for x in fin]
+    if five_d:
+        body += ["    if solving:"] + ["        " + x for x in _solve_in_s()]
     body += ["if nt:", "    store_fence()"]
     return body
+
+
+def _solve_in_s():
+    """Source lines: out = A^-1 (sc * acc) for the tile's sites, A cyclic bidiagonal in s per
+    chirality with the sweep tables of :func:`pygrid.qcd.fifth_dim.bidiag_solver` (``sorder``, and
+    ``sinv`` = 1/d, e/d, r per chirality then q per chirality and slice): x_j = p_j + q_j x_last,
+    p_j = b_j / d - (e / d) p_{j-1} in sweep order, x_last = r p_last.  The tile holds every slice
+    of its sites in L1, so the solve reads no field: MooeeInv after the hop without a pass of its
+    own over the result."""
+    lines = ["for i in range(i0, i1):",
+             "    A0 = (U(i) - I0) * LS * FS",
+             "    D0 = U(sites[i]) * LS * FS"]
+    for c in range(2):
+        planes = f"Q{12 * c}"
+        lines += [
+            f"    ia = vsplat(sinv[{c}], W) * sc",
+            f"    ned = vsplat(-sinv[{2 + c}], W)",
+            f"    S = U(sorder[{c} * Ls])",
+            f"    pv = vscalet(ia, vloadt(acc_t, A0 + S * FS + {planes}, 12, W))",
+            f"    vstoret(acc_t, A0 + S * FS + {planes}, pv)",
+            "    for j in range(1, Ls):",
+            f"        S = U(sorder[{c} * Ls + j])",
+            f"        pv = vcaxpy(ned, vscalet(ia, vloadt(acc_t, A0 + S * FS + {planes}, 12, W)), pv, 0)",
+            f"        vstoret(acc_t, A0 + S * FS + {planes}, pv)",
+            f"    xl = vscalet(vsplat(sinv[{4 + c}], W), pv)",
+            "    for j in range(Ls):",
+            f"        S = U(sorder[{c} * Ls + j])",
+            "        if j < Ls - 1:",
+            f"            r = vcaxpy(vsplat(sinv[6 + {c} * Ls + j], W), "
+            f"vloadt(acc_t, A0 + S * FS + {planes}, 12, W), xl, 0)",
+            "        else:",
+            "            r = xl",
+            "        if nt:",
+            f"            vstoret_nt(out, D0 + S * FS + {planes}, r)",
+            "        else:",
+            f"            vstoret(out, D0 + S * FS + {planes}, r)",
+        ]
+    return lines
 
 
 _modules = {}
@@ -592,7 +635,8 @@ INTERIOR_CHUNKS = 8
 MIN_PIECE_SITES = 384
 
 
-def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None, dterm=None):
+def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None, dterm=None,
+                 solve=None):
     """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`.
 
     On a lattice split over ranks the face half spinors are packed and sent
@@ -600,7 +644,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     sites from the received halo; ``link_halo`` holds the links of the
     backward neighbours on other ranks (:func:`pygrid.stencil.halo.exchange_rows`
     of ``ub``; exchanged here when not given).  ``dterm``: the diagonal term's coefficients, see
-    :func:`diagonal_term`.
+    :func:`diagonal_term`; ``solve``: a solve in s after the hop, :func:`solve_in_s`.
     """
     for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
@@ -609,7 +653,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
         raise ConformabilityError("dhop: out buffer is read-only")
     nsimd, dtype = out.shape[3], out.dtype
     st = _launch_state(stencil, Ls, nsimd, dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
         backend.accelerator_for(st.n4, st.kernel, *args, st.sites, st.none, st.none)
@@ -641,15 +685,30 @@ def _writable(a):
     return a if a.flags.writeable else a.copy()
 
 
-def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm=None):
+def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm=None, solve=None):
     """The hopping kernel's arguments before ``sites, halo, ubh``, for the launch state ``st``
     (:func:`_launch_state`) and host buffers shaped (osites, ncomp, 2, nsimd), passed as they are
     (the kernel indexes them flat), writable; ``dterm`` from :func:`diagonal_term` (None: the
-    plain ``alpha * diag`` of ``coef``)."""
+    plain ``alpha * diag`` of ``coef``) and ``solve`` from :func:`solve_in_s` (None: none)."""
     if dterm is None:
         dterm = diagonal_term(coef[1], None, Ls=1, dtype=coef.dtype)
+    if solve is None:
+        solve = solve_in_s(None, 1, coef.dtype)
     return (out, _writable(psi), _writable(uf), _writable(ub), _writable(diag), *st.tables, coef,
-            bool(use_diag), *dterm, st.tile, st.far)
+            bool(use_diag), *dterm, *solve, st.tile, st.far)
+
+
+def solve_in_s(tables, Ls, dtype):
+    """``(sorder, sinv)``, the kernel's solve in s after the hop (5D fields): ``tables`` from
+    :func:`pygrid.qcd.fifth_dim.bidiag_solver` (order, 1/d, e/d, q, r), or None for no solve
+    (``sorder`` empty)."""
+    if tables is None:
+        return _NO_PREV, read_only(np.zeros(0, dtype))
+    order, invd, ed, q, r = (np.asarray(t) for t in tables)
+    if order.shape != (2, int(Ls)):
+        raise ConformabilityError(f"dhop: a solve in s of {order.shape[-1]} slices for Ls={Ls}")
+    sinv = np.concatenate([invd, ed, r, q.reshape(-1)]).astype(dtype)
+    return read_only(np.ascontiguousarray(order.reshape(-1), np.int32)), read_only(sinv)
 
 
 _NO_PREV = read_only(np.zeros(0, np.int32))
@@ -670,7 +729,7 @@ def diagonal_term(alpha, stream, Ls, dtype):
     return read_only(dco.astype(dtype)), read_only(np.ascontiguousarray(prev, np.int32))
 
 
-def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None):
+def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None, solve=None):
     """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
     the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``); the
     caller passes the same buffers again.  None where a call has more to do than the launch (a
@@ -680,7 +739,8 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
             a.flags.writeable for a in (out, psi, uf, ub, diag)):
         return None
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm) + (st.sites, st.none, st.none)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve) + (
+        st.sites, st.none, st.none)
     launch, n4, tail = backend.bind_kernel(st.kernel, *args), st.n4, args[5:]
 
     def run(out, psi, uf, ub, diag):

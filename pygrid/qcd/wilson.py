@@ -207,14 +207,21 @@ class SchurDiagMooeeOperator:
     def _apply(self, psi, out, name, hop, inv, diag, dag):
         """diag psi - hop inv hop psi; out is written by the last kernel alone."""
         self._check_in(psi, out, name)
-        t = hop(psi, out=self._scratch("hop", 1 - self.cb))
+        scratch = self._scratch("hop", 1 - self.cb)
         res = self.new_fermion() if out is None else out
         # an operator whose diagonal is a scalar ends in one kernel after the first hop (optional hook)
         fused = getattr(self.op, "_mpc_finish", None)
         if fused is not None:
+            t = hop(psi, out=scratch)
             with committing(res, self.cb):
                 return fused(t, psi, res, dag)
-        inv(t, out=t)
+        # one whose diagonal is not may start with its inverse in the first hop's kernel (optional)
+        start = getattr(self.op, "_mpc_start", None)
+        if start is not None:
+            t = start(psi, scratch, dag)
+        else:
+            t = hop(psi, out=scratch)
+            inv(t, out=t)
         # an operator whose diagonal is not a scalar may still end in the second hop's kernel, which
         # reads psi's other slices of a site after writing some of res's: not in place
         end = getattr(self.op, "_mpc_end", None)
