@@ -388,13 +388,28 @@ def test_kept_calls_follow_the_fields_contents():
         assert len(D._w._hop_calls) >= 3
 
 
-@pytest.mark.parametrize("prec", ["double", "single"])
-@pytest.mark.parametrize("which", ["unroll", "generic"])
-def test_hop_with_mooee_as_its_diagonal_term(prec, which):
+@pytest.mark.parametrize("prec,which", [("double", "unroll"), ("single", "unroll"), ("double", "generic"),
+                                        ("single", "generic"), ("double", "unroll-wide"),
+                                        ("double", "unroll-far")])
+def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
     """dslash.dhop's diagonal term in s (``diag_s``): scale * hop(t) + alpha * Mooee x in one
     kernel, and its solve in s (``inv_s``): MooeeInv (scale * hop(t)), against the plain hop and
     the dense numpy s matrices, both adjoints, both variants; and the Schur operator that starts
-    and ends with them against its pieces."""
+    and ends with them against its pieces.  ``unroll-wide``: the AVX-512 structure forced on any
+    host; ``unroll-far``: every field counted as larger than the caches (the AVX2 structure then
+    writes its result past the caches)."""
+    from pygrid.qcd import dslash, kernels_wilson as kw
+
+    if which != "generic" and dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    if which in ("unroll-wide", "unroll-far"):
+        monkeypatch.setattr(kw, "wide_default", lambda: which == "unroll-wide")
+        monkeypatch.setattr(kw, "_modules", {})
+        monkeypatch.setattr(kw, "_states", {})
+        monkeypatch.setattr(dslash, "_BOUND", {})
+        if which == "unroll-far":
+            monkeypatch.setattr(kw, "FAR_BYTES", 0)
+        which = "unroll"
     U, D, _ = ops(prec, (4, 4, 4, 8), Ls=5)
     if pg.get_backend().device == "unified":  # raw host buffers: the CPU backends
         _hop_with_mooee_buffers(D, prec, which)
