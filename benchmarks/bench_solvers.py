@@ -7,10 +7,11 @@ domain-wall solves, and the share of it spent outside the hopping term.
 Each solve is CG on the normal equations of the Schur operator (``MdagMOperator(SchurOperator(D))``),
 a fixed number of iterations (a tolerance it cannot reach) on a random gauge field, after one
 short solve that compiles every kernel.  The hopping term is timed inside the solve: the
-operator's ``Meooe`` / ``MeooeDag`` calls (and Wilson's second hop with its diagonal folded
-in, ``_mpc_finish``) each between two clock reads (the device synchronised); "outside Dhop"
+operator's ``Meooe`` / ``MeooeDag`` calls and the hops with pieces of the diagonal folded in
+(Wilson's ``_mpc_finish``, domain wall's ``_mpc_start`` and ``_mpc_end``), each between two clock
+reads (the device synchronised); "outside Dhop"
 is the rest of the iteration (the linear algebra of CG, ``Mooee`` and ``MooeeInv`` where they
-are separate kernels, the solver's Python).  A ``Meooe`` timed on its own, on fields it has
+are kernels of their own, the solver's Python).  A ``Meooe`` timed on its own, on fields it has
 just read, is printed beside it: inside a solve the fields of the other steps pass through
 the caches between two hops, which can make a hop slower than on its own.
 """
@@ -27,14 +28,15 @@ from pygrid.algorithms import ConjugateGradient, MdagMOperator
 from pygrid.qcd.schur import SchurOperator
 
 #: the operator's hopping calls; ``_mpc_finish`` is Wilson's second hop of a Schur application
-#: with the scalar diagonal folded in (one hop kernel with its diagonal term)
-HOPS = ("Meooe", "MeooeDag", "_mpc_finish")
+#: with the scalar diagonal folded in, ``_mpc_start`` / ``_mpc_end`` domain wall's first hop with
+#: MooeeInv solved in its kernel and its second with Mooee psi as the diagonal term
+HOPS = ("Meooe", "MeooeDag", "_mpc_finish", "_mpc_start", "_mpc_end")
 
 
 def _time_hops(D, sync):
     """Wrap D's hopping methods with timers (the device synchronised around each call); returns the
-    list their durations go into."""
-    spent = []
+    list their durations go into and the names wrapped."""
+    spent, names = [], []
     for name in HOPS:
         method = getattr(D, name, None)
         if method is None:
@@ -49,12 +51,8 @@ def _time_hops(D, sync):
             return r
 
         setattr(D, name, timed)
-    return spent
-
-
-def _untime(D):
-    for name in HOPS:
-        D.__dict__.pop(name, None)
+        names.append(name)
+    return spent, names
 
 
 def measure(op, grid, precision, Ls, iterations):
@@ -67,11 +65,12 @@ def measure(op, grid, precision, Ls, iterations):
     A, rhs = MdagMOperator(S), S.Mdag(S.prepare_source(b))
     ConjugateGradient(1e-30, maxiter=3, verbose="error")(A, rhs)   # compiles every kernel
     sync = pg.get_backend().synchronize  # a GPU launch returns before its kernel has run
-    spent = _time_hops(D, sync)
+    spent, names = _time_hops(D, sync)
     try:
         _, rec = ConjugateGradient(1e-30, maxiter=iterations, verbose="error")(A, rhs)
     finally:
-        _untime(D)
+        for name in names:
+            del D.__dict__[name]
     # the solve's own time and the hops inside it both include its closing true residual
     t_iter, hops = rec.time / rec.iterations, len(spent) / rec.iterations
     half = pg.pick_checkerboard(1, b)
