@@ -435,66 +435,78 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
         "    i1 = min(i0 + tile, hi)",
         "    I0 = U(i0)",
     ]
-    for p in range(8):
-        mu = p % 4
-        g = "gf" if p < 4 else "gb"
-        body += ["    for i in range(i0, i1):", "        uo = U(sites[i])", f"        k = U({p}) * N4 + uo"]
-        # the neighbour spinor (its first slice) and the link PD sites ahead, read in PD sites' time
-        # (unrolled with constant offsets: one instruction per cache line; a halo index prefetches
-        # past the end of psi, which is harmless: prefetches never fault), on fields larger than the
-        # caches: in cache they cost 11 cycles a point (AVX2, in L1) and Wilson 8^4 ran 3-4% faster
-        # without them
-        body += [
-            "        if far and i + PD < hi:",
-            "            u2 = U(sites[i + PD])",
-            f"            n2 = U(nbr[U({p}) * N4 + u2])",
-            "            b2 = n2 * LS * FS",
-        ]
-        body += [f"            {pf}(psi, b2, {nls})"]
-        body += ["            b2 = " + (f"u2 * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}")]
-        body += [f"            {pf}({'uf' if p < 4 else 'ub'}, b2, {nlg})"]
-        body += ["        n = U(nbr[k])", "        m = perm[k]"]
-        if five_d:
-            ind = " " * 12
-            body += ["        for s in range(Ls):", "            S = U(s)",
-                     "            B = (n * LS + S) * FS", "            A = ((U(i) - I0) * LS + S) * FS",
-                     "            d = (uo * LS + S) * FS"]
-            halo_at = "((n - N4) * LS + S) * HS"
-            if p == 7:
-                body += ["            if banded:",
-                         "                P0 = (uo * LS + U(dprev[S])) * FS",
-                         "                P1 = (uo * LS + U(dprev[LS + S])) * FS",
-                         "                e0 = vsplat(dco[U(2) + S], W)",
-                         "                e1 = vsplat(dco[U(2) + LS + S], W)",
-                         "            else:",
-                         "                P0, P1, e0, e1 = d, d, a0, a1"]
-            # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
-            # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
-            body += [f"            {pf}(psi, B + SPF * FS, {nls})"]
-        else:
-            # no loop over slices for a 4D field: its bookkeeping cost 8 cycles a point in L1 (AVX2)
-            ind = " " * 8
-            body += ["        B = n * FS", "        A = (U(i) - I0) * FS", "        d = uo * FS"]
-            halo_at = "(n - N4) * HS"
-        # both spins of the half spinor (12 vectors) through the link at once, so each link element is
-        # read once per point: with 16 registers a little spills, and still out of cache it ran 7-10%
-        # faster on AVX2 than a pass per spin (equal in cache)
-        body += _neighbour_product(ind, p, "n", "m", f"proj{mu}(psi, B, {g})", f"hload2(halo, {halo_at})",
-                                   "mult2", halo)
-        for a, half in ((0, "w[:6]"), (1, "w[6:]")):
-            if p == 0:
-                body += [f"{ind}init{mu}h{a}(acc_t, A, {half}, {g})"]
-            elif p < 7:
-                body += [f"{ind}add{mu}h{a}(acc_t, A, {half}, {g})"]
-            else:
-                tail = "banded, e0, e1, P0, P1" if five_d else "False, a0, a1, d, d"
-                fin = [f"fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, a0, a1, use_diag, nt, {tail})"]
-                if five_d:  # the tile's hop stays in the accumulator for the solve in s below
-                    fin = ["if solving:", f"    add{mu}h{a}(acc_t, A, {half}, {g})", "else:", "    " + fin[0]]
-                body += [ind + x for x in fin]
+    for p in range(7):
+        body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ")
     if five_d:
-        body += ["    if solving:"] + ["        " + x for x in _solve_in_s()]
+        # the last point in one of three loops, chosen per tile: a branch per slice inside one loop
+        # (the diagonal term in s, or the hop kept for the solve) made the plain Dhop 0.75-0.85x
+        body += ["    if banded:", *_point_loop(7, nls, nlg, pf, five_d, halo, "        ", "banded"),
+                 "    elif solving:", *_point_loop(7, nls, nlg, pf, five_d, halo, "        ", "solve"),
+                 *("        " + x for x in _solve_in_s()),
+                 "    else:", *_point_loop(7, nls, nlg, pf, five_d, halo, "        ")]
+    else:
+        body += _point_loop(7, nls, nlg, pf, five_d, halo, "    ")
     body += ["if nt:", "    store_fence()"]
+    return body
+
+
+def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain"):
+    """Source lines (indented by ``ind0``) of point p's loop over the tile's sites: the projected
+    neighbour through the link into the accumulator (the first point initialises it, the last
+    writes the result: ``last`` 'plain' with the diagonal term as ``alpha * diag``, 'banded' with
+    ``A diag`` for A bidiagonal in s, 'solve' keeping the hop in the accumulator for the solve)."""
+    mu = p % 4
+    g = "gf" if p < 4 else "gb"
+    i1, i2 = ind0 + "    ", ind0 + "        "
+    body = [f"{ind0}for i in range(i0, i1):", f"{i1}uo = U(sites[i])", f"{i1}k = U({p}) * N4 + uo"]
+    # the neighbour spinor (its first slice) and the link PD sites ahead, read in PD sites' time
+    # (unrolled with constant offsets: one instruction per cache line; a halo index prefetches
+    # past the end of psi, which is harmless: prefetches never fault), on fields larger than the
+    # caches: in cache they cost 11 cycles a point (AVX2, in L1) and Wilson 8^4 ran 3-4% faster
+    # without them
+    body += [
+        f"{i1}if far and i + PD < hi:",
+        f"{i2}u2 = U(sites[i + PD])",
+        f"{i2}n2 = U(nbr[U({p}) * N4 + u2])",
+        f"{i2}b2 = n2 * LS * FS",
+        f"{i2}{pf}(psi, b2, {nls})",
+        f"{i2}b2 = " + (f"u2 * GS + M{mu}" if p < 4 else f"n2 * GS + M{mu}"),
+        f"{i2}{pf}({'uf' if p < 4 else 'ub'}, b2, {nlg})",
+        f"{i1}n = U(nbr[k])", f"{i1}m = perm[k]",
+    ]
+    if five_d:
+        ind = i2
+        body += [f"{i1}for s in range(Ls):", f"{i2}S = U(s)",
+                 f"{i2}B = (n * LS + S) * FS", f"{i2}A = ((U(i) - I0) * LS + S) * FS",
+                 f"{i2}d = (uo * LS + S) * FS"]
+        halo_at = "((n - N4) * LS + S) * HS"
+        if last == "banded":
+            body += [f"{i2}P0 = (uo * LS + U(dprev[S])) * FS",
+                     f"{i2}P1 = (uo * LS + U(dprev[LS + S])) * FS",
+                     f"{i2}e0 = vsplat(dco[U(2) + S], W)",
+                     f"{i2}e1 = vsplat(dco[U(2) + LS + S], W)"]
+        # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
+        # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
+        body += [f"{i2}{pf}(psi, B + SPF * FS, {nls})"]
+    else:
+        # no loop over slices for a 4D field: its bookkeeping cost 8 cycles a point in L1 (AVX2)
+        ind = i1
+        body += [f"{i1}B = n * FS", f"{i1}A = (U(i) - I0) * FS", f"{i1}d = uo * FS"]
+        halo_at = "(n - N4) * HS"
+    # both spins of the half spinor (12 vectors) through the link at once, so each link element is
+    # read once per point: with 16 registers a little spills, and still out of cache it ran 7-10%
+    # faster on AVX2 than a pass per spin (equal in cache)
+    body += _neighbour_product(ind, p, "n", "m", f"proj{mu}(psi, B, {g})", f"hload2(halo, {halo_at})",
+                               "mult2", halo)
+    for a, half in ((0, "w[:6]"), (1, "w[6:]")):
+        if p == 0:
+            body += [f"{ind}init{mu}h{a}(acc_t, A, {half}, {g})"]
+        elif p < 7 or last == "solve":
+            body += [f"{ind}add{mu}h{a}(acc_t, A, {half}, {g})"]
+        else:
+            tail = "True, e0, e1, P0, P1" if last == "banded" else "False, a0, a1, d, d"
+            body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, a0, a1, use_diag, nt, "
+                     f"{tail})"]
     return body
 
 
