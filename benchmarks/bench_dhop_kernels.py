@@ -67,7 +67,7 @@ def main():
         o = aligned_copy(np.zeros_like(p))
         coef = np.array([-0.5, 0, -1, 1], dt)
         a = mod.kernel_args(ls, o, p, u, u, coef, o, False) + (ls.sites, ls.none, ls.none)
-        k = ls.kernel
+        k = ls.kernel["plain"] if isinstance(ls.kernel, dict) else ls.kernel
         for t in (int(x) for x in args.threads.split(",")):
             variants.append((f"{name}, {t} thread{'s' if t > 1 else ''}", k, a, o, t))
 

@@ -423,7 +423,7 @@ def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
 
 
 def _hop_with_mooee_buffers(D, prec, which):
-    from pygrid.qcd import dslash
+    from pygrid.qcd import dslash, kernels_wilson as kw
     from pygrid.qcd.fifth_dim import s_apply
 
     w = D._w
@@ -449,6 +449,15 @@ def _hop_with_mooee_buffers(D, prec, which):
                 dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, dag=dag, which=which,
                             inv_s=D._sweeps[inv])
                 assert relerr(o, want) < TOL[prec]
+        # the kernel variant follows the arguments (the positions kernels_wilson reads them at)
+        st = kw._launch_state(w.stencil_cb[0], D.Ls, o.shape[3], o.dtype)
+        stream = (np.ones(2), np.zeros(2 * D.Ls, np.int32), np.ones(2 * D.Ls))
+        dterm = kw.diagonal_term(1.0, stream, D.Ls, o.dtype)
+        solve = kw.solve_in_s(D._sweeps["MooeeInv"], D.Ls, o.dtype)
+        coef = np.array([0.5, 1.0, -1.0, 1.0], o.dtype)
+        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, True, dterm)) == "banded"
+        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, False, None, solve)) == "solve"
+        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, True)) == "plain"
         with pytest.raises(pg.errors.ConformabilityError, match="no diagonal term"):
             dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, 1.0, xb, which=which,
                         inv_s=D._sweeps["MooeeInv"])

@@ -322,12 +322,25 @@ def _source(ns, dtype, five_d, wide=False):
     args = ("lo, hi, out, psi, uf, ub, diag, nbr, perm, lanes, pxor, n4, Ls, coef, use_diag, dco, dprev, "
             "sorder, sinv, tile, far, "
             "sites, halo, ubh")
-    fn(f"dhop_kernel({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True, dtype),
-       "The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop().", "@_jit")
-    # numba compiles a function at its first call: a job on one rank never compiles the halo branches
-    fn(f"dhop_local({args})", _kernel_body(nls, nlg, nlu, five_d, wide, False, dtype),
-       "dhop_kernel on sites whose neighbours are all on this rank (halo and ubh are not read).", "@_jit")
+    # numba compiles a function at its first call: a job on one rank never compiles the halo
+    # branches, and a domain-wall Dhop never the variants of a Schur operator's two hops
+    for last in LAST if five_d else ("plain",):
+        sfx = "" if last == "plain" else "_" + last
+        fn(f"dhop_kernel{sfx}({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True, dtype, last),
+           f"The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop() ({LAST[last]}).",
+           "@_jit")
+        fn(f"dhop_local{sfx}({args})", _kernel_body(nls, nlg, nlu, five_d, wide, False, dtype, last),
+           f"dhop_kernel{sfx} on sites whose neighbours are all on this rank (halo and ubh are not read).",
+           "@_jit")
     return "\n".join(out) + "\n"
+
+
+#: the variants of the 5D kernel's last step, each a function of its own: one kernel holding all
+#: three (its last point in three loops) compiled in 16.7-18.0 s cold where the plain one took
+#: 9.2-10.3 (domain wall Ls 16 single, AVX2)
+LAST = {"plain": "the diagonal term alpha * diag",
+        "banded": "the diagonal term alpha * A diag, A cyclic bidiagonal in s (dco, dprev)",
+        "solve": "A^-1 applied in s to the tile's result before it is written (sorder, sinv)"}
 
 
 def _reconstruction(mu, a):
@@ -407,7 +420,7 @@ def _register_body(nls, nlg, nlu, halo):
     return body
 
 
-def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
+def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
     if wide and not five_d:
         return _register_body(nls, nlg, nlu, halo)
     # wide: prefetch into L2, not L1: what a tile prefetches outgrows L1 and evicted the data in use
@@ -424,8 +437,6 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
         # chirality and slice: a cyclic bidiagonal matrix in s (Mooee psi, for a Schur operator's end)
         "a0 = vsplat(dco[0], W)",
         "a1 = vsplat(dco[1], W)",
-        "banded = len(dprev) > 0",
-        "solving = len(sorder) > 0",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
         # the result past the caches (non-temporal stores, as Grid streams its Dhop result) when the
         # fields outgrow the caches, on AVX2: it left them to the data still to be read, 6-19% at 16^4
@@ -435,17 +446,10 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype):
         "    i1 = min(i0 + tile, hi)",
         "    I0 = U(i0)",
     ]
-    for p in range(7):
-        body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ")
-    if five_d:
-        # the last point in one of three loops, chosen per tile: a branch per slice inside one loop
-        # (the diagonal term in s, or the hop kept for the solve) made the plain Dhop 0.75-0.85x
-        body += ["    if banded:", *_point_loop(7, nls, nlg, pf, five_d, halo, "        ", "banded"),
-                 "    elif solving:", *_point_loop(7, nls, nlg, pf, five_d, halo, "        ", "solve"),
-                 *("        " + x for x in _solve_in_s()),
-                 "    else:", *_point_loop(7, nls, nlg, pf, five_d, halo, "        ")]
-    else:
-        body += _point_loop(7, nls, nlg, pf, five_d, halo, "    ")
+    for p in range(8):
+        body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ", last)
+    if last == "solve":
+        body += ["    " + x for x in _solve_in_s()]
     body += ["if nt:", "    store_fence()"]
     return body
 
@@ -480,7 +484,7 @@ def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain"):
                  f"{i2}B = (n * LS + S) * FS", f"{i2}A = ((U(i) - I0) * LS + S) * FS",
                  f"{i2}d = (uo * LS + S) * FS"]
         halo_at = "((n - N4) * LS + S) * HS"
-        if last == "banded":
+        if p == 7 and last == "banded":
             body += [f"{i2}P0 = (uo * LS + U(dprev[S])) * FS",
                      f"{i2}P1 = (uo * LS + U(dprev[LS + S])) * FS",
                      f"{i2}e0 = vsplat(dco[U(2) + S], W)",
@@ -578,12 +582,13 @@ def _module(nsimd, dtype, Ls, wide=None):
     return m
 
 
-def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False):
+def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"):
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
     disk); ``wide`` picks the structure (default: from the host's registers, :func:`wide_default`);
     ``halo``: the kernel that also reads neighbours on other ranks (else one that never does)."""
     m = _module(nsimd, dtype, Ls, wide)
-    return m.dhop_kernel if halo else m.dhop_local
+    sfx = "" if last == "plain" else "_" + last
+    return getattr(m, ("dhop_kernel" if halo else "dhop_local") + sfx)
 
 
 def pack_kernel_for(nsimd, dtype="float64", Ls=1):
@@ -666,9 +671,10 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     nsimd, dtype = out.shape[3], out.dtype
     st = _launch_state(stencil, Ls, nsimd, dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve)
+    last = _last(args)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
-        backend.accelerator_for(st.n4, st.kernel, *args, st.sites, st.none, st.none)
+        backend.accelerator_for(st.n4, st.kernel[last], *args, st.sites, st.none, st.none)
         return
     if link_halo is None:
         link_halo = exchange_rows(plan, ub)
@@ -683,11 +689,11 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     plan.comm.stats.pack_s += time.perf_counter() - t
     tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1)))
     for part in st.pieces:
-        backend.accelerator_for(len(part), st.kernel, *args, part, *tail)
+        backend.accelerator_for(len(part), st.kernel[last], *args, part, *tail)
         exchange.test()
     exchange.wait()
     if len(st.boundary):
-        backend.accelerator_for(len(st.boundary), st.kernel_halo, *args, st.boundary, *tail)
+        backend.accelerator_for(len(st.boundary), st.kernel_halo[last], *args, st.boundary, *tail)
 
 
 def _writable(a):
@@ -726,6 +732,16 @@ def solve_in_s(tables, Ls, dtype):
 _NO_PREV = read_only(np.zeros(0, np.int32))
 
 
+#: where :func:`kernel_args` puts ``dprev`` and ``sorder``
+_DPREV, _SORDER = 14, 15
+
+
+def _last(args):
+    """The kernel variant (:data:`LAST`) that :func:`kernel_args`' arguments ask for."""
+    dprev, sorder = args[_DPREV], args[_SORDER]
+    return "solve" if len(sorder) else "banded" if len(dprev) else "plain"
+
+
 def diagonal_term(alpha, stream, Ls, dtype):
     """``(dco, dprev)``, the kernel's diagonal term: ``alpha * diag`` (``stream`` None), or
     ``alpha * A diag`` for A cyclic bidiagonal in s per chirality, ``stream = (d, prev, ep)``:
@@ -753,7 +769,7 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve) + (
         st.sites, st.none, st.none)
-    launch, n4, tail = backend.bind_kernel(st.kernel, *args), st.n4, args[5:]
+    launch, n4, tail = backend.bind_kernel(st.kernel[_last(args)], *args), st.n4, args[5:]
 
     def run(out, psi, uf, ub, diag):
         launch(n4, out, psi, uf, ub, diag, *tail)
@@ -769,8 +785,11 @@ class _LaunchState:
     def __init__(self, stencil, Ls, nsimd, dtype):
         self.stencil = stencil
         self.n4 = stencil.neighbours.shape[1]
-        self.kernel = kernel_for(nsimd, dtype, Ls)
-        self.kernel_halo = kernel_for(nsimd, dtype, Ls, halo=True)
+        # per variant of the last step (LAST; 4D fields have the plain one), looked up here and
+        # compiled at their first launch
+        lasts = LAST if int(Ls) > 1 else ("plain",)
+        self.kernel = {last: kernel_for(nsimd, dtype, Ls, last=last) for last in lasts}
+        self.kernel_halo = {last: kernel_for(nsimd, dtype, Ls, halo=True, last=last) for last in lasts}
         # the tables read-only, whatever the stencil's flags: one numba specialisation per path
         self.tables = tuple(read_only(t.reshape(-1)) for t in (
             stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
