@@ -14,7 +14,7 @@ from ..cartesian.shift import shifted_checkerboard
 from ..errors import ConformabilityError, SiteTypeError
 from ..tensors import algebra
 from ..tensors.constant import ConstTensor
-from ..tensors.sitetype import LEVELS, SCALAR, Real, SiteType
+from ..tensors.sitetype import LEVELS, SCALAR, Complex, Real, SiteType
 
 
 class FieldBase:
@@ -142,7 +142,7 @@ class Scalar(Expr):
         if not isinstance(value, numbers.Number) or isinstance(value, bool):
             raise SiteTypeError(f"cannot use {value!r} in a field expression")
         self.value = complex(value)
-        self.site_type = SiteType(is_real=self.value.imag == 0)
+        self.site_type = Real if self.value.imag == 0 else Complex
 
 
 class Const(Expr):
@@ -167,21 +167,27 @@ class LinComb(Expr):
     """sum_i sign_i * scale_i * term_i, flattened from + - and number * expr."""
 
     def __init__(self, terms):
-        self.terms = tuple(terms)  # (expr, scale complex or None, sign)
-        self.children = tuple(t[0] for t in self.terms)
-        fields = [t for t in self.children if not isinstance(t, (Scalar, Const))]
-        self.grid, self.checkerboard, self.precision = _conform("+", *self.children)
-        ref = fields[0].site_type if fields else self.children[0].site_type
-        for t in self.children:
+        # one pass over the terms: a solver builds a sum at every iteration
+        self.terms = terms = tuple(terms)  # (expr, scale complex or None, sign)
+        self.children = children = tuple(t[0] for t in terms)
+        self.grid, self.checkerboard, self.precision = _conform("+", *children)
+        ref = numbers_ = None
+        real = True
+        for t, scale, _ in terms:
+            st = t.site_type
             if isinstance(t, Scalar):
-                continue  # numbers and constants become multiples of the unit tensor below
-            if t.site_type.levels != ref.levels:
-                raise SiteTypeError(f"cannot add {ref} and {t.site_type}: site types differ")
-        real = all(t.site_type.is_real and (s is None or complex(s).imag == 0) for t, s, _ in self.terms)
+                numbers_ = True  # numbers become multiples of the unit tensor below
+            elif ref is None:
+                ref = st
+            elif st.levels != ref.levels:
+                raise SiteTypeError(f"cannot add {ref} and {st}: site types differ")
+            if real and not (st.is_real and (scale is None or complex(scale).imag == 0)):
+                real = False
+        if ref is None:
+            ref = children[0].site_type
         self.site_type = ref if ref.is_real == real else SiteType(*ref.levels, is_real=real)
-        for t in self.children:
-            if isinstance(t, Scalar) and t.site_type.levels != ref.levels:
-                algebra.identity_values(self.site_type)  # raises if a number cannot be added
+        if numbers_ and ref.levels != Complex.levels:
+            algebra.identity_values(self.site_type)  # raises if a number cannot be added
 
 
 class Unary(Expr):

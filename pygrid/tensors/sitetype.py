@@ -54,6 +54,15 @@ class SiteType:
 
     # cached: the expression engine asks for these several times per node (frozen, so never stale)
     @cached_property
+    def _hash(self):
+        return hash((self.lorentz, self.spin, self.colour, self.is_real))
+
+    def __hash__(self):
+        # an expression's signature holds its site types and is hashed at every evaluation: the
+        # dataclass's hash hashed the three levels again each time
+        return self._hash
+
+    @cached_property
     def levels(self):
         return (self.lorentz, self.spin, self.colour)
 
