@@ -1,13 +1,14 @@
 """What a library call spends around its kernel: Dirac operators and reductions.
 
-    python benchmarks/bench_call_overhead.py [--operator wilson|dwf|schur|norm2|inner|expr|axpy]
+    python benchmarks/bench_call_overhead.py [--operator wilson|dwf|schur|norm2|inner|expr|axpy|build]
         [--grid 8.8.8.8] [--precision double] [--calls 1000]
 
 ``wilson``: ``WilsonFermion.Dhop(psi, out=out)`` on the full grid; ``dwf``: the domain-wall
 ``Dhop`` (Ls 8); ``schur``: the Wilson even-odd hop ``Meooe(psi_e, out=chi_o)`` a Schur
 solve applies; ``norm2``, ``inner``: ``pg.norm2(x)``, ``pg.inner_product(x, y)`` of
 fermion fields; ``expr``: the expression statement ``z @= 0.3 * x + y`` (building the
-expression, its lowering and checks, the views), ``axpy``: the same as ``pg.axpy(z, 0.3, x, y)``.
+expression, its lowering and checks, the views), ``axpy``: the same as ``pg.axpy(z, 0.3, x, y)``,
+``build``: building the expression ``0.3 * x + y`` alone (no launch: all of it is outside).
 Each call is timed whole and, inside it, the parallel driver's launch
 (``parallel_numba._run``: the driver's entry point and the kernel); the difference is
 the time the call spends outside the launch (checks, views, the launch lookup, and
@@ -29,12 +30,13 @@ from pygrid.accelerator.backends import get_backend
 
 def operator_call(kind, dims, prec):
     grid = pg.GridCartesian(dims, precision=prec)
-    if kind in ("norm2", "inner", "expr", "axpy"):
+    if kind in ("norm2", "inner", "expr", "axpy", "build"):
         x, y, z = pg.LatticeFermion(grid, prec), pg.LatticeFermion(grid, prec), pg.LatticeFermion(grid, prec)
         pg.ParallelRNG(grid, [5, 6, 7, 8]).gaussian(x)
         pg.ParallelRNG(grid, [1, 6, 7, 8]).gaussian(y)
         return {"norm2": lambda: pg.norm2(x), "inner": lambda: pg.inner_product(x, y),
-                "expr": lambda: z.__imatmul__(0.3 * x + y), "axpy": lambda: pg.axpy(z, 0.3, x, y)}[kind]
+                "expr": lambda: z.__imatmul__(0.3 * x + y), "axpy": lambda: pg.axpy(z, 0.3, x, y),
+                "build": lambda: 0.3 * x + y}[kind]
     U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision=prec)
     if kind == "dwf":
         D = pg.qcd.DomainWallFermion(U, 8, 0.1, 1.8)
@@ -54,8 +56,8 @@ def operator_call(kind, dims, prec):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--operator", choices=("wilson", "dwf", "schur", "norm2", "inner", "expr", "axpy"),
-                    default="wilson")
+    ap.add_argument("--operator", default="wilson",
+                    choices=("wilson", "dwf", "schur", "norm2", "inner", "expr", "axpy", "build"))
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--precision", choices=("double", "single"), default="double")
     ap.add_argument("--calls", type=int, default=1000)
