@@ -389,8 +389,7 @@ def test_kept_calls_follow_the_fields_contents():
 
 
 @pytest.mark.parametrize("prec,which", [("double", "unroll"), ("single", "unroll"), ("double", "generic"),
-                                        ("single", "generic"), ("double", "unroll-wide"),
-                                        ("double", "unroll-far")])
+                                        ("double", "unroll-wide"), ("double", "unroll-far")])
 def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
     """dslash.dhop's diagonal term in s (``diag_s``): scale * hop(t) + alpha * Mooee x in one
     kernel, and its solve in s (``inv_s``): MooeeInv (scale * hop(t)), against the plain hop and

@@ -188,7 +188,6 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
 
 
 _COEFS = {}
-_DTERMS = {}
 
 
 def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s):
@@ -201,37 +200,38 @@ def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s):
     return held
 
 
-_SOLVES = {}
+_DERIVED = {}
+
+
+def _derived(kind, alpha, tables, Ls, dtype, make):
+    """``make()``, kept per kind, coefficient, tables (by identity), Ls and dtype: an operator passes
+    the same few every call, and a kept launch holds what it returned."""
+    key = (kind, alpha, None if tables is None else tuple(map(id, tables)), Ls, dtype)
+    hit = _DERIVED.get(key)
+    if hit is not None and (tables is None or all(a is b for a, b in zip(hit[0], tables))):
+        return hit[1]
+    if len(_DERIVED) > 256:
+        _DERIVED.clear()
+    _DERIVED[key] = (tables, make())
+    return _DERIVED[key][1]
 
 
 def _solve_in_s(inv_s, Ls, dtype):
-    """:func:`pygrid.qcd.kernels_wilson.solve_in_s` of ``inv_s`` (or None), kept per tables."""
-    key = (None if inv_s is None else tuple(map(id, inv_s)), Ls, dtype)
-    hit = _SOLVES.get(key)
-    if hit is not None and (inv_s is None or all(a is b for a, b in zip(hit[0], inv_s))):
-        return hit[1]
-    if len(_SOLVES) > 256:
-        _SOLVES.clear()
-    _SOLVES[key] = (inv_s, kw.solve_in_s(inv_s, Ls, dtype))
-    return _SOLVES[key][1]
+    """:func:`pygrid.qcd.kernels_wilson.solve_in_s` of ``inv_s`` (or None), kept."""
+    return _derived("solve", 0.0, inv_s, Ls, dtype, lambda: kw.solve_in_s(inv_s, Ls, dtype))
 
 
 def _diagonal_term(alpha, diag_s, Ls, dtype):
     """:func:`pygrid.qcd.kernels_wilson.diagonal_term` for ``alpha`` and the structure ``diag_s``
-    (or None), kept: an operator passes the same few every call."""
-    key = (alpha, None if diag_s is None else tuple(map(id, diag_s)), Ls, dtype)
-    hit = _DTERMS.get(key)
-    if hit is not None and (diag_s is None or all(a is b for a, b in zip(hit[0], diag_s))):
-        return hit[1]
-    stream = None
-    if diag_s is not None:
-        order, d, e, f = diag_s
-        prev, ep = _stream_tables(order, e, f)
-        stream = (d, prev, ep)
-    if len(_DTERMS) > 256:
-        _DTERMS.clear()
-    _DTERMS[key] = (diag_s, kw.diagonal_term(alpha, stream, Ls, dtype))
-    return _DTERMS[key][1]
+    (or None), kept."""
+    def make():
+        stream = None
+        if diag_s is not None:
+            order, d, e, f = diag_s
+            stream = (d, *_stream_tables(order, e, f))
+        return kw.diagonal_term(alpha, stream, Ls, dtype)
+
+    return _derived("diag", alpha, diag_s, Ls, dtype, make)
 
 
 def _scaled(structure, alpha):

@@ -335,9 +335,8 @@ def _source(ns, dtype, five_d, wide=False):
     return "\n".join(out) + "\n"
 
 
-#: the variants of the 5D kernel's last step, each a function of its own: one kernel holding all
-#: three (its last point in three loops) compiled in 16.7-18.0 s cold where the plain one took
-#: 9.2-10.3 (domain wall Ls 16 single, AVX2)
+#: the variants of the 5D kernel's last step, each a function of its own so that a call compiles
+#: only the one it runs: a kernel holding all three took about twice as long to compile
 LAST = {"plain": "the diagonal term alpha * diag",
         "banded": "the diagonal term alpha * A diag, A cyclic bidiagonal in s (dco, dprev)",
         "solve": "A^-1 applied in s to the tile's result before it is written (sorder, sinv)"}
@@ -428,13 +427,12 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
     pf = "prefetch_l2_lines" if wide else "prefetch_lines"
     body = [
         "sc = vsplat(coef[0], W)",
-        "al = vsplat(coef[1], W)",
         "gf = vsplat(coef[2], W)",
         "gb = vsplat(coef[3], W)",
         "N4 = U(n4)",
         "LS = U(Ls)",
-        # the diagonal term's coefficients per chirality, and with ``banded`` its second term per
-        # chirality and slice: a cyclic bidiagonal matrix in s (Mooee psi, for a Schur operator's end)
+        # the diagonal term's coefficient per chirality (alpha for both but in the banded variant,
+        # whose second term per chirality and slice makes it a cyclic bidiagonal matrix in s)
         "a0 = vsplat(dco[0], W)",
         "a1 = vsplat(dco[1], W)",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
