@@ -31,19 +31,19 @@ PYTEST_ARGS ?=
 run: $(STAMP_RUN)
 	$(VENV)/bin/pygrid benchmark wilson $(ARGS)
 
-# The second pass reruns the expression, shift, reduction, numpy round-trip, failure-atomicity
+# The second pass reruns the expression, shift, reduction, fused-update, numpy round-trip, failure-atomicity
 # and interop suites on the emulated device under a 2 MB watermark, so the MemoryManager moves
 # and evicts fields during real kernels, rolls back the views of kernels that fail, and keeps
 # memory shared through DLPack current.
-EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_lattice_io.py \
-                   tests/test_failure_atomic.py tests/test_interop.py
-# The third pass runs the expression, shift, reduction, Dirac operator, solver, propagator,
+EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_axpy.py \
+                   tests/test_lattice_io.py tests/test_failure_atomic.py tests/test_interop.py
+# The third pass runs the expression, shift, reduction, fused-update, Dirac operator, solver, propagator,
 # boundary-condition and interop suites on the real sycl backend (dpctl on the Intel CPU OpenCL device,
 # from the [sycl] extra), fields in USM device memory under a 2 MB watermark,
 # below the working set of the operator tests, so fields are evicted and
 # brought back between and inside their kernels and solves; and the Dirac kernels of the other
 # backends (openmp, the emulations) on those fields, which they reach through host views.
-SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py \
+SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_axpy.py \
                tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py \
                tests/test_failure_atomic.py tests/test_propagator.py tests/test_boundary_conditions.py \
                tests/test_interop.py tests/test_dirac_backends.py

@@ -19,7 +19,9 @@ def fields(g, t, precision, alias):
         y = x
     if alias == "all":
         y = x
-    z = {"z=x": x, "z=y": y, "all": x}.get(alias) or pg.Lattice(g, t, precision)
+    z = {"z=x": x, "z=y": y, "all": x}.get(alias)
+    if z is None:
+        z = pg.Lattice(g, t, precision)
     return z, x, y
 
 
@@ -105,7 +107,7 @@ def test_openmp_fused_updates_keep_their_launch(monkeypatch):
     from pygrid.accelerator import reductions_numba as rn
 
     with backend("openmp"):
-        g = grid((8, 8, 8, 8))
+        g = grid((4, 4, 8, 8))  # 256 outer sites: a launch of two blocks, three fields under 2 MB
         x, y = random_field(g, pg.SpinColourVector()), random_field(g, pg.SpinColourVector())
         X, Y = x.to_numpy(), y.to_numpy()
         z = pg.Lattice(g, pg.SpinColourVector())
