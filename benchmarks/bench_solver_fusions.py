@@ -1,6 +1,6 @@
 """What the solver's fused steps save: the same CG with and without them, alternating in one process.
 
-    python benchmarks/bench_solver_fusions.py [--what updates|dwf-schur] [--grid 8.8.8.8]
+    python benchmarks/bench_solver_fusions.py [--what updates|dwf-schur|mobius-schur] [--grid 8.8.8.8]
         [--Ls 8] [--precision double] [--iterations 20] [--rounds 9]
 
 ``updates``: CG on the Wilson Schur operator's normal equations, its loop written once
@@ -9,6 +9,9 @@ with the fused updates (``pg.axpy``, ``pg.axpy_norm2``, ``<p, A p>`` as ``|M p|^
 the inner product, as the library's CG was written before them.  ``dwf-schur``: the library's
 CG on the domain-wall (Shamir) Schur operator, with its two fused hops and with the
 operator's hooks switched off (``MooeeInv`` and ``Mooee psi - t`` as kernels of their own).
+``mobius-schur``: the same on the Möbius operator (b = 1.5, c = 0.5), whose fused hops also
+take ``b + c S^dag`` after the adjoint hop (without them: ``b + c S`` and ``b + c S^dag`` as
+kernels of their own as well).
 
 Rounds alternate between the two, so the machine's slow and fast phases hit both alike; the
 median time per iteration of each and the median of the paired ratios are printed, after a
@@ -56,7 +59,7 @@ def fused_cg(A, b, n):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--what", choices=("updates", "dwf-schur"), default="updates")
+    ap.add_argument("--what", choices=("updates", "dwf-schur", "mobius-schur"), default="updates")
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--Ls", type=int, default=8)
     ap.add_argument("--precision", choices=("double", "single"), default="double")
@@ -70,7 +73,8 @@ def main(argv=None):
     if args.what == "updates":
         D = pg.qcd.WilsonFermion(U, 0.01)
     else:
-        D = pg.qcd.DomainWallFermion(U, args.Ls, 0.01, 1.8)
+        D = (pg.qcd.DomainWallFermion(U, args.Ls, 0.01, 1.8) if args.what == "dwf-schur" else
+             pg.qcd.MobiusFermion(U, args.Ls, 0.01, 1.8, 1.5, 0.5))
         if D._mpc_start is None or D._mpc_end is None:
             raise SystemExit("this operator has no fused Schur hops")
     A = MdagMOperator(SchurOperator(D, 1))
@@ -99,7 +103,8 @@ def main(argv=None):
             f()
             times[k].append((time.perf_counter() - t0) / n * 1e3)
     (k0, t0), (k1, t1) = times.items()
-    what = "Wilson" if args.what == "updates" else f"domain wall Ls {args.Ls}"
+    what = {"updates": "Wilson", "dwf-schur": f"domain wall Ls {args.Ls}",
+            "mobius-schur": f"Möbius domain wall Ls {args.Ls}"}[args.what]
     print(f"CG on the {what} Schur operator, {args.grid}, {args.precision}, {pg.get_backend().describe()}, "
           f"{time.strftime('%H:%M:%S', time.gmtime())} UTC; {args.rounds} alternating rounds of {n} "
           f"iterations; results agree to {diff:.1e}")

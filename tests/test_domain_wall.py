@@ -393,27 +393,74 @@ def test_kept_calls_follow_the_fields_contents():
                                         ("double", "unroll-wide"), ("double", "unroll-far")])
 def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
     """dslash.dhop's diagonal term in s (``diag_s``): scale * hop(t) + alpha * Mooee x in one
-    kernel, and its solve in s (``inv_s``): MooeeInv (scale * hop(t)), against the plain hop and
-    the dense numpy s matrices, both adjoints, both variants; and the Schur operator that starts
-    and ends with them against its pieces.  ``unroll-wide``: the AVX-512 structure forced on any
-    host; ``unroll-far``: every field counted as larger than the caches (the AVX2 structure then
-    writes its result past the caches)."""
+    kernel, its solve in s (``inv_s``): MooeeInv (scale * hop(t)), and its multiply in s before
+    either (``mul_s``, Möbius's b + c S^dag), against the plain hop and the dense numpy s
+    matrices, both adjoints, both variants; and the Schur operators (Shamir and Möbius) that
+    start and end with them against their pieces.  ``unroll-wide``: the AVX-512 structure forced
+    on any host; ``unroll-far``: every field counted as larger than the caches (the AVX2
+    structure then writes its result past the caches)."""
     from pygrid.qcd import dslash, kernels_wilson as kw
 
     if which != "generic" and dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
     if which in ("unroll-wide", "unroll-far"):
-        monkeypatch.setattr(kw, "wide_default", lambda: which == "unroll-wide")
+        wide = which == "unroll-wide"   # not read from ``which``, which is reassigned below
+        monkeypatch.setattr(kw, "wide_default", lambda: wide)
         monkeypatch.setattr(kw, "_modules", {})
         monkeypatch.setattr(kw, "_states", {})
         monkeypatch.setattr(dslash, "_BOUND", {})
         if which == "unroll-far":
             monkeypatch.setattr(kw, "FAR_BYTES", 0)
         which = "unroll"
-    U, D, _ = ops(prec, (4, 4, 4, 8), Ls=5)
+    U, D, Mob = ops(prec, (4, 4, 4, 8), Ls=5)
     if pg.get_backend().device == "unified":  # raw host buffers: the CPU backends
         _hop_with_mooee_buffers(D, prec, which)
-    assert schur_pieces_differ(D, pg.pick_checkerboard(1, fermion(D))) < TOL[prec]
+        _hop_with_a_multiply_in_s(Mob, prec, which)
+    for op in (D, Mob):
+        assert op._mpc_start is not None and op._mpc_end is not None
+        assert schur_pieces_differ(op, pg.pick_checkerboard(1, fermion(op)), out_is_input=True) < TOL[prec]
+
+
+def _hop_with_a_multiply_in_s(Mob, prec, which):
+    """``mul_s``: B (scale * hop(t)) plus nothing, alpha x, or alpha Mooee x; and MooeeInv B (scale *
+    hop(t)), B = b + c S (or its adjoint), against the dense s matrices."""
+    from pygrid.qcd import dslash, kernels_wilson as kw
+    from pygrid.qcd.fifth_dim import s_apply
+
+    w, Ls = Mob._w, Mob.Ls
+    t, x = fermion(Mob, cb=0), fermion(Mob, (9, 8, 7, 6), cb=1)
+    out = Mob.new_fermion(1)
+
+    def dense(key, a):
+        return s_apply(np.empty(a.shape), a.astype(np.float64), Mob._mats[key].astype(np.float64), Ls=Ls)
+
+    with (t._kernel_view(pg.AcceleratorRead) as p, x._kernel_view(pg.AcceleratorRead) as xb,
+          w.U_cb[1]._kernel_view(pg.AcceleratorRead) as uf, w.U_cb[0]._kernel_view(pg.AcceleratorRead) as ub,
+          out._kernel_view(pg.AcceleratorWrite) as o):
+        args = (p, uf, ub, w.stencil_cb[0], Ls, 0.7)
+        for dag in (False, True):
+            sfx = "Dag" if dag else ""
+            hop = dslash.dhop(np.empty_like(o), *args, dag=dag, which=which)
+            bhop = dense("bcS" + sfx, hop)
+            cases = [(dict(), bhop),
+                     (dict(alpha=-1.3, diag=xb), bhop - 1.3 * xb),
+                     (dict(alpha=-1.3, diag=xb, diag_s=Mob._banded["Mooee" + sfx]),
+                      bhop + dense("Mooee" + sfx, -1.3 * xb.astype(np.float64))),
+                     (dict(inv_s=Mob._sweeps["MooeeInv" + sfx]), dense("MooeeInv" + sfx, bhop))]
+            for kwargs, want in cases:
+                for _ in range(2):  # the second call: the bound launch
+                    o[...] = np.nan
+                    dslash.dhop(o, *args, dag=dag, which=which, mul_s=Mob._banded["bcS" + sfx], **kwargs)
+                    assert relerr(o, want) < TOL[prec], (dag, sorted(kwargs))
+        # the variant follows the arguments
+        st = kw._launch_state(w.stencil_cb[0], Ls, o.shape[3], o.dtype)
+        mul = kw.diagonal_term(1.0, (np.ones(2), np.zeros(2 * Ls, np.int32), np.ones(2 * Ls)), Ls, o.dtype)
+        solve = kw.solve_in_s(Mob._sweeps["MooeeInv"], Ls, o.dtype)
+        coef = np.array([0.5, 1.0, -1.0, 1.0], o.dtype)
+        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, True, None, None, mul)) == "mul"
+        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, False, None, solve, mul)) == "mul_solve"
+        with pytest.raises(pg.errors.ConformabilityError, match="not out"):
+            dslash.dhop(o, *args, 1.0, o, which=which, mul_s=Mob._banded["bcS"])
 
 
 def _hop_with_mooee_buffers(D, prec, which):

@@ -178,14 +178,16 @@ class MobiusFermion(FermionOperator):
             self._banded["minus" + k] = None if band is None else cast(
                 (band[0], -np.ones(2), np.zeros(2), np.zeros(2)))
         self._trivial_bc = (self.b == 1.0 and self.c == 0.0)
-        # a Schur operator's end, Mooee psi - Meooe t, as one hop kernel with Mooee on its diagonal
-        # term (Shamir's Meooe is the hop alone; Mobius's has b + c S around it)
-        if not (self._trivial_bc and self._banded["Mooee"] is not None
-                and self._banded["MooeeDag"] is not None):
+        # a Schur operator's start, MooeeInv Meooe psi, as one hop kernel that solves in s before it
+        # writes, and its end, Mooee psi - Meooe t, as one with Mooee on its diagonal term; Mobius's
+        # b + c S runs as a pass of its own before the hop (Meooe), or in the hop's kernel after it
+        # (MeooeDag)
+        bands = [self._banded[k] for k in ("Mooee", "MooeeDag")]
+        if not self._trivial_bc:
+            bands += [self._banded[k] for k in ("bcS", "bcSDag")]
+        if any(t is None for t in bands):
             self._mpc_end = None
-        # and its start, MooeeInv Meooe psi, as one hop kernel that solves in s before it writes
-        if not (self._trivial_bc and self._sweeps["MooeeInv"] is not None
-                and self._sweeps["MooeeInvDag"] is not None):
+        if any(t is None for t in bands + [self._sweeps["MooeeInv"], self._sweeps["MooeeInvDag"]]):
             self._mpc_start = None
 
     def __repr__(self):
@@ -340,25 +342,38 @@ class MobiusFermion(FermionOperator):
     def MooeeInvDag(self, psi: Lattice, out: Lattice | None = None) -> Lattice:
         return self._smat(psi, "MooeeInvDag", out, "MooeeInvDag")
 
+    def _bcs_first(self, psi: Lattice, dag: bool, slot: str):
+        """(the hop's source, the multiply in s after the hop): Meooe's b + c S as a pass of its own
+        over psi into a scratch field, MeooeDag's b + c S^dag as the hop's ``mul_s``; (psi, None)
+        for Shamir."""
+        if self._trivial_bc:
+            return psi, None
+        if dag:
+            return psi, self._banded["bcSDag"]
+        return self._smat(psi, "bcS", self._scratch(slot, True, psi.checkerboard), "Meooe"), None
+
     def _mpc_start(self, psi: Lattice, t: Lattice, dag: bool) -> Lattice:
-        """t = MooeeInv Meooe psi (MooeeInvDag MeooeDag psi with ``dag``) in one kernel: the hop's
-        tile solves Mooee in s (two O(Ls) sweeps per site, from L1) before the result is written,
-        where MooeeInv took a pass of its own over t."""
+        """t = MooeeInv Meooe psi (MooeeInvDag MeooeDag psi with ``dag``) in one kernel (Möbius's
+        Meooe: two, see :meth:`_bcs_first`): the hop's tile solves Mooee in s (two O(Ls) sweeps per
+        site, from L1) before the result is written, where MooeeInv took a pass of its own over t."""
         w = self._w
-        cb_in = psi.checkerboard
-        return hop_fields(w._hop_calls, psi, w.U_cb[1 - cb_in], w.U_cb[cb_in], t, w.stencil_cb[cb_in],
+        src, mul = self._bcs_first(psi, dag, "t")
+        cb_in = src.checkerboard
+        return hop_fields(w._hop_calls, src, w.U_cb[1 - cb_in], w.U_cb[cb_in], t, w.stencil_cb[cb_in],
                           self.Ls, dag=dag, halo_of=w,
-                          inv_s=self._sweeps["MooeeInvDag" if dag else "MooeeInv"])
+                          inv_s=self._sweeps["MooeeInvDag" if dag else "MooeeInv"], mul_s=mul)
 
     def _mpc_end(self, t: Lattice, psi: Lattice, res: Lattice, dag: bool) -> Lattice:
-        """res = Mooee psi - Meooe t (MooeeDag psi - MeooeDag t with ``dag``) in one kernel: the hop
-        of t with Mooee psi as its diagonal term, Mooee cyclic bidiagonal in s.  Where a Schur
-        operator's end took a hop and a pass over psi, t and res, it reads psi once more in the hop."""
+        """res = Mooee psi - Meooe t (MooeeDag psi - MeooeDag t with ``dag``) in one kernel (Möbius's
+        Meooe: two, see :meth:`_bcs_first`): the hop of t with Mooee psi as its diagonal term,
+        Mooee cyclic bidiagonal in s.  Where a Schur operator's end took a hop and a pass over psi,
+        t and res, it reads psi once more in the hop."""
         w = self._w
-        cb_in = t.checkerboard
-        return hop_fields(w._hop_calls, t, w.U_cb[1 - cb_in], w.U_cb[cb_in], res, w.stencil_cb[cb_in],
+        src, mul = self._bcs_first(t, dag, "w")
+        cb_in = src.checkerboard
+        return hop_fields(w._hop_calls, src, w.U_cb[1 - cb_in], w.U_cb[cb_in], res, w.stencil_cb[cb_in],
                           self.Ls, 0.5, 1.0, psi, dag, halo_of=w,
-                          diag_s=self._banded["MooeeDag" if dag else "Mooee"])
+                          diag_s=self._banded["MooeeDag" if dag else "Mooee"], mul_s=mul)
 
     def _mooee_minus(self, psi: Lattice, t: Lattice, res: Lattice, dag: bool) -> Lattice:
         """res = Mooee psi - t (MooeeDag for dag) in one kernel: how a Schur operator's application ends."""

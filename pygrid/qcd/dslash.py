@@ -100,14 +100,17 @@ _BOUND = {}  # id()s of a call's buffers and stencil, and its parameters -> _Bou
 
 
 def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, which=None,
-         link_halo=None, diag_s=None, inv_s=None):
+         link_halo=None, diag_s=None, inv_s=None, mul_s=None):
     """``out = scale * hop(psi) + alpha * diag`` on raw buffers; returns out.
 
     ``diag_s``, on 5D fields: the diagonal term is ``alpha * A diag`` for A cyclic bidiagonal in s
     per chirality, ``diag_s = bidiag_structure(A)`` (a Schur operator's ``Mooee psi - Meooe t``
     in the hop's kernel); ``diag`` must not alias ``out`` then.  ``inv_s``, on 5D fields without a
     diagonal term: ``out = A^-1 (scale * hop(psi))`` for ``inv_s = bidiag_solver(A)`` (a Schur
-    operator's ``MooeeInv Meooe psi`` in one kernel).
+    operator's ``MooeeInv Meooe psi`` in one kernel).  ``mul_s``, on 5D fields: the hop is
+    multiplied in s by B, ``mul_s = bidiag_structure(B)``, before the solve or the diagonal term:
+    ``out = B (scale * hop(psi)) + alpha * (A) diag`` or ``A^-1 B (scale * hop(psi))`` (Möbius's
+    ``b + c S^dag`` after its adjoint hop); ``diag`` must not alias ``out`` then.
 
     See :data:`pygrid.qcd.kernels_generic.WILSON_HOP` for the operation: ``uf``
     the links at the output sites, ``ub`` at the source sites (``uf is ub`` on
@@ -119,8 +122,8 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     """
     backend = get_backend()
     key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which,
-           id(diag_s), id(inv_s))
-    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s)
+           id(diag_s), id(inv_s), id(mul_s))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s)
     hit = _BOUND.get(key)
     if hit is not None and hit.backend is backend and hit.config is current() and hit.holds(held):
         hit.run(out, psi, uf, ub, diag if hit.use_diag else out)
@@ -150,11 +153,14 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
             )
     else:
         diag, alpha = out, 0.0
-    if diag_s is not None and use_diag and (Ls < 2 or _aliases(out, diag)):
-        raise ConformabilityError("dhop: a diagonal term in s needs 5D fields and a diag that is not out")
+    if (diag_s is not None or mul_s is not None) and use_diag and (Ls < 2 or _aliases(out, diag)):
+        raise ConformabilityError("dhop: a diagonal term in s, or a multiply in s with a diagonal term, "
+                                  "needs 5D fields and a diag that is not out")
     banded = diag_s is not None and use_diag
     if inv_s is not None and (Ls < 2 or use_diag):
         raise ConformabilityError("dhop: a solve in s after the hop needs 5D fields and no diagonal term")
+    if mul_s is not None and Ls < 2:
+        raise ConformabilityError("dhop: a multiply in s after the hop needs 5D fields")
     # forward points use (1 - g_mu), backward (1 + g_mu); dag swaps them
     sf = 1.0 if dag else -1.0
     coef = _coefficients(scale, alpha, sf, dtype)
@@ -162,17 +168,18 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     if how == "unroll":
         dterm = _diagonal_term(alpha, diag_s if banded else None, Ls, dtype)
         solve = _solve_in_s(inv_s, Ls, dtype)
-        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, dterm, solve)
-        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm, solve)
+        mul = None if mul_s is None else _diagonal_term(1.0, mul_s, Ls, dtype)
+        terms = (dterm, solve, mul)
+        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, *terms)
+        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, *terms)
         if run is not None:
             keep(_BOUND, key, _Bound(backend, current(), run, use_diag), held)
         return out
-    if banded or inv_s is not None:
-        # the generic kernels: the hop, then the fifth dimension's kernel (A diag added, or A solved)
+    if banded or inv_s is not None or mul_s is not None:
+        # the generic kernels: the hop, then the fifth dimension's kernels
         dhop(out, psi, uf, ub, stencil, Ls, scale, 0.0, None, dag, which, link_halo)
-        if inv_s is not None:
-            return bidiag_apply(out, out, inv_s, Ls)
-        return bidiag_multiply(out, diag, _scaled(diag_s, alpha), Ls, add=out)
+        return _finish_in_s(out, diag if use_diag else None, alpha, Ls, diag_s if banded else None, inv_s,
+                            mul_s)
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:
         # the generic kernel reads whole spinors from the halo, exchanged before it starts
@@ -187,14 +194,32 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     return out
 
 
+def _finish_in_s(out, diag, alpha, Ls, diag_s, inv_s, mul_s):
+    """What :func:`dhop` does after the hop in s, on the generic path, where ``out`` holds the hop:
+    B out (``mul_s``), then A^-1 (``inv_s``) or the diagonal term alpha diag (``diag`` not None),
+    alpha A diag with ``diag_s``; as few kernels of the fifth dimension as the tables allow."""
+    if mul_s is not None and inv_s is None and diag is not None:
+        # B out + alpha (A) diag in one kernel when A sweeps s as B does (the identity does)
+        d_s = diag_s if diag_s is not None else (mul_s[0], *_identity(np.float64))
+        if np.array_equal(d_s[0], mul_s[0]):
+            return bidiag_multiply(out, out, mul_s, Ls, add=diag, add_structure=_scaled(d_s, alpha))
+    if mul_s is not None:
+        bidiag_multiply(out, out, mul_s, Ls)
+    if inv_s is not None:
+        return bidiag_apply(out, out, inv_s, Ls)
+    if diag is None:
+        return out
+    return bidiag_multiply(out, diag, _scaled(diag_s, alpha), Ls, add=out)
+
+
 _COEFS = {}
 
 
-def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s):
-    """What a kept call on these arguments holds weakly (the arrays of ``diag_s`` and ``inv_s``
-    with them)."""
+def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s=None):
+    """What a kept call on these arguments holds weakly (the arrays of ``diag_s``, ``inv_s`` and
+    ``mul_s`` with them)."""
     held = (out, psi, uf, ub, stencil) if diag is None else (out, psi, uf, ub, stencil, diag)
-    for tables in (diag_s, inv_s):
+    for tables in (diag_s, inv_s, mul_s):
         if tables is not None:
             held += tuple(tables)
     return held
@@ -243,13 +268,13 @@ def _scaled(structure, alpha):
 
 
 def bound(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, diag_s=None,
-          inv_s=None):
+          inv_s=None, mul_s=None):
     """``run()``: the launch :func:`dhop` bound to these buffers at its call with them (the same
     arguments), to run again on the same buffers; None where that call bound none (the generic
     kernel, a lattice split over ranks).  Valid under the backend and configuration of that call."""
     hit = _BOUND.get((id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, None,
-                      id(diag_s), id(inv_s)))
-    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s)
+                      id(diag_s), id(inv_s), id(mul_s)))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s)
     if hit is None or not hit.holds(held):
         return None
     run, d = hit.run, diag if hit.use_diag else out

@@ -61,10 +61,10 @@ class HopCall:
 
 
 def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, halo_of=None,
-        kept_only=False, diag_s=None, inv_s=None):
+        kept_only=False, diag_s=None, inv_s=None, mul_s=None):
     """``tgt = scale * hop(src) + alpha * diag`` on fields; returns tgt (``alpha * A diag`` with
-    ``diag_s``, A's bidiagonal structure in s; A^-1 applied after the hop with ``inv_s``: see
-    :func:`pygrid.qcd.dslash.dhop`).
+    ``diag_s``, A's bidiagonal structure in s; A^-1 applied after the hop with ``inv_s``; the hop
+    multiplied in s by B first with ``mul_s``: see :func:`pygrid.qcd.dslash.dhop`).
 
     :func:`pygrid.qcd.dslash.dhop` on the fields' kernel views: ``uf`` and ``ub`` the link fields
     at the output and source sites (one field on a full grid), ``stencil`` the Wilson stencil of
@@ -77,7 +77,7 @@ def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None
     if diag is None or alpha == 0.0:
         diag, alpha = None, 0.0
     key = (id(src), id(uf), id(ub), id(tgt), id(diag), id(stencil), Ls, scale, alpha, dag, id(diag_s),
-           id(inv_s))
+           id(inv_s), id(mul_s))
     fields = (src, uf, ub, tgt) if diag is None else (src, uf, ub, tgt, diag)
     call = calls.get(key)
     if call is not None and call(fields):
@@ -97,8 +97,9 @@ def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None
         o = arrays[2 if ub is uf else 3]
         d = None if diag is None else p if diag is src else o if diag is tgt else arrays[-1]
         lh = halo_of.link_halo(stencil, ub, u_b) if halo_of is not None else None
-        dhop(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, link_halo=lh, diag_s=diag_s, inv_s=inv_s)
-        launch = bound(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, diag_s, inv_s)
+        dhop(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, link_halo=lh, diag_s=diag_s, inv_s=inv_s,
+             mul_s=mul_s)
+        launch = bound(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, diag_s, inv_s, mul_s)
     if launch is not None:
         keep(calls, key, HopCall(kept, arrays, launch), fields, MAX_CALLS)
     return tgt

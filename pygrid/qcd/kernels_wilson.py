@@ -320,7 +320,7 @@ def _source(ns, dtype, five_d, wide=False):
        "to send.",
        "@_jit")
     args = ("lo, hi, out, psi, uf, ub, diag, nbr, perm, lanes, pxor, n4, Ls, coef, use_diag, dco, dprev, "
-            "sorder, sinv, tile, far, "
+            "sorder, sinv, mco, mprev, tile, far, "
             "sites, halo, ubh")
     # numba compiles a function at its first call: a job on one rank never compiles the halo
     # branches, and a domain-wall Dhop never the variants of a Schur operator's two hops
@@ -339,7 +339,10 @@ def _source(ns, dtype, five_d, wide=False):
 #: only the one it runs: a kernel holding all three took about twice as long to compile
 LAST = {"plain": "the diagonal term alpha * diag",
         "banded": "the diagonal term alpha * A diag, A cyclic bidiagonal in s (dco, dprev)",
-        "solve": "A^-1 applied in s to the tile's result before it is written (sorder, sinv)"}
+        "solve": "A^-1 applied in s to the tile's result before it is written (sorder, sinv)",
+        "mul": "B applied in s to the tile's result (mco, mprev), then the diagonal term alpha * diag "
+               "or alpha * A diag",
+        "mul_solve": "B, then A^-1, applied in s to the tile's result before it is written"}
 
 
 def _reconstruction(mu, a):
@@ -444,10 +447,12 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
         "    i1 = min(i0 + tile, hi)",
         "    I0 = U(i0)",
     ]
+    if last == "mul_solve":  # one site's slices, B times the accumulator, for the solve that follows
+        body.insert(body.index("for i0 in range(lo, hi, tile):"), "mul_t = np.empty(Ls * 24 * W, Z)")
     for p in range(8):
         body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ", last)
-    if last == "solve":
-        body += ["    " + x for x in _solve_in_s()]
+    if last in _AT_TILE_END:
+        body += ["    " + x for x in _tile_end(last)]
     body += ["if nt:", "    store_fence()"]
     return body
 
@@ -503,7 +508,7 @@ def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain"):
     for a, half in ((0, "w[:6]"), (1, "w[6:]")):
         if p == 0:
             body += [f"{ind}init{mu}h{a}(acc_t, A, {half}, {g})"]
-        elif p < 7 or last == "solve":
+        elif p < 7 or last in _AT_TILE_END:
             body += [f"{ind}add{mu}h{a}(acc_t, A, {half}, {g})"]
         else:
             tail = "True, e0, e1, P0, P1" if last == "banded" else "False, a0, a1, d, d"
@@ -512,41 +517,92 @@ def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain"):
     return body
 
 
-def _solve_in_s():
-    """Source lines: out = A^-1 (sc * acc) for the tile's sites, A cyclic bidiagonal in s per
-    chirality with the sweep tables of :func:`pygrid.qcd.fifth_dim.bidiag_solver` (``sorder``, and
-    ``sinv`` = 1/d, e/d, r per chirality then q per chirality and slice): x_j = p_j + q_j x_last,
-    p_j = b_j / d - (e / d) p_{j-1} in sweep order, x_last = r p_last.  The tile holds every slice
-    of its sites in L1, so the solve reads no field: MooeeInv after the hop without a pass of its
-    own over the result."""
+#: the variants of the last step that keep the hop in the tile's accumulator and finish it after
+#: the eight points, per site over all its slices (:func:`_tile_end`)
+_AT_TILE_END = ("solve", "mul", "mul_solve")
+
+
+def _tile_end(last):
+    """Source lines: the tile's result written after its eight points, per site over its Ls
+    slices (held in L1, so no field is read again): A^-1 (sc * acc) ('solve'); sc * B acc plus the
+    diagonal term ('mul'); A^-1 (sc * B acc) ('mul_solve', B into the site's scratch ``mul_t``
+    first, the solve sweeping there)."""
     lines = ["for i in range(i0, i1):",
              "    A0 = (U(i) - I0) * LS * FS",
              "    D0 = U(sites[i]) * LS * FS"]
+    if last == "solve":
+        body = _solve_in_s("acc_t", "A0")
+    elif last == "mul":
+        body = _multiply_in_s(True)
+    else:
+        body = _multiply_in_s(False) + _solve_in_s("mul_t", "U(0)")
+    return lines + ["    " + x for x in body]
+
+
+def _store(dst, at, value):
+    """Source lines storing 12 vectors, past the caches when ``nt``."""
+    return ["if nt:", f"    vstoret_nt({dst}, {at}, {value})", "else:", f"    vstoret({dst}, {at}, {value})"]
+
+
+def _multiply_in_s(write):
+    """Source lines for one site (``A0`` its slices in the accumulator, ``D0`` in the fields): B acc
+    per chirality, B cyclic bidiagonal in s with the tables of :func:`diagonal_term` (``mco`` =
+    d then ep, ``mprev``: row s of chirality c is d[c] acc_s + ep[c, s] acc_prev[c, s]).  With
+    ``write`` the result goes out as sc * B acc plus the diagonal term of ``dco``, ``dprev`` (alpha
+    diag, or alpha A diag when ``dprev`` is not empty); else B acc goes into ``mul_t`` for the
+    solve."""
+    lines = []
     for c in range(2):
         planes = f"Q{12 * c}"
+        fold = " * sc" if write else ""
+        lines += [f"md = vsplat(mco[{c}], W){fold}",
+                  "for s in range(Ls):",
+                  "    S = U(s)",
+                  f"    r = vcaxpy(vsplat(mco[U(2) + U({c}) * LS + S], W){fold}, "
+                  f"vscalet(md, vloadt(acc_t, A0 + S * FS + {planes}, 12, W)), "
+                  f"vloadt(acc_t, A0 + U(mprev[U({c}) * LS + S]) * FS + {planes}, 12, W), 0)"]
+        if not write:
+            lines += [f"    vstoret(mul_t, S * FS + {planes}, r)"]
+            continue
+        lines += ["    if use_diag:",
+                  f"        r = vcaxpy(a{c}, r, vloadt(diag, D0 + S * FS + {planes}, 12, W), 0)",
+                  "        if len(dprev):",
+                  f"            r = vcaxpy(vsplat(dco[U(2) + U({c}) * LS + S], W), r, "
+                  f"vloadt(diag, D0 + U(dprev[U({c}) * LS + S]) * FS + {planes}, 12, W), 0)"]
+        lines += ["    " + x for x in _store("out", f"D0 + S * FS + {planes}", "r")]
+    return lines
+
+
+def _solve_in_s(buf, base):
+    """Source lines for one site: out = A^-1 (sc * x) for x the site's slices in ``buf`` from ``base``
+    (its Ls slices of 24 planes), A cyclic bidiagonal in s per chirality with the sweep tables of
+    :func:`pygrid.qcd.fifth_dim.bidiag_solver` (``sorder``, and ``sinv`` = 1/d, e/d, r per
+    chirality then q per chirality and slice): x_j = p_j + q_j x_last, p_j = b_j / d - (e / d)
+    p_{j-1} in sweep order (p_j kept in ``buf``), x_last = r p_last.  The tile holds every slice
+    of its sites in L1, so the solve reads no field: MooeeInv after the hop without a pass of its
+    own over the result."""
+    lines = []
+    for c in range(2):
+        planes = f"{base} + S * FS + Q{12 * c}"
         lines += [
-            f"    ia = vsplat(sinv[{c}], W) * sc",
-            f"    ned = vsplat(-sinv[{2 + c}], W)",
-            f"    S = U(sorder[{c} * Ls])",
-            f"    pv = vscalet(ia, vloadt(acc_t, A0 + S * FS + {planes}, 12, W))",
-            f"    vstoret(acc_t, A0 + S * FS + {planes}, pv)",
-            "    for j in range(1, Ls):",
-            f"        S = U(sorder[{c} * Ls + j])",
-            f"        pv = vcaxpy(ned, vscalet(ia, vloadt(acc_t, A0 + S * FS + {planes}, 12, W)), pv, 0)",
-            f"        vstoret(acc_t, A0 + S * FS + {planes}, pv)",
-            f"    xl = vscalet(vsplat(sinv[{4 + c}], W), pv)",
-            "    for j in range(Ls):",
-            f"        S = U(sorder[{c} * Ls + j])",
-            "        if j < Ls - 1:",
-            f"            r = vcaxpy(vsplat(sinv[6 + {c} * Ls + j], W), "
-            f"vloadt(acc_t, A0 + S * FS + {planes}, 12, W), xl, 0)",
-            "        else:",
-            "            r = xl",
-            "        if nt:",
-            f"            vstoret_nt(out, D0 + S * FS + {planes}, r)",
-            "        else:",
-            f"            vstoret(out, D0 + S * FS + {planes}, r)",
+            f"ia = vsplat(sinv[{c}], W) * sc",
+            f"ned = vsplat(-sinv[{2 + c}], W)",
+            f"S = U(sorder[{c} * Ls])",
+            f"pv = vscalet(ia, vloadt({buf}, {planes}, 12, W))",
+            f"vstoret({buf}, {planes}, pv)",
+            "for j in range(1, Ls):",
+            f"    S = U(sorder[{c} * Ls + j])",
+            f"    pv = vcaxpy(ned, vscalet(ia, vloadt({buf}, {planes}, 12, W)), pv, 0)",
+            f"    vstoret({buf}, {planes}, pv)",
+            f"xl = vscalet(vsplat(sinv[{4 + c}], W), pv)",
+            "for j in range(Ls):",
+            f"    S = U(sorder[{c} * Ls + j])",
+            "    if j < Ls - 1:",
+            f"        r = vcaxpy(vsplat(sinv[6 + {c} * Ls + j], W), vloadt({buf}, {planes}, 12, W), xl, 0)",
+            "    else:",
+            "        r = xl",
         ]
+        lines += ["    " + x for x in _store("out", f"D0 + S * FS + Q{12 * c}", "r")]
     return lines
 
 
@@ -651,7 +707,7 @@ MIN_PIECE_SITES = 384
 
 
 def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None, dterm=None,
-                 solve=None):
+                 solve=None, mul=None):
     """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`.
 
     On a lattice split over ranks the face half spinors are packed and sent
@@ -659,7 +715,8 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     sites from the received halo; ``link_halo`` holds the links of the
     backward neighbours on other ranks (:func:`pygrid.stencil.halo.exchange_rows`
     of ``ub``; exchanged here when not given).  ``dterm``: the diagonal term's coefficients, see
-    :func:`diagonal_term`; ``solve``: a solve in s after the hop, :func:`solve_in_s`.
+    :func:`diagonal_term`; ``solve``: a solve in s after the hop, :func:`solve_in_s`; ``mul``: a
+    multiply in s before them, :func:`diagonal_term` of the matrix with alpha 1.
     """
     for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
@@ -668,7 +725,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
         raise ConformabilityError("dhop: out buffer is read-only")
     nsimd, dtype = out.shape[3], out.dtype
     st = _launch_state(stencil, Ls, nsimd, dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
     last = _last(args)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
@@ -701,17 +758,20 @@ def _writable(a):
     return a if a.flags.writeable else a.copy()
 
 
-def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm=None, solve=None):
+def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm=None, solve=None, mul=None):
     """The hopping kernel's arguments before ``sites, halo, ubh``, for the launch state ``st``
     (:func:`_launch_state`) and host buffers shaped (osites, ncomp, 2, nsimd), passed as they are
     (the kernel indexes them flat), writable; ``dterm`` from :func:`diagonal_term` (None: the
-    plain ``alpha * diag`` of ``coef``) and ``solve`` from :func:`solve_in_s` (None: none)."""
+    plain ``alpha * diag`` of ``coef``), ``solve`` from :func:`solve_in_s` (None: none) and
+    ``mul``, the multiply in s before them, from :func:`diagonal_term` with alpha 1 (None: none)."""
     if dterm is None:
         dterm = diagonal_term(coef[1], None, Ls=1, dtype=coef.dtype)
     if solve is None:
         solve = solve_in_s(None, 1, coef.dtype)
+    if mul is None:  # an empty mprev: no multiply
+        mul = diagonal_term(1.0, None, Ls=1, dtype=coef.dtype)
     return (out, _writable(psi), _writable(uf), _writable(ub), _writable(diag), *st.tables, coef,
-            bool(use_diag), *dterm, *solve, st.tile, st.far)
+            bool(use_diag), *dterm, *solve, *mul, st.tile, st.far)
 
 
 def solve_in_s(tables, Ls, dtype):
@@ -730,13 +790,15 @@ def solve_in_s(tables, Ls, dtype):
 _NO_PREV = read_only(np.zeros(0, np.int32))
 
 
-#: where :func:`kernel_args` puts ``dprev`` and ``sorder``
-_DPREV, _SORDER = 14, 15
+#: where :func:`kernel_args` puts ``dprev``, ``sorder`` and ``mprev``
+_DPREV, _SORDER, _MPREV = 14, 15, 18
 
 
 def _last(args):
     """The kernel variant (:data:`LAST`) that :func:`kernel_args`' arguments ask for."""
-    dprev, sorder = args[_DPREV], args[_SORDER]
+    dprev, sorder, mprev = args[_DPREV], args[_SORDER], args[_MPREV]
+    if len(mprev):
+        return "mul_solve" if len(sorder) else "mul"
     return "solve" if len(sorder) else "banded" if len(dprev) else "plain"
 
 
@@ -755,7 +817,8 @@ def diagonal_term(alpha, stream, Ls, dtype):
     return read_only(dco.astype(dtype)), read_only(np.ascontiguousarray(prev, np.int32))
 
 
-def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None, solve=None):
+def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None, solve=None,
+                  mul=None):
     """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
     the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``); the
     caller passes the same buffers again.  None where a call has more to do than the launch (a
@@ -765,7 +828,7 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
             a.flags.writeable for a in (out, psi, uf, ub, diag)):
         return None
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve) + (
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul) + (
         st.sites, st.none, st.none)
     launch, n4, tail = backend.bind_kernel(st.kernel[_last(args)], *args), st.n4, args[5:]
 

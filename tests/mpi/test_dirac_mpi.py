@@ -82,8 +82,9 @@ def test_domain_wall_and_mobius(layout, variant):
         out = []
         for D in (pg.qcd.DomainWallFermion(U, 4, 0.1, 1.8), pg.qcd.MobiusFermion(U, 4, 0.1, 1.8, 1.5, 0.5)):
             o = pg.pick_checkerboard(1, psi)
+            S = pg.qcd.SchurDiagMooeeOperator(D, 1)   # its fused hops, with their halo variants
             out += [D.M(psi).to_numpy(), D.Mdag(psi).to_numpy(), D.Meooe(o).to_numpy(),
-                    D.MeooeDag(o).to_numpy()]
+                    D.MeooeDag(o).to_numpy(), S.M(o).to_numpy(), S.Mdag(o).to_numpy()]
         res.append(out)
     for x, y in zip(*res):
         np.testing.assert_array_equal(x, y)
