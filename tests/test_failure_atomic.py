@@ -54,7 +54,10 @@ class Faults:
     def _binder(self, bind):
         @functools.wraps(bind)
         def counted_launches(*args, **kwargs):
-            return self._wrap(bind(*args, **kwargs))
+            launch = bind(*args, **kwargs)
+            counted = self._wrap(launch)
+            counted.again = self._wrap(launch.again)    # the launch on the bound arguments
+            return counted
         return counted_launches
 
     def arm(self, n=None, when="before", exc=RuntimeError):

@@ -1,5 +1,6 @@
-"""The openmp backend's accelerator_for: blocks of outer sites on OpenMP threads, one driver per arity
-calling each kernel by address."""
+"""The openmp backend's accelerator_for: blocks of outer sites on OpenMP threads, one driver calling
+each kernel by address with its arguments packed into words (or, for other argument types, one
+driver per arity)."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,46 +43,108 @@ def test_every_site_once_in_contiguous_blocks(osites, nblocks):
 def _runs_through(key, d):
     """Whether the launch of ``key`` goes through the driver ``d``: the dispatcher before the first
     call, the compiled entry point of one of its overloads after."""
-    drive = parallel_numba._launches[key][0]
+    drive = parallel_numba._launches[key].drive
     return drive is d or drive in {cres.entry_point for cres in d.overloads.values()}
 
 
-def test_one_cached_driver_serves_every_kernel_of_the_same_arity():
+def test_one_cached_driver_serves_every_kernel():
     owner, starts, out = np.zeros(10, np.int64), np.zeros(10, np.int64), np.zeros(10)
     parallel_numba.parallel_for(2, 10, mark_block, owner, starts)
     parallel_numba.parallel_for(2, 10, count_block, out, 1.0)
-    d = parallel_numba.driver(2)
-    assert d.__module__.startswith("pygrid_par_") and parallel_numba.driver(2) is d
-    assert _runs_through((mark_block, (_fp(owner), _fp(starts))), d)
-    assert _runs_through((count_block, (_fp(out), _fp(1.0))), d)
-    src = parallel_numba.driver_source(2)
+    d = parallel_numba.driver(1)
+    assert d.__module__.startswith("pygrid_par_") and parallel_numba.driver(1) is d
+    for key in ((mark_block, (_fp(owner), _fp(starts))), (count_block, (_fp(out), _fp(1.0)))):
+        assert _runs_through(key, d)
+        assert parallel_numba._launches[key].packing is not None
+    np.testing.assert_array_equal(out, 1.0)
+    src = parallel_numba.driver_source(1)
     assert "call_kernel(address" in src and "mark_block" not in src
-    # a driver cached by another version of this module is never loaded: the source names its digest
+    # a driver or packing cached by another version of this module is never loaded: the sources
+    # name its digest
     assert parallel_numba._own_digest() in src
+    assert parallel_numba._own_digest() in parallel_numba.packed_source("B")
 
 
 def test_the_driver_calls_the_kernel_by_address_without_linking_it():
-    """numba links a kernel called by name into its caller and compiles it again; the driver
-    holds only an indirect call, so its machine code never contains the kernel's."""
+    """numba links a kernel called by name into its caller and compiles it again; the driver and
+    the call that unpacks the arguments hold only indirect calls, so their machine code never
+    contains the kernel's."""
     a = np.zeros(64)
     parallel_numba.parallel_for(2, 64, count_block, a, 2.0)
     np.testing.assert_array_equal(a, 2.0)
     sig = (types.int64, types.int64, typeof(a), types.float64)
     kernel_name = count_block.overloads[sig].fndesc.llvm_func_name
-    # the driver's source compiled afresh here (code loaded from numba's disk cache cannot be inspected)
-    ns = {}
-    exec(parallel_numba.driver_source(2).replace("cache=True", "cache=False"), ns)
+    # the sources compiled afresh here (code loaded from numba's disk cache cannot be inspected)
+    launch = parallel_numba._launches[(count_block, (_fp(a), _fp(2.0)))]
+    spec = ";".join(parallel_numba._type_code(typeof(x)) for x in (a, 2.0))
+    ns, nd = {}, {}
+    exec(parallel_numba.packed_source(spec).replace("cache=True", "cache=False"), ns)
+    exec(parallel_numba.driver_source(1).replace("cache=True", "cache=False"), nd)
     b = np.zeros(64)
+    words = np.zeros(launch.packing.nwords, np.uint64)
+    ns["pack"](words, launch.address, b, 2.0)
+    tramp = parallel_numba._address(ns["tramp"], (words,))
     failed = np.zeros(2, np.uint8)
-    address = parallel_numba._launches[(count_block, (_fp(b), _fp(2.0)))][1]
-    assert ns["drive"](address, 2, 64, failed, b, 2.0) == 0
+    assert nd["drive"](tramp, 2, 64, failed, words) == 0
     np.testing.assert_array_equal(b, 2.0)
-    llvm = ns["drive"].inspect_llvm()
-    assert llvm and all("inttoptr" in text for text in llvm.values())
-    assert all(kernel_name not in text for text in llvm.values())
+    for f in (ns["tramp"], nd["drive"]):
+        llvm = f.inspect_llvm()
+        assert llvm and all("inttoptr" in text for text in llvm.values())
+        assert all(kernel_name not in text for text in llvm.values())
     # the check sees a kernel called by name: the linked driver holds it
     parallel_numba._drive_linked(count_block, 2, 64, (a, 2.0))
     assert any(kernel_name in text for text in parallel_numba._drive_linked.inspect_llvm().values())
+
+
+@njit(nogil=True)
+def every_type(lo, hi, out, flag, i32, f32, z, ro, grid):
+    for i in range(lo, hi):
+        out[i] = (1.0 if flag else 0.0) + i32 + f32 + z.real - z.imag + ro[i] + grid[i % 3, i % 2]
+
+
+def test_packed_arguments_of_every_supported_type():
+    """Booleans, integers, floats and complex numbers, read-only and strided arrays reach the kernel
+    through the packed words as they are; a tuple argument takes a driver typed by its arguments."""
+    out = np.zeros(40)
+    ro = np.arange(40.0)
+    ro.flags.writeable = False
+    grid = np.arange(18.0).reshape(3, 6)[:, ::3]   # not contiguous
+    args = (out, True, np.int32(-3), np.float32(0.25), 2.5 - 1.5j, ro, grid)
+    parallel_numba.parallel_for(3, 40, every_type, *args)
+    i = np.arange(40)
+    np.testing.assert_array_equal(out, 1.0 - 3 + 0.25 + 2.5 + 1.5 + ro + grid[i % 3, i % 2])
+    launch = parallel_numba._launches[(every_type, tuple(map(_fp, args)))]
+    assert launch.packing is not None and launch.drive is not parallel_numba.driver(len(args))
+
+    @njit(nogil=True)
+    def with_tuple(lo, hi, out, pair):
+        for i in range(lo, hi):
+            out[i] = pair[0] * pair[1]
+
+    parallel_numba.parallel_for(2, 40, with_tuple, out, (2.0, 3.0))
+    np.testing.assert_array_equal(out, 6.0)
+    launch = parallel_numba._launches[(with_tuple, (_fp(out), _fp((2.0, 3.0))))]
+    assert launch.packing is None and _runs_through((with_tuple, (_fp(out), _fp((2.0, 3.0)))),
+                                                    parallel_numba.driver(2))
+
+
+def test_a_bound_launch_again_on_its_own_arguments():
+    """``Bound.again`` runs on the arguments it was bound with, packed once; an exception reaches the
+    caller; a launch whose argument died refuses instead of reading freed memory."""
+    a, bad = np.zeros(30), 7
+    bound = parallel_numba.Bound(refuse_site, (a, -1))
+    bound.again(2, 30)
+    bound.again(3, 30)
+    np.testing.assert_array_equal(a, 1.0)
+    b = np.zeros(30)
+    bound(2, 30, b, -1)     # other arrays of the same types: packed for this call
+    np.testing.assert_array_equal(b, 1.0)
+    refusing = parallel_numba.Bound(refuse_site, (a, bad))
+    with pytest.raises(ValueError, match="this site is refused"):
+        refusing.again(2, 30)
+    gone = parallel_numba.Bound(refuse_site, (np.zeros(30), -1))
+    with pytest.raises(RuntimeError, match="outlived one of its arguments"):
+        gone.again(2, 30)
 
 
 def test_each_argument_type_signature_gets_its_own_kernel_address():
@@ -100,7 +163,7 @@ def test_each_argument_type_signature_gets_its_own_kernel_address():
     for x, arr in runs:
         parallel_numba.parallel_for(3, 100, scale, out, x, arr)
     np.testing.assert_array_equal(out, 4.5 * b)
-    addresses = {v[1] for k, v in parallel_numba._launches.items() if k[0] is scale}
+    addresses = {v.address for k, v in parallel_numba._launches.items() if k[0] is scale}
     assert len(addresses) == len(runs) and 0 not in addresses
 
 
@@ -113,7 +176,7 @@ def test_kernel_defined_in_a_function_runs_through_the_shared_driver():
     a = np.zeros(1000)
     parallel_numba.parallel_for(3, 1000, add, a, 2.0)
     np.testing.assert_array_equal(a, 2.0)
-    assert _runs_through((add, (_fp(a), _fp(2.0))), parallel_numba.driver(2))
+    assert _runs_through((add, (_fp(a), _fp(2.0))), parallel_numba.driver(1))
 
 
 def test_later_launches_call_the_drivers_entry_point():
@@ -127,11 +190,13 @@ def test_later_launches_call_the_drivers_entry_point():
     a = np.zeros(50)
     key = (twice, (_fp(a), _fp(1.5)))
     parallel_numba.parallel_for(2, 50, twice, a, 1.5)
-    entry = parallel_numba._launches[key][0]
-    assert entry in {cres.entry_point for cres in parallel_numba.driver(2).overloads.values()}
+    launch = parallel_numba._launches[key]
+    entry = launch.drive
+    assert entry in {cres.entry_point for cres in parallel_numba.driver(1).overloads.values()}
+    assert not isinstance(launch.packing.pack, type(twice))     # and the packing's
     parallel_numba.parallel_for(2, 50, twice, a, 1.5)
     parallel_numba.parallel_for(3, 49, twice, a, 1.5)
-    assert parallel_numba._launches[key][0] is entry
+    assert parallel_numba._launches[key].drive is entry
     np.testing.assert_array_equal(a[:49], 9.0)
     assert a[49] == 6.0
 
@@ -151,7 +216,7 @@ def test_an_exception_in_a_kernel_reaches_the_caller():
     parallel_numba.parallel_for(2, 16, refuse_site, a, -1)
     np.testing.assert_array_equal(a, 1.0)
     # and through the driver's entry point, which the launches after the first call
-    assert not isinstance(parallel_numba._launches[(refuse_site, (_fp(a), _fp(7)))][0], type(refuse_site))
+    assert not isinstance(parallel_numba._launches[(refuse_site, (_fp(a), _fp(7)))].drive, type(refuse_site))
     with pytest.raises(ValueError, match="this site is refused"):
         parallel_numba.parallel_for(2, 16, refuse_site, a, 3)
 
@@ -227,14 +292,14 @@ def test_bound_kernel_runs_through_the_entry_point_from_its_second_launch():
         bound(2, 40, a, 7)
     bound(3, 40, a, -1)
     np.testing.assert_array_equal(a, 1.0)
-    entry = bound._entry
-    assert entry in {cres.entry_point for cres in parallel_numba.driver(2).overloads.values()}
+    entry = bound._launch.drive
+    assert entry in {cres.entry_point for cres in parallel_numba.driver(1).overloads.values()}
     for bad in (19, 39):                               # the calling thread's block, a worker's
         with pytest.raises(ValueError, match="this site is refused"):
             bound(2, 40, a, bad)
-    assert bound._entry is entry
-    # parallel_for finds the same entry point for these types
-    assert parallel_numba._launches[(refuse_site, (_fp(a), _fp(7)))][0] is entry
+    assert bound._launch.drive is entry
+    # parallel_for finds the same launch for these types
+    assert parallel_numba._launches[(refuse_site, (_fp(a), _fp(7)))] is bound._launch
 
 
 @pytest.mark.parametrize("osites", [5, 4096])

@@ -88,8 +88,10 @@ class Backend(Protocol):
     def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
         """``launch(osites, *args)``: :meth:`accelerator_for` of ``kernel`` for arguments of the
         types of ``args``, with what can be looked up once looked up here (openmp: the parallel
-        driver's entry point for those types).  A caller that launches the same kernel on the same
-        buffers over and over keeps it; backends that refuse host kernels refuse here.
+        driver's entry point for those types).  ``launch.again(osites)`` runs it on ``args``
+        themselves (held weakly: the caller holds them; openmp packs them once).  A caller that
+        launches the same kernel on the same buffers over and over keeps it; backends that refuse
+        host kernels refuse here.
         """
 
     # ---- reductions, accumulated in double (single on a device without double) -----

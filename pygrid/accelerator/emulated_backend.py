@@ -132,7 +132,7 @@ class EmulatedSIMTBackend:
         host.serial_for(osites, kernel, *args)
 
     def bind_kernel(self, kernel, *args):
-        return host.serial_launcher(kernel)
+        return host.serial_launcher(kernel, args)
 
     # ---- reductions: the device kernels of pygrid.accelerator.reduction_kernels ----
     REDUCE_ROWS = 4096

@@ -21,12 +21,35 @@ def serial_for(osites: int, kernel: Callable, *args: Any) -> None:
     kernel(0, osites, *args)
 
 
-def serial_launcher(kernel: Callable) -> Callable[..., None]:
-    """``launch(osites, *args)``, :func:`serial_for` of ``kernel``: the serial backends' ``bind_kernel``."""
-    def launch(osites: int, *args: Any) -> None:
-        kernel(0, osites, *args)
+def serial_launcher(kernel: Callable, args: tuple = ()) -> Callable[..., None]:
+    """``launch(osites, *args)``, :func:`serial_for` of ``kernel``, and ``launch.again(osites)`` on
+    ``args`` (held weakly): the serial backends' ``bind_kernel``."""
+    def launch(osites: int, *a: Any) -> None:
+        kernel(0, osites, *a)
 
+    bound = weak_args(args)
+    launch.again = lambda osites: kernel(0, osites, *bound())
     return launch
+
+
+def weak_args(args: tuple) -> Callable[[], tuple]:
+    """A callable returning ``args`` again, holding its arrays weakly (numbers as they are): a bound
+    launch must not keep its fields' buffers alive.  It raises where one of them has died."""
+    refs = []
+    for x in args:
+        try:
+            refs.append(weakref.ref(x))
+        except TypeError:
+            refs.append(lambda x=x: x)
+
+    def get() -> tuple:
+        out = tuple(r() for r in refs)
+        for x in out:
+            if x is None:
+                raise RuntimeError("a bound kernel launch outlived one of its arguments")
+        return out
+
+    return get
 
 
 def read_only(a: np.ndarray) -> np.ndarray:

@@ -43,7 +43,7 @@ class NumpyBackend:
         host.serial_for(osites, kernel, *args)
 
     def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
-        return host.serial_launcher(kernel)
+        return host.serial_launcher(kernel, args)
 
     def norm2(self, a) -> float:
         return host.norm2(a)

@@ -188,11 +188,12 @@ class OpenMPBackend:
         seconds, a parallel driver that launch never uses)."""
         if nblocks > 1:
             return self.bind_kernel(kernel, *args)
-        return lambda osites, *a: kernel(0, osites, *a)
+        return host.serial_launcher(kernel, args)
 
     def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
         """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through
-        the parallel driver's entry point for those types (``parallel_numba.Bound``)."""
+        the parallel driver's entry point (``parallel_numba.Bound``); ``launch.again(osites)``
+        runs it on ``args`` themselves, packed once."""
         from .parallel_numba import Bound
 
         bound = Bound(kernel, args)
@@ -204,6 +205,14 @@ class OpenMPBackend:
             else:
                 bound(n, osites, *a)
 
+        def again(osites: int) -> None:
+            n = self.blocks(osites)
+            if n == 1:
+                kernel(0, osites, *bound.args())
+            else:
+                bound.again(n, osites)
+
+        launch.again = again
         return launch
 
     # ---- kernels -----------------------------------------------------------------
@@ -228,7 +237,7 @@ class OpenMPBackend:
             try:
                 kept.coef[0:2 * len(coefs):2] = np.real(coefs)
                 kept.coef[1:2 * len(coefs):2] = np.imag(coefs)
-                kept.launch(kept.osites, *kept.args)
+                kept.launch(kept.osites)
             finally:
                 kept.lock.release()
             return
@@ -253,7 +262,8 @@ class OpenMPBackend:
         kept.nblocks = self.blocks(out.shape[0])
         kept.coef = np.array(args[-1])  # writable: the coefficients change from run to run
         kept.args = (*args[:-1], host.read_only(kept.coef))
-        kept.launch, kept.lock = self.kept_launch(k, kept.args, kept.nblocks), threading.Lock()
+        # the launch on kept.args themselves (held here), packed once
+        kept.launch, kept.lock = self.kept_launch(k, kept.args, kept.nblocks).again, threading.Lock()
         host.keep(self._kept_runs, (id(ir), alias, id(out), *map(id, inputs)), kept, buffers)
 
     def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None) -> None:

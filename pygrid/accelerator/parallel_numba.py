@@ -13,22 +13,29 @@ The driver calls the kernel through the address of its compiled code
 (:func:`call_kernel`), not by name: a call by name would make numba link the
 kernel's whole LLVM module into the driver and optimise and generate it a second
 time, which took as long as compiling the kernel (6 s of a Wilson kernel's 13).
-So one driver serves every kernel of the same argument count (numba compiles it once
-per argument types, and keeps it in its disk cache).  The address of the kernel's
-overload for the arguments' types is looked up once per kernel and types (the
-types keyed by numba's C fingerprint of each argument, about 0.2 us each), after
-the kernel is compiled (or loaded from numba's cache) for them; after the first launch
-the next ones call the driver's compiled entry point for those types directly, without
-numba's dispatch of its 20-odd arguments; a caller that launches one kernel on the same
-buffers over and over binds it once (:class:`Bound`, the openmp backend's ``bind_kernel``)
-and skips the lookup by fingerprints as well.  An exception the
-kernel raises reaches the caller of :func:`parallel_for` as itself: numba's parallel
-loop drops one raised on a worker thread, so the driver reports which blocks failed
-and those blocks run again on the calling thread, where they raise.  A kernel whose
-overload cannot be found that way runs through a driver that takes the kernel
-itself (linked, compiled once per process; there an exception on a worker thread is
-lost, as in any numba parallel loop); a plain Python callable runs on the calling
-thread.
+A kernel's arguments (arrays and scalars of numbers and booleans) reach it packed:
+a small function per combination of argument types stores them into an array of
+64-bit words after the kernel's address (``pack``), and another loads them and calls
+the kernel (``tramp``, :func:`call_stored`); the one driver of a single argument runs
+``tramp`` by address over the blocks.  So one parallel driver, compiled once and kept
+in numba's disk cache, serves every kernel: a driver typed by each kernel's arguments
+compiled for 1.5-2.3 s per combination of types, the two small functions take a
+fraction of a second.  A kernel with arguments of other types runs through a driver of
+its argument count typed by them (:func:`driver`).  The kernel's address and the
+packing are looked up once per kernel and types (keyed by numba's C fingerprint of
+each argument, about 0.2 us each); after the first launch the next ones call the
+compiled entry points of ``pack`` and of the driver directly, without numba's
+dispatch; a caller that launches one kernel on the same buffers over and over binds
+it once (:class:`Bound`, the openmp backend's ``bind_kernel``), which skips the lookup
+by fingerprints, and its ``again`` packs the arguments once and hands the driver the
+words alone (a driver unboxing 20-odd arguments took microseconds a launch).  An
+exception the kernel raises reaches the caller of :func:`parallel_for` as itself:
+numba's parallel loop drops one raised on a worker thread, so the driver reports
+which blocks failed and those blocks run again on the calling thread, where they
+raise.  A kernel whose overload cannot be found that way runs through a driver that
+takes the kernel itself (linked, compiled once per process; there an exception on a
+worker thread is lost, as in any numba parallel loop); a plain Python callable runs
+on the calling thread.
 """
 from __future__ import annotations
 
@@ -41,9 +48,12 @@ from numba._dispatcher import compute_fingerprint
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 from numba.core.registry import CPUDispatcher
+from numba.np import numpy_support
+
+from .host import weak_args
 
 _drivers: dict = {}     # number of kernel arguments -> generic driver
-_launches: dict = {}    # (kernel, argument fingerprints) -> (driver, kernel address)
+_launches: dict = {}    # (kernel, argument fingerprints) -> _Launch
 _lock = threading.Lock()
 
 
@@ -140,19 +150,209 @@ def _address(kernel, args) -> int | None:
     return int(addr) if addr else None
 
 
-def _entry(drive, nblocks, osites, addr, args):
-    """The driver's compiled entry point for these arguments' types, once numba has it (it
-    unboxes them without numba's dispatch, a few microseconds of a launch), else the driver."""
-    sig = tuple(typeof(x) for x in (addr, nblocks, osites, _FAILED, *args))
-    cres = drive.overloads.get(sig)
-    return drive if cres is None else cres.entry_point
+def _entry(dispatcher, args):
+    """The compiled entry point of ``dispatcher``'s overload for these arguments' types, once numba
+    has it (it unboxes them without numba's dispatch, a few microseconds of a launch), else the
+    dispatcher."""
+    cres = dispatcher.overloads.get(tuple(typeof(x) for x in args))
+    return dispatcher if cres is None else cres.entry_point
+
+
+# ---- arguments packed into words --------------------------------------------------------------
+#
+# A driver typed by its kernel's arguments is compiled once per combination of argument types
+# (1.5-2.3 s each, a parallel loop), and a launch unboxes every argument.  Instead, a small function
+# per combination (``pack``) stores the arguments, as numba lays out their data, into an array of
+# 64-bit words after the kernel's address, and another (``tramp``) loads them from there and calls the
+# kernel at that address; the one driver of a single argument runs ``tramp`` by address over the
+# blocks.  Both small functions compile in a fraction of a second, and a launch bound to the same
+# arguments packs them once.
+
+def _type_code(ty) -> str | None:
+    """A text naming ``ty`` for :func:`_code_type`: arrays and scalars of numbers and booleans; None
+    for any other type (such a kernel runs through a driver typed by its arguments)."""
+    if isinstance(ty, types.Boolean):
+        return "B"
+    if isinstance(ty, (types.Integer, types.Float, types.Complex)):
+        return "S" + numpy_support.as_dtype(ty).str
+    if isinstance(ty, types.Array) and isinstance(ty.dtype, (types.Boolean, types.Integer, types.Float,
+                                                             types.Complex)):
+        return f"A{numpy_support.as_dtype(ty.dtype).str}|{ty.ndim}|{ty.layout}|{'w' if ty.mutable else 'r'}"
+    return None
+
+
+def _code_type(code: str):
+    if code == "B":
+        return types.boolean
+    if code[0] == "S":
+        return numpy_support.from_dtype(np.dtype(code[1:]))
+    dtype, ndim, layout, access = code[1:].split("|")
+    return types.Array(numpy_support.from_dtype(np.dtype(dtype)), int(ndim), layout, readonly=access == "r")
+
+
+def _spec_types(spec: str):
+    return [_code_type(c) for c in spec.split(";")] if spec else []
+
+
+def _word_offsets(context, tys):
+    """(the first word of each argument, the words in all): word 0 holds the kernel's address, each
+    argument its data layout rounded up to whole words."""
+    offsets, at = [], 1
+    for ty in tys:
+        offsets.append(at)
+        at += -(-context.get_abi_sizeof(context.get_data_type(ty)) // 8)
+    return offsets, at
+
+
+def _word_pointer(context, builder, base, at, ty):
+    return builder.bitcast(cgutils.gep(builder, base, at), context.get_data_type(ty).as_pointer())
+
+
+@intrinsic
+def store_args(typingctx, words, address, args, spec):
+    """Store ``address`` and the tuple ``args`` (of the types the literal ``spec`` names) into the
+    uint64 array ``words``, laid out as :func:`call_stored` reads them."""
+    if not isinstance(spec, types.StringLiteral):
+        return None
+    tys = _spec_types(spec.literal_value)
+    if not isinstance(args, types.BaseTuple) or list(args.types) != tys:
+        return None
+
+    def codegen(context, builder, sig, llargs):
+        base = context.make_array(sig.args[0])(context, builder, llargs[0]).data
+        builder.store(context.cast(builder, llargs[1], sig.args[1], types.uint64), base)
+        offsets, _ = _word_offsets(context, tys)
+        for ty, at, v in zip(tys, offsets, cgutils.unpack_tuple(builder, llargs[2], len(tys))):
+            if isinstance(ty, types.Array):
+                # the memory's owner goes with this call's unboxed array, freed when it returns: the
+                # packed array has none (reference counts skip a null owner), the caller keeps the
+                # memory alive
+                ary = context.make_array(ty)(context, builder, value=v)
+                ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+                ary.parent = cgutils.get_null_value(ary.parent.type)
+                v = ary._getvalue()
+            context.pack_value(builder, ty, v, _word_pointer(context, builder, base, at, ty))
+        return context.get_dummy_value()
+
+    return types.none(words, address, args, spec), codegen
+
+
+@intrinsic
+def call_stored(typingctx, words, lo, hi, spec):
+    """Call the kernel whose address and arguments :func:`store_args` put in ``words`` as
+    ``kernel(lo, hi, *args)`` (numba's native calling convention); an exception the kernel raises
+    is this function's, so the driver that called it by address sees it as a failed block."""
+    if not isinstance(spec, types.StringLiteral):
+        return None
+    tys = _spec_types(spec.literal_value)
+
+    def codegen(context, builder, sig, llargs):
+        base = context.make_array(sig.args[0])(context, builder, llargs[0]).data
+        offsets, _ = _word_offsets(context, tys)
+        vals = [context.cast(builder, llargs[1], sig.args[1], types.int64),
+                context.cast(builder, llargs[2], sig.args[2], types.int64)]
+        vals += [context.unpack_value(builder, ty, _word_pointer(context, builder, base, at, ty))
+                 for ty, at in zip(tys, offsets)]
+        argtys = [types.int64, types.int64, *tys]
+        fnty = context.call_conv.get_function_type(types.none, argtys)
+        fn = builder.inttoptr(builder.load(base), fnty.as_pointer())
+        status, _ = context.call_conv.call_function(builder, fn, types.none, argtys, vals)
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return context.get_dummy_value()
+
+    return types.none(words, lo, hi, spec), codegen
+
+
+def packed_source(spec: str) -> str:
+    """Source of ``pack(words, address, *args)`` and ``tramp(lo, hi, words)`` for arguments of the
+    types ``spec`` names (it names this module's digest, as :func:`driver_source` does)."""
+    n = len(spec.split(";")) if spec else 0
+    args = ", ".join(f"a{i}" for i in range(n))
+    tup = f"({args},)" if n else "()"
+    return "\n".join([
+        "# a kernel's arguments packed into words, and the call that unpacks them",
+        f"# (pygrid/accelerator/parallel_numba.py digest {_own_digest()})",
+        "from numba import njit",
+        "from pygrid.accelerator.parallel_numba import call_stored, store_args",
+        "",
+        f'SPEC = "{spec}"',
+        "",
+        "",
+        "@njit(nogil=True, cache=True)",
+        f"def pack(words, address{', ' + args if n else ''}):",
+        f'    store_args(words, address, {tup}, "{spec}")',
+        "",
+        "",
+        "@njit(nogil=True, cache=True)",
+        "def tramp(lo, hi, words):",
+        f'    call_stored(words, lo, hi, "{spec}")',
+        "",
+    ])
+
+
+class _Packing:
+    """One combination of argument types: ``pack`` (the dispatcher until its first call, then its
+    entry point), the address of ``tramp`` and the number of words."""
+
+    __slots__ = ("pack", "tramp_address", "nwords")
+
+
+_packings: dict = {}   # spec -> _Packing
+_WORDS = np.zeros(1, np.uint64)
+
+
+def _packing(spec: str) -> _Packing:
+    hit = _packings.get(spec)
+    if hit is not None:
+        return hit
+    from numba.core.registry import cpu_target
+
+    from .compile_cache import load_module
+
+    with _lock:
+        hit = _packings.get(spec)
+        if hit is None:
+            mod = load_module(packed_source(spec), "pygrid_pack", label="a kernel's packed arguments")
+            hit = _Packing()
+            hit.pack = mod.pack
+            hit.tramp_address = _address(mod.tramp, (_WORDS,))
+            hit.nwords = _word_offsets(cpu_target.target_context, _spec_types(spec))[1]
+            _packings[spec] = hit
+    return hit
+
+
+class _Launch:
+    """How a kernel runs on arguments of some types: ``drive(address, nblocks, osites, failed,
+    *args)`` at the kernel's ``address``, or, packed (``packing`` not None), the driver of one
+    argument running ``tramp`` on the words :meth:`words` fills."""
+
+    __slots__ = ("drive", "address", "packing")
+
+    def __init__(self, drive, address, packing=None):
+        self.drive, self.address, self.packing = drive, address, packing
+
+    def words(self, args, into=None):
+        """The words of ``args`` (into ``into`` when given)."""
+        packing = self.packing
+        words = np.empty(packing.nwords, np.uint64) if into is None else into
+        pack = packing.pack
+        pack(words, self.address, *args)
+        if isinstance(pack, CPUDispatcher):  # compiled (or loaded) now: its entry point from here on
+            packing.pack = _entry(pack, (words, self.address, *args))
+        return words
+
+    def run(self, nblocks, osites, args, kernel, failed=None, words=None):
+        if self.packing is None:
+            _run(self, nblocks, osites, args, kernel, failed)
+            return
+        if words is None:
+            words = self.words(args)
+        _run(self, nblocks, osites, (words,), kernel, failed, args)
 
 
 def _launch(kernel, args):
-    """``((driver, kernel address), key)`` for ``kernel`` on arguments of these types.  The
-    driver is the generic driver's dispatcher until :func:`parallel_for` replaces it by the
-    compiled entry point after the first call (the fingerprints of the key pin the types that
-    entry point unboxes)."""
+    """``(launch, key)`` for ``kernel`` on arguments of these types (:class:`_Launch`)."""
     try:
         key = (kernel, tuple(map(compute_fingerprint, args)))
     except (ValueError, TypeError):  # an argument numba fingerprints not: the linked driver
@@ -172,9 +372,13 @@ def _launch(kernel, args):
                     raise e.__cause__ from None
                 return 0
 
-            hit = (linked, 0)
+            hit = _Launch(linked, 0)
         else:
-            hit = (driver(len(args)), addr)
+            codes = [_type_code(typeof(x)) for x in args]
+            if None in codes:
+                hit = _Launch(driver(len(args)), addr)
+            else:
+                hit = _Launch(driver(1), addr, _packing(";".join(codes)))
         if key is not None:
             _launches[key] = hit
     return hit, key
@@ -184,11 +388,18 @@ def _launch(kernel, args):
 _FAILED = np.zeros(1, np.uint8)
 
 
-def _run(drive, addr, nblocks, osites, args, kernel, failed=None):
+def _run(launch, nblocks, osites, dargs, kernel, failed=None, kargs=None):
+    """Run ``launch.drive`` on the driver's arguments ``dargs``; the first call through numba's
+    dispatcher leaves the driver's compiled entry point in ``launch`` for the next ones.
+    ``kargs``: the kernel's own arguments when ``dargs`` are the packed words."""
     if failed is None or len(failed) < nblocks:
         failed = np.zeros(nblocks, np.uint8)
-    if drive(addr, nblocks, osites, failed, *args):
-        _raise_failed(kernel, nblocks, osites, args, failed)
+    drive = launch.drive
+    address = launch.address if launch.packing is None else launch.packing.tramp_address
+    if drive(address, nblocks, osites, failed, *dargs):
+        _raise_failed(kernel, nblocks, osites, dargs if kargs is None else kargs, failed)
+    if isinstance(drive, CPUDispatcher):
+        launch.drive = _entry(drive, (address, nblocks, osites, _FAILED, *dargs))
 
 
 def _raise_failed(kernel, nblocks, osites, args, failed):
@@ -202,50 +413,53 @@ def _raise_failed(kernel, nblocks, osites, args, failed):
                        f"{blocks}) and not when run again on the calling thread")
 
 
-def _first_run(drive, addr, key, nblocks, osites, args, kernel):
-    """Run through ``drive``; returns what the next launches of these types call: the driver's
-    compiled entry point, which exists once this call has compiled or loaded it."""
-    _run(drive, addr, nblocks, osites, args, kernel)
-    if not isinstance(drive, CPUDispatcher):
-        return drive
-    entry = _entry(drive, nblocks, osites, addr, args)
-    if key is not None:
-        _launches[key] = (entry, addr)
-    return entry
-
-
 def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
     """``kernel(lo, hi, *args)`` over outer sites [0, osites) in ``nblocks`` blocks, one per thread."""
     if not isinstance(kernel, CPUDispatcher):
         kernel(0, osites, *args)
         return
-    (drive, addr), key = _launch(kernel, args)
-    _first_run(drive, addr, key, nblocks, osites, args, kernel)
+    _launch(kernel, args)[0].run(nblocks, osites, args, kernel)
 
 
 class Bound:
     """``kernel`` bound to the types of one set of arguments: ``bound(nblocks, osites, *args)`` is
-    :func:`parallel_for` without the lookup of its driver by the arguments' fingerprints.
+    :func:`parallel_for` without the lookup of its driver by the arguments' fingerprints, and
+    ``bound.again(nblocks, osites)`` runs it on the arguments it was bound with (``bound.args()``,
+    held weakly), packed once.
 
     The caller passes arguments of exactly the types of those it was bound with (the same
-    arrays again, say): the driver's entry point unboxes them by those types unchecked."""
+    arrays again, say): they are unboxed or packed by those types unchecked.  ``again`` reads
+    the bound arguments' memory: only while the caller holds every one of them."""
 
-    __slots__ = ("kernel", "_drive", "_addr", "_key", "_entry", "_failed")
+    __slots__ = ("kernel", "args", "_launch", "_failed", "_words")
 
     def __init__(self, kernel, args):
-        self.kernel, self._entry = kernel, None
+        self.kernel = kernel
         # the driver's per-block failure flags, kept: a fresh array cost 15 us a launch once the
         # kernel had pushed numpy's allocator out of the caches (a launch writes each flag)
         self._failed = np.zeros(256, np.uint8)
-        if isinstance(kernel, CPUDispatcher):
-            (self._drive, self._addr), self._key = _launch(kernel, args)
-        else:
-            self._drive, self._addr, self._key = None, 0, None
+        self._launch = _launch(kernel, args)[0] if isinstance(kernel, CPUDispatcher) else None
+        self._words = None
+        self.args = weak_args(args)
 
     def __call__(self, nblocks, osites, *args):
-        if self._entry is not None:
-            _run(self._entry, self._addr, nblocks, osites, args, self.kernel, self._failed)
-        elif self._drive is None:
+        if self._launch is None:
             self.kernel(0, osites, *args)
         else:
-            self._entry = _first_run(self._drive, self._addr, self._key, nblocks, osites, args, self.kernel)
+            self._launch.run(nblocks, osites, args, self.kernel, self._failed)
+
+    def again(self, nblocks, osites):
+        launch = self._launch
+        if launch is None or launch.packing is None:
+            self(nblocks, osites, *self.args())
+            return
+        words = self._words
+        if words is None:
+            words = self._words = launch.words(self.args())
+        drive, address = launch.drive, launch.packing.tramp_address
+        if drive(address, nblocks, osites, self._failed, words):
+            _raise_failed(self.kernel, nblocks, osites, self.args(), self._failed)
+        if isinstance(drive, CPUDispatcher):
+            launch.drive = _entry(drive, (address, nblocks, osites, _FAILED, words))
+
+

@@ -130,20 +130,20 @@ def axpy_comp(z, x, y, p, Ar, Ai):
 
 
 @_jit
-def axpy_block(lo, hi, z, x, y, ncomp, ar, ai):
-    """z = (ar + i ai) x + y on outer sites [lo, hi)."""
-    Ar = vsplat(Z(ar), NS)
-    Ai = vsplat(Z(ai), NS)
+def axpy_block(lo, hi, z, x, y, ncomp, a):
+    """z = (a[0] + i a[1]) x + y on outer sites [lo, hi)."""
+    Ar = vsplat(Z(a[0]), NS)
+    Ai = vsplat(Z(a[1]), NS)
     for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
         axpy_comp(z, x, y, q * S2, Ar, Ai)
 
 
 @_jit
-def axpy_norm2_block(lo, hi, z, x, y, ncomp, ar, ai, n, partial):
+def axpy_norm2_block(lo, hi, z, x, y, ncomp, a, n, partial):
     """axpy_block, and partial[b] = the sum of squares of z over [lo, hi) as written (block b of
     len(partial) over [0, n))."""
-    Ar = vsplat(Z(ar), NS)
-    Ai = vsplat(Z(ai), NS)
+    Ar = vsplat(Z(a[0]), NS)
+    Ai = vsplat(Z(a[1]), NS)
     s = vsplat(0.0, NS)
     t = vsplat(0.0, NS)
     for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
@@ -178,7 +178,7 @@ def norm2(backend, a):
     kept = _KEPT.get((id(a), 0))
     if kept is not None and kept.take(backend, (a,)):
         try:
-            kept.launch(kept.n, *kept.head)
+            kept.launch.again(kept.n)
             return _total(kept.partials[0])
         finally:
             kept.lock.release()
@@ -187,7 +187,7 @@ def norm2(backend, a):
     args = (read_only(a.reshape(-1)), a.shape[1], n, partial)
     kernel = kernels(a.shape[3], a.dtype).norm2_block
     backend.accelerator_for(n, kernel, *args)
-    _keep(backend, kernel, args, (), (partial,), (id(a), 0), (a,))
+    _keep(backend, kernel, args, (partial,), (id(a), 0), (a,))
     return _total(partial)
 
 
@@ -195,7 +195,7 @@ def inner_product(backend, a, b):
     kept = _KEPT.get((id(a), id(b)))
     if kept is not None and kept.take(backend, (a, b)):
         try:
-            kept.launch(kept.n, *kept.head)
+            kept.launch.again(kept.n)
             return complex(_total(kept.partials[0]), _total(kept.partials[1]))
         finally:
             kept.lock.release()
@@ -205,7 +205,7 @@ def inner_product(backend, a, b):
     args = (read_only(a.reshape(-1)), read_only(b.reshape(-1)), a.shape[1], n, pr, pi)
     kernel = kernels(a.shape[3], a.dtype).inner_block
     backend.accelerator_for(n, kernel, *args)
-    _keep(backend, kernel, args, (), (pr, pi), (id(a), id(b)), (a, b))
+    _keep(backend, kernel, args, (pr, pi), (id(a), id(b)), (a, b))
     return complex(_total(pr), _total(pi))
 
 
@@ -224,21 +224,23 @@ def _axpy(backend, z, a, x, y, norm):
     kept = _KEPT.get(key)
     if kept is not None and kept.take(backend, (z, x, y)):
         try:
-            kept.launch(kept.n, *kept.head, a.real, a.imag, *kept.tail)
+            coef = kept.head[-1]   # the coefficient, written where the bound launch reads it
+            coef[0], coef[1] = a.real, a.imag
+            kept.launch.again(kept.n)
             return _total(kept.partials[0]) if norm else None
         finally:
             kept.lock.release()
     n = z.shape[0]
     # z's flat alias writable, x's and y's read-only even where they are z (the same memory: each
     # component is read before it is written)
-    head = (z.reshape(-1), read_only(x.reshape(-1)), read_only(y.reshape(-1)), z.shape[1])
+    head = (z.reshape(-1), read_only(x.reshape(-1)), read_only(y.reshape(-1)), z.shape[1],
+            np.array([a.real, a.imag]))
     mod = kernels(z.shape[3], z.dtype)
     partials = (np.zeros(backend.blocks(n)),) if norm else ()
     tail = (n, *partials) if norm else ()
     kernel = mod.axpy_norm2_block if norm else mod.axpy_block
-    backend.accelerator_for(n, kernel, *head, a.real, a.imag, *tail)
-    _keep(backend, kernel, head + (a.real, a.imag) + tail, tail, partials, key, (z, x, y),
-          n=n, nhead=len(head))
+    backend.accelerator_for(n, kernel, *head, *tail)
+    _keep(backend, kernel, head + tail, partials, key, (z, x, y), n=n, nhead=len(head))
     return _total(partials[0]) if norm else None
 
 
@@ -249,11 +251,12 @@ MAX_KEPT = 64
 
 class _Kept:
     """A kernel's launch bound to the flat aliases of its buffers (held weakly) and the partial
-    sums it writes: ``launch(n, *head, <scalars of the call>, *tail)``.  ``lock`` is held while a
+    sums it writes: ``launch.again(n)`` on ``args`` (axpy's coefficient written into the last array
+    of ``head`` first).  ``lock`` is held while a
     call uses them: another thread's call on the same buffers meanwhile takes the unkept path,
     with partials of its own."""
 
-    __slots__ = ("refs", "backend", "n", "nblocks", "launch", "head", "tail", "partials", "lock",
+    __slots__ = ("refs", "backend", "n", "nblocks", "launch", "head", "args", "partials", "lock",
                  "__weakref__")
 
     def take(self, backend, buffers):
@@ -267,9 +270,9 @@ class _Kept:
         return self.lock.acquire(False)
 
 
-def _keep(backend, kernel, args, tail, partials, key, buffers, n=None, nhead=None):
-    """Keep the launch of ``kernel`` on ``args`` (those after ``nhead`` up to ``tail`` change from
-    call to call) for the next call on ``buffers``."""
+def _keep(backend, kernel, args, partials, key, buffers, n=None, nhead=None):
+    """Keep the launch of ``kernel`` on ``args`` for the next call on ``buffers`` (``head``: the
+    first ``nhead`` of them, all by default)."""
     bind = getattr(backend, "kept_launch", None)
     # the flat aliases hold the memory's owner, not a buffer that is a view of it
     if bind is None or holds_a_buffer(args, buffers):
@@ -279,7 +282,8 @@ def _keep(backend, kernel, args, tail, partials, key, buffers, n=None, nhead=Non
     kept.n = args[-len(partials) - 1] if n is None else n
     kept.nblocks = backend.blocks(kept.n)
     kept.launch, kept.partials = bind(kernel, args, kept.nblocks), partials
-    kept.head, kept.tail = (args if nhead is None else args[:nhead]), tail
+    kept.head = args if nhead is None else args[:nhead]
+    kept.args = args   # held: the bound launch holds its arguments weakly
     kept.lock = threading.Lock()
     keep(_KEPT, key, kept, buffers, MAX_KEPT)
 

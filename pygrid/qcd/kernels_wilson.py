@@ -820,9 +820,10 @@ def diagonal_term(alpha, stream, Ls, dtype):
 def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None, solve=None,
                   mul=None):
     """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
-    the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``); the
-    caller passes the same buffers again.  None where a call has more to do than the launch (a
-    lattice split over ranks, a read-only buffer that each call copies)."""
+    the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``, its
+    arguments packed once); the caller passes the same buffers again, alive.  None where a call
+    has more to do than the launch (a lattice split over ranks, a read-only buffer that each call
+    copies)."""
     plan = stencil.plan
     if (plan is not None and plan.nhalo) or not all(
             a.flags.writeable for a in (out, psi, uf, ub, diag)):
@@ -830,10 +831,12 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul) + (
         st.sites, st.none, st.none)
-    launch, n4, tail = backend.bind_kernel(st.kernel[_last(args)], *args), st.n4, args[5:]
+    again, n4 = backend.bind_kernel(st.kernel[_last(args)], *args).again, st.n4
 
-    def run(out, psi, uf, ub, diag):
-        launch(n4, out, psi, uf, ub, diag, *tail)
+    def run(out, psi, uf, ub, diag, _tables=args[5:]):
+        # the buffers it was bound with (the caller checked that they are these); the launch holds
+        # its arguments weakly, so the tables and coefficients, which caches may drop, are held here
+        again(n4)
 
     return run
 
