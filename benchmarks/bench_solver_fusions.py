@@ -1,12 +1,13 @@
 """What the solver's fused steps save: the same CG with and without them, alternating in one process.
 
-    python benchmarks/bench_solver_fusions.py [--what updates|dwf-schur|mobius-schur] [--grid 8.8.8.8]
+    python benchmarks/bench_solver_fusions.py [--what updates|xp|dwf-schur|mobius-schur] [--grid 8.8.8.8]
         [--Ls 8] [--precision double] [--iterations 20] [--rounds 9]
 
 ``updates``: CG on the Wilson Schur operator's normal equations, its loop written once
 with the fused updates (``pg.axpy``, ``pg.axpy_norm2``, ``<p, A p>`` as ``|M p|^2`` from
 ``MdagMOperator.apply_and_norm``) and once with expression updates (``x @= x + a * p``) and
-the inner product, as the library's CG was written before them.  ``dwf-schur``: the library's
+the inner product, as the library's CG was written before them.  ``xp``: the fused loop
+with x and p updated by a kernel each and by one kernel (``pg.axpy_xpay``).  ``dwf-schur``: the library's
 CG on the domain-wall (Shamir) Schur operator, with its two fused hops and with the
 operator's hooks switched off (``MooeeInv`` and ``Mooee psi - t`` as kernels of their own).
 ``mobius-schur``: the same on the Möbius operator (b = 1.5, c = 0.5), whose fused hops also
@@ -46,7 +47,7 @@ def expression_cg(A, b, n):
 
 
 def fused_cg(A, b, n):
-    """The same iterations with the fused updates."""
+    """The same iterations with the fused updates, x and p in one kernel each."""
     x, r, rr = b.new_like(), b.copy(), pg.norm2(b)
     p, Ap = r.copy(), b.new_like()
     for _ in range(n):
@@ -57,9 +58,20 @@ def fused_cg(A, b, n):
     return x, rr
 
 
+def fused_xp_cg(A, b, n):
+    """The same with x and p updated by one kernel (``pg.axpy_xpay``), as the library's CG."""
+    x, r, rr = b.new_like(), b.copy(), pg.norm2(b)
+    p, Ap = r.copy(), b.new_like()
+    for _ in range(n):
+        a = rr / A.apply_and_norm(p, out=Ap)[1]
+        rr, rr_old = pg.axpy_norm2(r, -a, Ap, r), rr
+        pg.axpy_xpay(x, a, p, r, rr / rr_old)
+    return x, rr
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--what", choices=("updates", "dwf-schur", "mobius-schur"), default="updates")
+    ap.add_argument("--what", choices=("updates", "xp", "dwf-schur", "mobius-schur"), default="updates")
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--Ls", type=int, default=8)
     ap.add_argument("--precision", choices=("double", "single"), default="double")
@@ -70,7 +82,7 @@ def main(argv=None):
     dims = tuple(int(v) for v in args.grid.split("."))
     grid = pg.GridCartesian(dims, precision=args.precision)
     U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision=args.precision)
-    if args.what == "updates":
+    if args.what in ("updates", "xp"):
         D = pg.qcd.WilsonFermion(U, 0.01)
     else:
         D = (pg.qcd.DomainWallFermion(U, args.Ls, 0.01, 1.8) if args.what == "dwf-schur" else
@@ -84,6 +96,9 @@ def main(argv=None):
     if args.what == "updates":
         variants = {"expression updates": lambda: expression_cg(A, b, n)[0],
                     "fused updates": lambda: fused_cg(A, b, n)[0]}
+    elif args.what == "xp":
+        variants = {"x, p apart": lambda: fused_cg(A, b, n)[0],
+                    "x, p in one": lambda: fused_xp_cg(A, b, n)[0]}
     else:
         hooks = (D._mpc_start, D._mpc_end)
         cg = ConjugateGradient(1e-30, maxiter=n, verbose="error")
@@ -103,7 +118,7 @@ def main(argv=None):
             f()
             times[k].append((time.perf_counter() - t0) / n * 1e3)
     (k0, t0), (k1, t1) = times.items()
-    what = {"updates": "Wilson", "dwf-schur": f"domain wall Ls {args.Ls}",
+    what = {"updates": "Wilson", "xp": "Wilson", "dwf-schur": f"domain wall Ls {args.Ls}",
             "mobius-schur": f"Möbius domain wall Ls {args.Ls}"}[args.what]
     print(f"CG on the {what} Schur operator, {args.grid}, {args.precision}, {pg.get_backend().describe()}, "
           f"{time.strftime('%H:%M:%S', time.gmtime())} UTC; {args.rounds} alternating rounds of {n} "

@@ -43,6 +43,7 @@ from .lattice import (
     adj,
     axpy,
     axpy_norm2,
+    axpy_xpay,
     conjugate,
     convert,
     coordinate,

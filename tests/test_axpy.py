@@ -1,4 +1,5 @@
-"""pg.axpy and pg.axpy_norm2 (the solvers' fused vector updates) against numpy, on every backend."""
+"""pg.axpy, pg.axpy_norm2 and pg.axpy_xpay (the solvers' fused vector updates) against numpy, on every
+backend."""
 import numpy as np
 import pytest
 from conftest import COMPILED, TOL, backend, grid, random_field
@@ -122,6 +123,61 @@ def test_openmp_fused_updates_keep_their_launch(monkeypatch):
             Y = a * X + Y
             np.testing.assert_allclose(y.to_numpy(), Y, atol=1e-12)
             assert np.isclose(n, np.vdot(Y, Y).real, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", [COMPILED, "numpy"])
+@pytest.mark.parametrize("precision", ["double", "single"])
+def test_axpy_xpay_matches_numpy(name, precision):
+    """x = a p + x, then p = r + b p with the p before, for real and complex coefficients; the
+    second call on the same fields (the kept launch on openmp) with other coefficients."""
+    with backend(name):
+        g = grid((4, 4, 8, 8), (1, 1, 1, 4), precision=precision)
+        x, p, r = (random_field(g, pg.SpinColourVector(), precision) for _ in range(3))
+        X, P, R = (f.to_numpy().astype(np.complex128) for f in (x, p, r))
+        for a, b in ((0.37, -1.25), (-1.5 + 0.25j, 0.5j), (2, 3)):
+            pg.axpy_xpay(x, a, p, r, b)
+            X, P = a * P + X, R + b * P
+            for f, want in ((x, X), (p, P)):
+                tol = TOL[precision] * np.abs(want).max()
+                np.testing.assert_allclose(f.to_numpy(), want, rtol=0, atol=tol)
+        np.testing.assert_array_equal(r.to_numpy(), R.astype(r.to_numpy().dtype))
+
+
+@settings(max_examples=20, deadline=None)
+@given(t=st.sampled_from(TYPES), a=st.floats(-3, 3), b=st.floats(-3, 3), im=st.floats(-2, 2),
+       single=st.booleans(), rb=st.booleans())
+def test_axpy_xpay_agrees_with_the_two_expressions(t, a, b, im, single, rb):
+    precision = "single" if single else "double"
+    a = complex(a, 0.0 if t.is_real else im)
+    g = grid((4, 4, 4, 8), (1, 1, 1, 4), precision=precision)
+    if rb:
+        g = pg.GridRedBlackCartesian(g)
+    x, p, r = (random_field(g, t, precision) for _ in range(3))
+    if rb:
+        for f in (x, p, r):
+            f.checkerboard = 0
+    ex, ep = x.copy(), p.copy()
+    ex @= a * p + x
+    ep @= r + b * p
+    pg.axpy_xpay(x, a, p, r, b)
+    for f, e in ((x, ex), (p, ep)):
+        scale = max(1.0, float(np.abs(e.to_numpy()).max()))
+        np.testing.assert_allclose(f.to_numpy(), e.to_numpy(), rtol=0, atol=TOL[precision] * scale)
+
+
+def test_axpy_xpay_refuses_shared_fields_and_other_types():
+    g = grid()
+    x, p, r = (random_field(g, pg.ColourVector()) for _ in range(3))
+    before = [f.to_numpy() for f in (x, p, r)]
+    for args in ((x, 1.0, x, r, 2.0), (x, 1.0, p, p, 2.0), (x, 1.0, p, x, 2.0)):
+        with pytest.raises(ConformabilityError, match="three different fields"):
+            pg.axpy_xpay(*args)
+    with pytest.raises(SiteTypeError, match="must be a field"):
+        pg.axpy_xpay(x, 1.0, p * 2.0, r, 1.0)
+    with pytest.raises(ConformabilityError):
+        pg.axpy_xpay(x, 1.0, p, random_field(grid((4, 4, 4, 8)), pg.ColourVector()), 1.0)
+    for f, b in zip((x, p, r), before):
+        np.testing.assert_array_equal(f.to_numpy(), b)
 
 
 def test_mdagm_apply_and_norm_is_the_inner_product():

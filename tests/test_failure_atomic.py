@@ -20,7 +20,7 @@ import pygrid.qcd  # noqa: F401  (pg.qcd)
 from pygrid.accelerator import reductions_numba
 from pygrid.algorithms import BiCGStab, ConjugateGradient, MdagMOperator, MixedPrecisionConjugateGradient
 from pygrid.lattice import pick_checkerboard
-from pygrid.qcd import dslash
+from pygrid.qcd import dslash, kernels_wilson
 from pygrid.qcd.schur import SchurOperator
 
 MASS, M5, LS = 0.1, 1.8, 4
@@ -49,6 +49,7 @@ class Faults:
         if hasattr(backend, "kept_launch"):
             monkeypatch.setattr(backend, "kept_launch", self._binder(backend.kept_launch))
         monkeypatch.setattr(dslash, "_BOUND", {})          # and the Dirac calls kept with them
+        monkeypatch.setattr(kernels_wilson, "_states", {})  # with the launches each state keeps
         monkeypatch.setattr(reductions_numba, "_KEPT", {})
 
     def _binder(self, bind):

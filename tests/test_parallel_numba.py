@@ -97,9 +97,9 @@ def test_the_driver_calls_the_kernel_by_address_without_linking_it():
 
 
 @njit(nogil=True)
-def every_type(lo, hi, out, flag, i32, f32, z, ro, grid):
+def every_type(lo, hi, out, flag, i32, f32, z, ro, grid, mask):
     for i in range(lo, hi):
-        out[i] = (1.0 if flag else 0.0) + i32 + f32 + z.real - z.imag + ro[i] + grid[i % 3, i % 2]
+        out[i] = (1.0 if flag else 0.0) + i32 + f32 + z.real - z.imag + ro[i] + grid[i % 3, i % 2] + mask[i]
 
 
 def test_packed_arguments_of_every_supported_type():
@@ -109,10 +109,11 @@ def test_packed_arguments_of_every_supported_type():
     ro = np.arange(40.0)
     ro.flags.writeable = False
     grid = np.arange(18.0).reshape(3, 6)[:, ::3]   # not contiguous
-    args = (out, True, np.int32(-3), np.float32(0.25), 2.5 - 1.5j, ro, grid)
+    mask = np.arange(40) % 2 == 0                   # a boolean array: its dtype reads "|b1"
+    args = (out, True, np.int32(-3), np.float32(0.25), 2.5 - 1.5j, ro, grid, mask)
     parallel_numba.parallel_for(3, 40, every_type, *args)
     i = np.arange(40)
-    np.testing.assert_array_equal(out, 1.0 - 3 + 0.25 + 2.5 + 1.5 + ro + grid[i % 3, i % 2])
+    np.testing.assert_array_equal(out, 1.0 - 3 + 0.25 + 2.5 + 1.5 + ro + grid[i % 3, i % 2] + mask)
     launch = parallel_numba._launches[(every_type, tuple(map(_fp, args)))]
     assert launch.packing is not None and launch.drive is not parallel_numba.driver(len(args))
 
@@ -139,9 +140,15 @@ def test_a_bound_launch_again_on_its_own_arguments():
     b = np.zeros(30)
     bound(2, 30, b, -1)     # other arrays of the same types: packed for this call
     np.testing.assert_array_equal(b, 1.0)
+    a[:] = 0
+    bound.again(1, 30)      # one block: on the calling thread, through the entry points
+    np.testing.assert_array_equal(a, 1.0)
     refusing = parallel_numba.Bound(refuse_site, (a, bad))
-    with pytest.raises(ValueError, match="this site is refused"):
-        refusing.again(2, 30)
+    for nblocks in (2, 1):
+        with pytest.raises(ValueError, match="this site is refused"):
+            refusing.again(nblocks, 30)
+        with pytest.raises(ValueError, match="this site is refused"):
+            refusing(nblocks, 30, a, bad)
     gone = parallel_numba.Bound(refuse_site, (np.zeros(30), -1))
     with pytest.raises(RuntimeError, match="outlived one of its arguments"):
         gone.again(2, 30)

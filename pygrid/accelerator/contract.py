@@ -127,8 +127,8 @@ class Backend(Protocol):
 
 class FusedUpdates(Protocol):
     """Members a backend may add (the openmp backend has them): a solver's vector updates as one
-    kernel each.  Where a backend lacks them, :func:`pygrid.axpy` and :func:`pygrid.axpy_norm2`
-    evaluate the expression ``a * x + y`` and take the norm separately."""
+    kernel each.  Where a backend lacks them, :func:`pygrid.axpy`, :func:`pygrid.axpy_norm2` and
+    :func:`pygrid.axpy_xpay` evaluate the expressions and take the norm separately."""
 
     def axpy(self, z: Buffer, a: complex, x: Buffer, y: Buffer) -> None:
         """z = a x + y on buffers of one shape and dtype; z may be x or y."""
@@ -136,9 +136,12 @@ class FusedUpdates(Protocol):
     def axpy_norm2(self, z: Buffer, a: complex, x: Buffer, y: Buffer) -> float:
         """:meth:`axpy`, returning the sum of the squares of z as written, in the same pass."""
 
+    def axpy_xpay(self, x: Buffer, a: complex, p: Buffer, r: Buffer, b: complex) -> None:
+        """x = a p + x, then p = r + b p with the p before, in one pass (three distinct buffers)."""
+
 
 #: the optional members of :class:`FusedUpdates`
-FUSED = ("axpy", "axpy_norm2")
+FUSED = ("axpy", "axpy_norm2", "axpy_xpay")
 
 #: the members a backend must define, checked by the tests for every backend class
 MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for",

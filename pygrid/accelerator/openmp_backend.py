@@ -199,18 +199,10 @@ class OpenMPBackend:
         bound = Bound(kernel, args)
 
         def launch(osites: int, *a: Any) -> None:
-            n = self.blocks(osites)
-            if n == 1:
-                kernel(0, osites, *a)
-            else:
-                bound(n, osites, *a)
+            bound(self.blocks(osites), osites, *a)
 
         def again(osites: int) -> None:
-            n = self.blocks(osites)
-            if n == 1:
-                kernel(0, osites, *bound.args())
-            else:
-                bound.again(n, osites)
+            bound.again(self.blocks(osites), osites)
 
         launch.again = again
         return launch
@@ -314,6 +306,9 @@ class OpenMPBackend:
 
     def axpy_norm2(self, z, a, x, y) -> float:
         return _reductions().axpy_norm2(self, z, a, x, y)
+
+    def axpy_xpay(self, x, a, p, r, b) -> None:
+        _reductions().axpy_xpay(self, x, a, p, r, b)
 
     def site_sum(self, a) -> np.ndarray:
         return host.site_sum(a)

@@ -177,7 +177,7 @@ def _type_code(ty) -> str | None:
         return "S" + numpy_support.as_dtype(ty).str
     if isinstance(ty, types.Array) and isinstance(ty.dtype, (types.Boolean, types.Integer, types.Float,
                                                              types.Complex)):
-        return f"A{numpy_support.as_dtype(ty.dtype).str}|{ty.ndim}|{ty.layout}|{'w' if ty.mutable else 'r'}"
+        return f"A{numpy_support.as_dtype(ty.dtype).str},{ty.ndim},{ty.layout},{'w' if ty.mutable else 'r'}"
     return None
 
 
@@ -186,7 +186,7 @@ def _code_type(code: str):
         return types.boolean
     if code[0] == "S":
         return numpy_support.from_dtype(np.dtype(code[1:]))
-    dtype, ndim, layout, access = code[1:].split("|")
+    dtype, ndim, layout, access = code[1:].split(",")  # a dtype's text may hold "|" ("|u1")
     return types.Array(numpy_support.from_dtype(np.dtype(dtype)), int(ndim), layout, readonly=access == "r")
 
 
@@ -276,8 +276,6 @@ def packed_source(spec: str) -> str:
         "from numba import njit",
         "from pygrid.accelerator.parallel_numba import call_stored, store_args",
         "",
-        f'SPEC = "{spec}"',
-        "",
         "",
         "@njit(nogil=True, cache=True)",
         f"def pack(words, address{', ' + args if n else ''}):",
@@ -293,9 +291,9 @@ def packed_source(spec: str) -> str:
 
 class _Packing:
     """One combination of argument types: ``pack`` (the dispatcher until its first call, then its
-    entry point), the address of ``tramp`` and the number of words."""
+    entry point), ``tramp``'s address and entry point, and the number of words."""
 
-    __slots__ = ("pack", "tramp_address", "nwords")
+    __slots__ = ("pack", "tramp", "tramp_address", "nwords")
 
 
 _packings: dict = {}   # spec -> _Packing
@@ -317,6 +315,7 @@ def _packing(spec: str) -> _Packing:
             hit = _Packing()
             hit.pack = mod.pack
             hit.tramp_address = _address(mod.tramp, (_WORDS,))
+            hit.tramp = _entry(mod.tramp, (0, 0, _WORDS))
             hit.nwords = _word_offsets(cpu_target.target_context, _spec_types(spec))[1]
             _packings[spec] = hit
     return hit
@@ -425,13 +424,14 @@ class Bound:
     """``kernel`` bound to the types of one set of arguments: ``bound(nblocks, osites, *args)`` is
     :func:`parallel_for` without the lookup of its driver by the arguments' fingerprints, and
     ``bound.again(nblocks, osites)`` runs it on the arguments it was bound with (``bound.args()``,
-    held weakly), packed once.
+    held weakly), packed once.  One block runs on the calling thread, through the compiled entry
+    points (the kernel's, or the one that unpacks the words), without numba's dispatch.
 
     The caller passes arguments of exactly the types of those it was bound with (the same
     arrays again, say): they are unboxed or packed by those types unchecked.  ``again`` reads
     the bound arguments' memory: only while the caller holds every one of them."""
 
-    __slots__ = ("kernel", "args", "_launch", "_failed", "_words")
+    __slots__ = ("kernel", "args", "_launch", "_failed", "_words", "_serial")
 
     def __init__(self, kernel, args):
         self.kernel = kernel
@@ -441,10 +441,13 @@ class Bound:
         self._launch = _launch(kernel, args)[0] if isinstance(kernel, CPUDispatcher) else None
         self._words = None
         self.args = weak_args(args)
+        # one block: the kernel's entry point for these types (compiled by _launch), unboxing its
+        # arguments without numba's dispatch of 20-odd of them
+        self._serial = kernel if self._launch is None else _entry(kernel, (0, 0, *args))
 
     def __call__(self, nblocks, osites, *args):
-        if self._launch is None:
-            self.kernel(0, osites, *args)
+        if self._launch is None or nblocks == 1:
+            self._serial(0, osites, *args)
         else:
             self._launch.run(nblocks, osites, args, self.kernel, self._failed)
 
@@ -456,10 +459,11 @@ class Bound:
         words = self._words
         if words is None:
             words = self._words = launch.words(self.args())
+        if nblocks == 1:  # on the calling thread: the kernel's exception comes through as itself
+            launch.packing.tramp(0, osites, words)
+            return
         drive, address = launch.drive, launch.packing.tramp_address
         if drive(address, nblocks, osites, self._failed, words):
             _raise_failed(self.kernel, nblocks, osites, self.args(), self._failed)
         if isinstance(drive, CPUDispatcher):
             launch.drive = _entry(drive, (address, nblocks, osites, _FAILED, words))
-
-

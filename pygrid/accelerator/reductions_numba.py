@@ -19,6 +19,8 @@ inner product scalar.
 Grid's CG does it) are one kernel each on any buffers of one shape, z possibly x or y: a
 solver's vector updates without an expression's construction and lowering, and in
 ``axpy_norm2`` without the second pass over z that a separate norm would read.
+``axpy_xpay`` (x = a p + x, then p = r + b p) is CG's two updates that read p, in one
+pass that reads p once.
 """
 from __future__ import annotations
 
@@ -153,6 +155,28 @@ def axpy_norm2_block(lo, hi, z, x, y, ncomp, a, n, partial):
         s = vfma(zr, zr, s)
         t = vfma(zi, zi, t)
     partial[block(lo, n, len(partial))] = vsum(s + t)
+
+
+@_jit
+def axpy_xpay_block(lo, hi, x, p, r, ncomp, c):
+    """x = (c[0] + i c[1]) p + x, then p = r + (c[2] + i c[3]) p (the p before, in both), on outer
+    sites [lo, hi)."""
+    Ar = vsplat(Z(c[0]), NS)
+    Ai = vsplat(Z(c[1]), NS)
+    Br = vsplat(Z(c[2]), NS)
+    Bi = vsplat(Z(c[3]), NS)
+    for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
+        o = q * S2
+        pr = vload(p, o, NS)
+        pi = vload(p, o + S1, NS)
+        xr = vfms(Ai, pi, vfma(Ar, pr, vload(x, o, NS)))
+        xi = vfma(Ai, pr, vfma(Ar, pi, vload(x, o + S1, NS)))
+        nr = vfms(Bi, pi, vfma(Br, pr, vload(r, o, NS)))
+        ni = vfma(Bi, pr, vfma(Br, pi, vload(r, o + S1, NS)))
+        vstore(x, o, xr)
+        vstore(x, o + S1, xi)
+        vstore(p, o, nr)
+        vstore(p, o + S1, ni)
 '''
 
 
@@ -244,7 +268,30 @@ def _axpy(backend, z, a, x, y, norm):
     return _total(partials[0]) if norm else None
 
 
-#: (id of a buffer, id of the second or 0) for reductions, (norm, ids of z, x, y) for axpy -> _Kept
+def axpy_xpay(backend, x, a, p, r, b):
+    """x = a p + x, then p = r + b p with the p before (a, b complex), on three distinct buffers of
+    one shape and dtype, in one pass."""
+    key = ("xp", id(x), id(p), id(r))
+    a, b = complex(a), complex(b)
+    kept = _KEPT.get(key)
+    if kept is not None and kept.take(backend, (x, p, r)):
+        try:
+            coef = kept.head[-1]
+            coef[0], coef[1], coef[2], coef[3] = a.real, a.imag, b.real, b.imag
+            kept.launch.again(kept.n)
+            return
+        finally:
+            kept.lock.release()
+    n = x.shape[0]
+    args = (x.reshape(-1), p.reshape(-1), read_only(r.reshape(-1)), x.shape[1],
+            np.array([a.real, a.imag, b.real, b.imag]))
+    kernel = kernels(x.shape[3], x.dtype).axpy_xpay_block
+    backend.accelerator_for(n, kernel, *args)
+    _keep(backend, kernel, args, (), key, (x, p, r), n=n)
+
+
+#: (id of a buffer, id of the second or 0) for reductions, (norm, ids of z, x, y) for axpy,
+#: ("xp", ids of x, p, r) for axpy_xpay -> _Kept
 _KEPT: dict = {}
 MAX_KEPT = 64
 

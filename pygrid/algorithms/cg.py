@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..lattice import Lattice, axpy, axpy_norm2, inner_product, norm2
+from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, inner_product, norm2
 from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_hermitian
@@ -85,17 +85,18 @@ class ConjugateGradient(IterativeSolver):
                 log.warning("%s: %s at iteration %d", self.name, reason, k)
                 break
             a = rr / pAp
-            axpy(x, a, p, x)
             rr_new = axpy_norm2(r, -a, Ap, r)
             k += 1
             history.append(rel(rr_new, bb))
             if rr_new <= target:
+                axpy(x, a, p, x)
                 converged = True
                 rr = rr_new
                 break
             beta = rr_new / rr
             rr = rr_new
-            axpy(p, beta, p, r)
+            # x += a p and p = r + beta p in one pass that reads p once
+            axpy_xpay(x, a, p, r, beta)
             if k % self.log_every == 0 and log.enabled("iterative"):
                 log.iterative("%s: iteration %d residual %.2e time %.3g s", self.name, k,
                               history[-1], time.perf_counter() - t0)

@@ -18,6 +18,7 @@ from .ops import (
     adj,
     axpy,
     axpy_norm2,
+    axpy_xpay,
     conjugate,
     convert,
     coordinate,

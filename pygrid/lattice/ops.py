@@ -204,6 +204,36 @@ def axpy_norm2(z: Lattice, a: Any, x: Any, y: Any) -> float:
     return n
 
 
+def axpy_xpay(x: Lattice, a: Any, p: Lattice, r: Lattice, b: Any) -> None:
+    """``x = a * p + x``, then ``p = r + b * p`` with ``p`` as it was before the call in both: CG's
+    updates of its solution and search direction, on backends with the fused kernel (openmp) one
+    pass that reads ``p`` once.  ``x``, ``p`` and ``r`` are three different fields."""
+    for name, f in (("x", x), ("p", p), ("r", r)):
+        if not isinstance(f, Lattice):
+            raise SiteTypeError(f"axpy_xpay: {name} must be a field, got {type(f).__name__}")
+    if x is p or p is r or x is r:
+        raise ConformabilityError("axpy_xpay: x, p and r must be three different fields")
+    fn = getattr(get_backend(), "axpy_xpay", None)
+    g, st = x.grid, x.site_type
+    if (fn is not None and _is_number(a) and _is_number(b) and p.grid is g and r.grid is g
+            and p.site_type == st and r.site_type == st
+            and x.checkerboard == p.checkerboard == r.checkerboard
+            and x.precision == p.precision == r.precision
+            and not (st.is_real and (complex(a).imag or complex(b).imag))):
+        with kernel_views((x, ViewMode.AcceleratorWrite), (p, ViewMode.AcceleratorWrite),
+                          (r, ViewMode.AcceleratorRead)) as (xb, pb, rb):
+            fn(xb, complex(a), pb, rb, complex(b))
+        return
+    # both built (and so checked) before either runs; p is read by both and written by the second
+    new_x, new_p = a * nodes.as_expr(p) + x, b * nodes.as_expr(p) + r
+    evaluate(new_x, x)
+    evaluate(new_p, p)
+
+
+def _is_number(a):
+    return isinstance(a, (int, float, complex, np.number)) and not isinstance(a, (bool, np.bool_))
+
+
 def _fused_update(z, a, x, y, name, norm):
     """The backend's fused ``axpy`` / ``axpy_norm2`` on three fields of one grid object,
     checkerboard, precision and site type (the float norm, or 0.0 for axpy); None where the

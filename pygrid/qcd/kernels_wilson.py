@@ -729,7 +729,8 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     last = _last(args)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
-        backend.accelerator_for(st.n4, st.kernel[last], *args, st.sites, st.none, st.none)
+        full = args + (st.sites, st.none, st.none)
+        st.launcher(backend, st.kernel[last], full)(st.n4, *full)
         return
     if link_halo is None:
         link_halo = exchange_rows(plan, ub)
@@ -739,16 +740,18 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     t = time.perf_counter()
     # one pack for every point with a face, each row projected with its point's sign
     signs = st.signs[coef[2] > 0]
-    backend.accelerator_for(len(st.rows), st.pack, args[1], st.rows, st.mus, signs, int(Ls), st.packed_flat)
+    pack = (args[1], st.rows, st.mus, signs, int(Ls), st.packed_flat)
+    st.launcher(backend, st.pack, pack)(len(st.rows), *pack)
     exchange = plan.start(st.packed, st.halo)
     plan.comm.stats.pack_s += time.perf_counter() - t
     tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1)))
     for part in st.pieces:
-        backend.accelerator_for(len(part), st.kernel[last], *args, part, *tail)
+        st.launcher(backend, st.kernel[last], args + (part,) + tail)(len(part), *args, part, *tail)
         exchange.test()
     exchange.wait()
     if len(st.boundary):
-        backend.accelerator_for(len(st.boundary), st.kernel_halo[last], *args, st.boundary, *tail)
+        launch = st.launcher(backend, st.kernel_halo[last], args + (st.boundary,) + tail)
+        launch(len(st.boundary), *args, st.boundary, *tail)
 
 
 def _writable(a):
@@ -865,6 +868,7 @@ class _LaunchState:
         self.sites = read_only(site_order(rdims, Ls, nsimd, dtype)
                                if len(rdims) == 4 and int(np.prod(rdims)) == self.n4 else stencil.sites)
         self.boundary = read_only(stencil.boundary)
+        self._launchers = {}
         plan = stencil.plan
         if plan is None or not plan.nhalo:
             return
@@ -889,6 +893,18 @@ class _LaunchState:
         pieces = max(2, min(INTERIOR_CHUNKS, len(inner) // MIN_PIECE_SITES))
         step = max(1, -(-len(inner) // pieces))
         self.pieces = [read_only(inner[c:c + step]) for c in range(0, len(inner), step)]
+
+
+    def launcher(self, backend, kernel, args):
+        """``launch(osites, *args)``: ``backend.bind_kernel(kernel, *args)``, kept per backend and
+        kernel.  Every launch of a kernel here has arguments of the same types (this state fixes
+        its tables, :func:`run_unrolled` checks the buffers), and a lattice split over ranks
+        launches each kernel about ten times a call: kept, a launch skips the lookup by the
+        arguments' fingerprints, about 5 us of the kernel's 24."""
+        hit = self._launchers.get((id(backend), kernel))
+        if hit is None or hit[0] is not backend:
+            hit = self._launchers[(id(backend), kernel)] = (backend, backend.bind_kernel(kernel, *args))
+        return hit[1]
 
 
 _states = {}
