@@ -31,12 +31,13 @@ PYTEST_ARGS ?=
 run: $(STAMP_RUN)
 	$(VENV)/bin/pygrid benchmark wilson $(ARGS)
 
-# The second pass reruns the expression, shift, reduction, fused-update, numpy round-trip, failure-atomicity
-# and interop suites on the emulated device under a 2 MB watermark, so the MemoryManager moves
-# and evicts fields during real kernels, rolls back the views of kernels that fail, and keeps
-# memory shared through DLPack current.
+# The second pass reruns the expression, shift, reduction, fused-update, numpy round-trip, failure-atomicity,
+# interop and Dirac-operator suites on the emulated device under a 2 MB watermark, so the MemoryManager
+# moves and evicts fields during real kernels (the Dirac calls bound to device buffers among them),
+# rolls back the views of kernels that fail, and keeps memory shared through DLPack current.
 EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_axpy.py \
-                   tests/test_lattice_io.py tests/test_failure_atomic.py tests/test_interop.py
+                   tests/test_lattice_io.py tests/test_failure_atomic.py tests/test_interop.py \
+                   tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py
 # The third pass runs the expression, shift, reduction, fused-update, Dirac operator, solver, propagator,
 # boundary-condition and interop suites on the real sycl backend (dpctl on the Intel CPU OpenCL device,
 # from the [sycl] extra), fields in USM device memory under a 2 MB watermark,
