@@ -352,24 +352,34 @@ class MobiusFermion(FermionOperator):
             return psi, self._banded["bcSDag"]
         return self._smat(psi, "bcS", self._scratch(slot, True, psi.checkerboard), "Meooe"), None
 
-    def _mpc_start(self, psi: Lattice, t: Lattice, dag: bool) -> Lattice:
+    def _mpc_start(self, psi: Lattice, t: Lattice, dag: bool, for_end: bool = False) -> Lattice:
         """t = MooeeInv Meooe psi (MooeeInvDag MeooeDag psi with ``dag``) in one kernel (Möbius's
         Meooe: two, see :meth:`_bcs_first`): the hop's tile solves Mooee in s (two O(Ls) sweeps per
-        site, from L1) before the result is written, where MooeeInv took a pass of its own over t."""
+        site, from L1) before the result is written, where MooeeInv took a pass of its own over t.
+        ``for_end``: t is for :meth:`_mpc_end` (``from_start``), which for Möbius's Meooe takes
+        ``(b + c S) t``: the tile multiplies by it too (it commutes with MooeeInv), and the end
+        needs no pass of its own."""
         w = self._w
         src, mul = self._bcs_first(psi, dag, "t")
+        if for_end and not dag and not self._trivial_bc:
+            mul = self._banded["bcS"]
         cb_in = src.checkerboard
         return hop_fields(w._hop_calls, src, w.U_cb[1 - cb_in], w.U_cb[cb_in], t, w.stencil_cb[cb_in],
                           self.Ls, dag=dag, halo_of=w,
                           inv_s=self._sweeps["MooeeInvDag" if dag else "MooeeInv"], mul_s=mul)
 
-    def _mpc_end(self, t: Lattice, psi: Lattice, res: Lattice, dag: bool) -> Lattice:
+    def _mpc_end(self, t: Lattice, psi: Lattice, res: Lattice, dag: bool,
+                 from_start: bool = False) -> Lattice:
         """res = Mooee psi - Meooe t (MooeeDag psi - MeooeDag t with ``dag``) in one kernel (Möbius's
         Meooe: two, see :meth:`_bcs_first`): the hop of t with Mooee psi as its diagonal term,
         Mooee cyclic bidiagonal in s.  Where a Schur operator's end took a hop and a pass over psi,
-        t and res, it reads psi once more in the hop."""
+        t and res, it reads psi once more in the hop.  ``from_start``: t came from
+        :meth:`_mpc_start` with ``for_end`` (for Möbius's Meooe, already ``(b + c S) t``)."""
         w = self._w
-        src, mul = self._bcs_first(t, dag, "w")
+        if from_start and not dag and not self._trivial_bc:
+            src, mul = t, None
+        else:
+            src, mul = self._bcs_first(t, dag, "w")
         cb_in = src.checkerboard
         return hop_fields(w._hop_calls, src, w.U_cb[1 - cb_in], w.U_cb[cb_in], res, w.stencil_cb[cb_in],
                           self.Ls, 0.5, 1.0, psi, dag, halo_of=w,

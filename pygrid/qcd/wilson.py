@@ -215,19 +215,22 @@ class SchurDiagMooeeOperator:
             t = hop(psi, out=scratch)
             with committing(res, self.cb):
                 return fused(t, psi, res, dag)
-        # one whose diagonal is not may start with its inverse in the first hop's kernel (optional)
+        # an operator whose diagonal is not a scalar may end in the second hop's kernel, which reads
+        # psi's other slices of a site after writing some of res's: not in place (optional)
+        end = getattr(self.op, "_mpc_end", None)
+        if res is psi:
+            end = None
+        # and start with its inverse in the first hop's kernel (optional); the intermediate it hands
+        # to its own end may take another form (for_end)
         start = getattr(self.op, "_mpc_start", None)
         if start is not None:
-            t = start(psi, scratch, dag)
+            t = start(psi, scratch, dag, for_end=end is not None)
         else:
             t = hop(psi, out=scratch)
             inv(t, out=t)
-        # an operator whose diagonal is not a scalar may still end in the second hop's kernel, which
-        # reads psi's other slices of a site after writing some of res's: not in place
-        end = getattr(self.op, "_mpc_end", None)
-        if end is not None and res is not psi:
+        if end is not None:
             with committing(res, self.cb):
-                return end(t, psi, res, dag)
+                return end(t, psi, res, dag, from_start=start is not None)
         t2 = hop(t, out=self._scratch("hop2", self.cb))
         # the operators of pygrid.qcd do diag psi - t2 in one pass over the fields (an optional hook)
         finish = getattr(self.op, "_mooee_minus", None)
