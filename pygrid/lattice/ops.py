@@ -231,6 +231,7 @@ def axpy_xpay(x: Lattice, a: Any, p: Lattice, r: Lattice, b: Any) -> None:
 
 
 def _is_number(a):
+    """A coefficient the fused kernels take: a Python or numpy number, not a bool."""
     return isinstance(a, (int, float, complex, np.number)) and not isinstance(a, (bool, np.bool_))
 
 
@@ -242,8 +243,7 @@ def _fused_update(z, a, x, y, name, norm):
     if not isinstance(z, Lattice):
         raise SiteTypeError(f"{name} writes into a field, got {type(z).__name__}")
     fn = getattr(get_backend(), name, None)
-    if (fn is None or not isinstance(x, Lattice) or not isinstance(y, Lattice)
-            or not isinstance(a, (int, float, complex, np.number)) or isinstance(a, (bool, np.bool_))):
+    if fn is None or not isinstance(x, Lattice) or not isinstance(y, Lattice) or not _is_number(a):
         return None
     g, st = z.grid, z.site_type
     if not (x.grid is g and y.grid is g and x.site_type == st and y.site_type == st
