@@ -14,6 +14,10 @@ to the current one, e.g.
 (a module that has ``kernel_args``: each variant runs with its own launch state, site
 order and arguments).
 
+``--last banded|solve|mul|mul_solve`` (5D fields) times that variant of the kernel's last step
+(see ``kernels_wilson.LAST``) with the s matrices of a Möbius operator (b = 1.5, c = 0.5, M5 =
+1.8, mass 0.1): the diagonal term ``Mooee``, the solve ``MooeeInv``, the multiply ``b + c S``.
+
 Every variant's result is checked against the first one's.
 """
 from __future__ import annotations
@@ -35,6 +39,26 @@ def aligned_copy(a):
     return c
 
 
+def last_tables(last, Ls, U, dt):
+    """kernel_args' tables for the variant ``last`` of the kernel's last step: the s matrices of a
+    Möbius operator on the gauge field U."""
+    if last == "plain":
+        return {}
+    if Ls < 2:
+        raise SystemExit(f"--last {last} needs a 5D field (--Ls > 1)")
+    from pygrid.qcd import dslash
+
+    D = pg.qcd.MobiusFermion(U, Ls, 0.1, 1.8, 1.5, 0.5)
+    out = {}
+    if last == "banded":
+        out["dterm"] = dslash._diagonal_term(1.0, D._banded["Mooee"], Ls, dt)
+    if last in ("solve", "mul_solve"):
+        out["solve"] = dslash._solve_in_s(D._sweeps["MooeeInv"], Ls, dt)
+    if last in ("mul", "mul_solve"):
+        out["mul"] = dslash._diagonal_term(1.0, D._banded["bcS"], Ls, dt)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default="16.16.16.16")
@@ -43,6 +67,7 @@ def main():
     ap.add_argument("--threads", default="2")
     ap.add_argument("--modules", default="kernels_wilson")
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--last", default="plain", choices=("plain", "banded", "solve", "mul", "mul_solve"))
     args = ap.parse_args()
     dims = tuple(int(x) for x in args.grid.split("."))
     prec, Ls = args.precision, args.Ls
@@ -59,6 +84,7 @@ def main():
     st = D.stencil
     n4, ns = st.neighbours.shape[1], p.shape[3]
     pool = get_backend("openmp")
+    tables = last_tables(args.last, Ls, U, dt)
     variants = []
     for name in args.modules.split(","):
         mod = importlib.import_module("pygrid.qcd." + name)
@@ -66,8 +92,12 @@ def main():
         ls = mod._launch_state(st, Ls, ns, dt)
         o = aligned_copy(np.zeros_like(p))
         coef = np.array([-0.5, 0, -1, 1], dt)
-        a = mod.kernel_args(ls, o, p, u, u, coef, o, False) + (ls.sites, ls.none, ls.none)
-        k = ls.kernel["plain"] if isinstance(ls.kernel, dict) else ls.kernel
+        use_diag = args.last in ("banded", "mul")
+        if use_diag:
+            coef[1] = 1.0
+        a = mod.kernel_args(ls, o, p, u, u, coef, p if use_diag else o, use_diag, **tables)
+        a += (ls.sites, ls.none, ls.none)
+        k = ls.kernel[args.last] if isinstance(ls.kernel, dict) else ls.kernel
         for t in (int(x) for x in args.threads.split(",")):
             variants.append((f"{name}, {t} thread{'s' if t > 1 else ''}", k, a, o, t))
 

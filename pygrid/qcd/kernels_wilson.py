@@ -60,7 +60,8 @@ when numba compiles for the host):
   ``SLICE_PREFETCH`` slices ahead; both spins of the half spinor go through the
   link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
   cache than one spin at a time, which reads each link twice).  For 4D fields
-  the loops have no loop over slices.  On AVX2, when the fields outgrow the
+  the loops have no loop over slices; for 5D fields the first seven are one
+  function, compiled once, that every variant of the last step calls.  On AVX2, when the fields outgrow the
   caches (``far``), the result is written past them with non-temporal stores, as
   Grid streams its Dhop result.  With eight
   neighbour streams per slice the register order ran slower out of cache, on
@@ -324,6 +325,13 @@ def _source(ns, dtype, five_d, wide=False):
             "sites, halo, ubh")
     # numba compiles a function at its first call: a job on one rank never compiles the halo
     # branches, and a domain-wall Dhop never the variants of a Schur operator's two hops
+    if five_d:
+        for halo in (True, False):
+            fn(f"{_POINTS[halo]}({_POINTS_ARGS})", _tile_points(nls, nlg, wide, halo),
+               "The first seven points of a tile (sites i0:i1) into its accumulator acc_t; every variant "
+               "of the last step calls this one compiled function"
+               + (", which also reads neighbours on other ranks." if halo else "."),
+               "@_jit")
     for last in LAST if five_d else ("plain",):
         sfx = "" if last == "plain" else "_" + last
         fn(f"dhop_kernel{sfx}({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True, dtype, last),
@@ -336,7 +344,8 @@ def _source(ns, dtype, five_d, wide=False):
 
 
 #: the variants of the 5D kernel's last step, each a function of its own so that a call compiles
-#: only the one it runs: a kernel holding all three took about twice as long to compile
+#: only the one it runs (a kernel holding three took about twice as long to compile), all calling
+#: one compiled function for the tile's first seven points (:func:`_tile_points`)
 LAST = {"plain": "the diagonal term alpha * diag",
         "banded": "the diagonal term alpha * A diag, A cyclic bidiagonal in s (dco, dprev)",
         "solve": "A^-1 applied in s to the tile's result before it is written (sorder, sinv)",
@@ -422,12 +431,33 @@ def _register_body(nls, nlg, nlu, halo):
     return body
 
 
+def _prefetch(wide):
+    """The tiled order's prefetch: wide, into L2, not L1, since what a tile prefetches outgrows L1
+    and evicted the data in use (domain wall Ls 8 double 16^4 ran 1.3x with prefetches into L2);
+    narrow, into L1, as measured on AVX2."""
+    return "prefetch_l2_lines" if wide else "prefetch_lines"
+
+
+#: the function holding the 5D kernel's first seven point loops, without and with the halo branches
+_POINTS = {False: "tile_points", True: "tile_points_halo"}
+_POINTS_ARGS = "i0, i1, hi, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, far, sites, halo, ubh"
+
+
+def _tile_points(nls, nlg, wide, halo):
+    """The body of :data:`_POINTS`: a function of its own (not inlined by numba), so that the five
+    variants of the 5D kernel's last step share its compile: each further variant compiles its
+    last point and the tile's end alone."""
+    pf = _prefetch(wide)
+    body = ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)", "LS = U(Ls)", "I0 = U(i0)"]
+    for p in range(7):
+        body += _point_loop(p, nls, nlg, pf, True, halo, "")
+    return body
+
+
 def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
     if wide and not five_d:
         return _register_body(nls, nlg, nlu, halo)
-    # wide: prefetch into L2, not L1: what a tile prefetches outgrows L1 and evicted the data in use
-    # (domain wall Ls 8 double 16^4 ran 1.3x with prefetches into L2); narrow: as measured on AVX2
-    pf = "prefetch_l2_lines" if wide else "prefetch_lines"
+    pf = _prefetch(wide)
     body = [
         "sc = vsplat(coef[0], W)",
         "gf = vsplat(coef[2], W)",
@@ -449,7 +479,9 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
     ]
     if last == "mul_solve":  # one site's slices, B times the accumulator, for the solve that follows
         body.insert(body.index("for i0 in range(lo, hi, tile):"), "mul_t = np.empty(Ls * 24 * W, Z)")
-    for p in range(8):
+    if five_d:
+        body += [f"    {_POINTS[halo]}({_POINTS_ARGS})"]
+    for p in range(7 if five_d else 0, 8):
         body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ", last)
     if last in _AT_TILE_END:
         body += ["    " + x for x in _tile_end(last)]
