@@ -111,6 +111,8 @@ def main(argv=None):
     xs = [f() for f in variants.values()]     # compiles, and the check
     ref = np.abs(xs[0].to_numpy()).max()
     diff = np.abs(xs[1].to_numpy() - xs[0].to_numpy()).max() / ref
+    if not diff <= (1e-10 if args.precision == "double" else 1e-4):
+        raise SystemExit(f"the variants' solutions disagree: max rel. difference {diff:.1e}")
     times = {k: [] for k in variants}
     for _ in range(args.rounds):
         for k, f in variants.items():
