@@ -52,7 +52,13 @@ Tuples of vectors, each operation one statement for numba however long the tuple
 * ``vscalet(s, t)``: every vector of ``t`` times the vector ``s``;
 * ``vpermt(t, px, lanes, off)``: every vector permuted, lane ``l`` from lane
   ``l ^ px`` when ``px`` (run-time) is a power of two below the width (one shuffle
-  each), else from ``lanes[off + l]``.
+  each), else from ``lanes[off + l]``;
+* ``vproj2(a, i, g, XA, YA, PA, XB, YB, PB, W)``: a Wilson spin projection, the two
+  ``vcaxpy(g, <6 vectors at vector offset X>, <6 at Y>, P)`` of a half spinor in one
+  statement; ``vrecon2(acc, i, w, g, UA, LA, PA, UB, LB, PB, INIT)``: the spinor rebuilt
+  from the half spinor ``w`` (12 vectors) stored into (INIT 1) or added to ``acc[i:]``.
+  A Dirac kernel's point is then four statements for numba (the projection, the lane
+  permute, ``vcmatvec``, the reconstruction).
 
 Fast-math flags are set on the arithmetic (the kernels are written for it).
 """
@@ -485,15 +491,28 @@ def vloadt(typingctx, a, i, n, w):
     tt = types.UniTuple(vt, N)
 
     def codegen(context, builder, sig, args):
-        align = context.get_abi_sizeof(context.get_value_type(a.dtype))
         base = context.cast(builder, args[1], sig.args[1], types.uint64)
-        out = []
-        for k in range(N):
-            at = builder.add(base, ir.Constant(base.type, k * W))
-            out.append(builder.load(_pointer(context, builder, sig.args[0], args[0], at, vt), align=align))
-        return context.make_tuple(builder, tt, out)
+        return context.make_tuple(builder, tt, _load_vectors(context, builder, a, args[0], base, 0, N, vt))
 
     return tt(a, i, n, w), codegen
+
+
+def _load_vectors(context, builder, arrty, arr, base, first, n, vt):
+    """The n vectors of ``vt`` at ``arr[base + first * W:]`` (base a uint64 value, first a constant)."""
+    align = context.get_abi_sizeof(context.get_value_type(arrty.dtype))
+    out = []
+    for k in range(first, first + n):
+        at = builder.add(base, ir.Constant(base.type, k * vt.width))
+        out.append(builder.load(_pointer(context, builder, arrty, arr, at, vt), align=align))
+    return out
+
+
+def _store_vectors(context, builder, arrty, arr, base, first, values, vt):
+    """Store ``values`` (vectors of ``vt``) at ``arr[base + first * W:]``."""
+    align = context.get_abi_sizeof(context.get_value_type(arrty.dtype))
+    for k, v in enumerate(values, first):
+        at = builder.add(base, ir.Constant(base.type, k * vt.width))
+        builder.store(v, _pointer(context, builder, arrty, arr, at, vt), align=align)
 
 
 def _storet(name, nontemporal):
@@ -559,23 +578,88 @@ def vcaxpy(typingctx, g, x, y, phase):
     def codegen(context, builder, sig, args):
         ys = _elements(builder, args[2], len(y))
         xs = None if x == types.none else _elements(builder, args[1], len(y))
-        out = []
-        for c in range(0, len(ys), 2):
-            yr, yi = ys[c], ys[c + 1]
-            # i**PHASE * y as (re, im) with signs: 1, i, -1, -i
-            tr, ti, sr, si = ((yr, yi, 1, 1), (yi, yr, -1, 1), (yr, yi, -1, -1), (yi, yr, 1, -1))[PH]
-            for t, sg, k in ((tr, sr, 0), (ti, si, 1)):
-                f = t if sg > 0 else builder.fneg(t, flags=_FAST)
-                if xs is None:
-                    r = f if g == types.none else builder.fmul(args[0], f, flags=_FAST)
-                elif g == types.none:
-                    r = builder.fadd(xs[c + k], f, flags=_FAST)
-                else:
-                    r = _fmuladd(builder, args[0], f, xs[c + k])
-                out.append(r)
-        return context.make_tuple(builder, sig.return_type, out)
+        gv = None if g == types.none else args[0]
+        return context.make_tuple(builder, sig.return_type, _caxpy(builder, gv, xs, ys, PH))
 
     return y(g, x, y, phase), codegen
+
+
+def _caxpy(builder, g, xs, ys, phase):
+    """The vectors of ``x + g * i**phase * y`` for complex numbers as (re, im) vectors in turn:
+    ``g`` a vector value or None for 1, ``xs`` None for 0."""
+    out = []
+    for c in range(0, len(ys), 2):
+        yr, yi = ys[c], ys[c + 1]
+        # i**PHASE * y as (re, im) with signs: 1, i, -1, -i
+        tr, ti, sr, si = ((yr, yi, 1, 1), (yi, yr, -1, 1), (yr, yi, -1, -1), (yi, yr, 1, -1))[phase % 4]
+        for t, sg, k in ((tr, sr, 0), (ti, si, 1)):
+            f = t if sg > 0 else builder.fneg(t, flags=_FAST)
+            if xs is None:
+                r = f if g is None else builder.fmul(g, f, flags=_FAST)
+            elif g is None:
+                r = builder.fadd(xs[c + k], f, flags=_FAST)
+            else:
+                r = _fmuladd(builder, g, f, xs[c + k])
+            out.append(r)
+    return out
+
+
+@intrinsic
+def vproj2(typingctx, a, i, g, xa, ya, pa, xb, yb, pb, w):
+    """Both spins of a half spinor, one statement: ``vcaxpy(g, vloadt(a, i + XA * W, 6, W),
+    vloadt(a, i + YA * W, 6, W), PA)`` then the same with XB, YB, PB (vector offsets and
+    phases literal)."""
+    _float_array(a, "vproj2")
+    W = _literal_int(w, "vproj2 width")
+    offs = [_literal_int(t, "vproj2 offset or phase") for t in (xa, ya, pa, xb, yb, pb)]
+    vt = SimdVector(a.dtype, W)
+    if g != vt:
+        raise TypingError(f"vproj2 factor must be a {vt}, got {g}")
+    if not isinstance(i, types.Integer):
+        raise TypingError(f"vproj2 index must be an integer, got {i}")
+    tt = types.UniTuple(vt, 12)
+
+    def codegen(context, builder, sig, args):
+        base = context.cast(builder, args[1], sig.args[1], types.uint64)
+        out = []
+        for x0, y0, ph in (offs[:3], offs[3:]):
+            xs = _load_vectors(context, builder, a, args[0], base, x0, 6, vt)
+            ys = _load_vectors(context, builder, a, args[0], base, y0, 6, vt)
+            out += _caxpy(builder, args[2], xs, ys, ph)
+        return context.make_tuple(builder, tt, out)
+
+    return tt(a, i, g, xa, ya, pa, xb, yb, pb, w), codegen
+
+
+@intrinsic
+def vrecon2(typingctx, acc, i, w, g, ua, la, pa, ub, lb, pb, init):
+    """The spinor rebuilt from both spins of a half spinor ``w`` (12 vectors) into ``acc[i:]``, one
+    statement: spin a's 6 vectors at vector offset UA get ``w[:6]`` and those at LA get ``g *
+    i**PA * w[:6]``, the same with UB, LB, PB and ``w[6:]``; stored when ``INIT`` is 1, added to
+    what is there when 0 (offsets, phases and INIT literal)."""
+    _float_array(acc, "vrecon2")
+    vt = _vec_tuple(w, "vrecon2", 12)
+    if len(w) != 12 or g != vt or vt.dtype != acc.dtype:
+        raise TypingError(f"vrecon2 of {w} with factor {g} into {acc}")
+    offs = [_literal_int(t, "vrecon2 offset or phase") for t in (ua, la, pa, ub, lb, pb)]
+    INIT = _literal_int(init, "vrecon2 init")
+
+    def codegen(context, builder, sig, args):
+        base = context.cast(builder, args[1], sig.args[1], types.uint64)
+        ws = _elements(builder, args[2], 12)
+        for (up, low, ph), half in ((offs[:3], ws[:6]), (offs[3:], ws[6:])):
+            if INIT:
+                hu, hl = half, _caxpy(builder, args[3], None, half, ph)
+            else:
+                hu = _caxpy(builder, None, _load_vectors(context, builder, acc, args[0], base, up, 6, vt),
+                            half, 0)
+                hl = _caxpy(builder, args[3], _load_vectors(context, builder, acc, args[0], base, low, 6, vt),
+                            half, ph)
+            _store_vectors(context, builder, acc, args[0], base, up, hu, vt)
+            _store_vectors(context, builder, acc, args[0], base, low, hl, vt)
+        return context.get_dummy_value()
+
+    return types.void(acc, i, w, g, ua, la, pa, ub, lb, pb, init), codegen
 
 
 @intrinsic

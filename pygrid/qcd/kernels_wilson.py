@@ -200,7 +200,7 @@ def _source(ns, dtype, five_d, wide=False):
         "from numba import njit",
         "from pygrid.accelerator.simd_numba import prefetch_lines, prefetch_l2_lines, vload, vstore, vzero, "
         "vsplat, vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vstoret_nt, store_fence, vcaxpy, "
-        "vscalet, vpermt",
+        "vscalet, vpermt, vproj2, vrecon2",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
@@ -252,51 +252,30 @@ def _source(ns, dtype, five_d, wide=False):
                f"Spin {a} of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (g = +-1 splatted).")
             if wide and not five_d:  # the register structure accumulates in its own variables
                 continue
+            # the last point of the tiled order writes the result (the others: vrecon2 into the tile)
             lo_, ph = _reconstruction(mu, a)
-            up, low = spin(a, "A"), spin(lo_, "A")
-            for mode in ("init", "add", "fin"):
-                if mode == "init":
-                    body = [f"vstoret(acc, {up}, w)", f"vstoret(acc, {low}, vcaxpy(g, None, w, {ph}))"]
-                else:
-                    body = [f"hu = vcaxpy(None, vloadt(acc, {up}, 6, W), w, 0)",
-                            f"hl = vcaxpy(g, vloadt(acc, {low}, 6, W), w, {ph})"]
-                if mode == "add":
-                    body += [f"vstoret(acc, {up}, hu)", f"vstoret(acc, {low}, hl)"]
-                elif mode == "fin":
-                    ou, ol = spin(a, "d"), spin(lo_, "d")
-                    body += ["if use_diag:",
-                             f"    ru = vcaxpy(a0, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0)",
-                             f"    rl = vcaxpy(a1, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0)",
-                             "    if banded:",
-                             f"        ru = vcaxpy(e0, ru, vloadt(x, {spin(a, 'P0')}, 6, W), 0)",
-                             f"        rl = vcaxpy(e1, rl, vloadt(x, {spin(lo_, 'P1')}, 6, W), 0)",
-                             "else:",
-                             "    ru = vscalet(s, hu)",
-                             "    rl = vscalet(s, hl)",
-                             "if nt:",
-                             f"    vstoret_nt(out, {ou}, ru)",
-                             f"    vstoret_nt(out, {ol}, rl)",
-                             "else:",
-                             f"    vstoret(out, {ou}, ru)",
-                             f"    vstoret(out, {ol}, rl)"]
-                sig = "(acc, A, w, g)" if mode != "fin" else \
-                    "(acc, A, w, g, out, d, s, x, a0, a1, use_diag, nt, banded, e0, e1, P0, P1)"
-                what = {
-                    "init": "acc[A:] = the",
-                    "add": "acc[A:] +=  the",
-                    "fin": "out[d:] = s * (acc[A:] + the) (+ a * x[d:] if use_diag, a0 on the upper spins "
-                           "and a1 on the lower, + e0 * x[P0:] and e1 * x[P1:] if banded; past the caches "
-                           "if nt), for the",
-                }[mode]
-                fn(f"{mode}{mu}h{a}{sig}", body,
-                   f"Spins {a} and {lo_}: {what} spinor rebuilt from w, spin {a} of a half spinor of (1 + "
-                   f"g gamma_{mu}).")
-    for mu in range(4):
-        fn(f"proj{mu}(psi, b, g)", [f"return proj{mu}h0(psi, b, g) + proj{mu}h1(psi, b, g)"],
-           f"Both spins of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (12 vectors).")
-    for name, adj in (("mult2", False), ("mult2_adj", True)):
-        fn(f"{name}(u, b, h)", [f"return vcmatvec(u, b, h, 3, {int(adj)})"],
-           ("U^dag" if adj else "U") + " h for the link at u[b:] and both spins of a half spinor h.")
+            up, low, ou, ol = spin(a, "A"), spin(lo_, "A"), spin(a, "d"), spin(lo_, "d")
+            body = [f"hu = vcaxpy(None, vloadt(acc, {up}, 6, W), w, 0)",
+                    f"hl = vcaxpy(g, vloadt(acc, {low}, 6, W), w, {ph})",
+                    "if use_diag:",
+                    f"    ru = vcaxpy(a0, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0)",
+                    f"    rl = vcaxpy(a1, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0)",
+                    "    if banded:",
+                    f"        ru = vcaxpy(e0, ru, vloadt(x, {spin(a, 'P0')}, 6, W), 0)",
+                    f"        rl = vcaxpy(e1, rl, vloadt(x, {spin(lo_, 'P1')}, 6, W), 0)",
+                    "else:",
+                    "    ru = vscalet(s, hu)",
+                    "    rl = vscalet(s, hl)",
+                    "if nt:",
+                    f"    vstoret_nt(out, {ou}, ru)",
+                    f"    vstoret_nt(out, {ol}, rl)",
+                    "else:",
+                    f"    vstoret(out, {ou}, ru)",
+                    f"    vstoret(out, {ol}, rl)"]
+            fn(f"fin{mu}h{a}(acc, A, w, g, out, d, s, x, a0, a1, use_diag, nt, banded, e0, e1, P0, P1)", body,
+               f"Spins {a} and {lo_}: out[d:] = s * (acc[A:] + the spinor rebuilt from w, spin {a} of a half "
+               f"spinor of (1 + g gamma_{mu})) (+ a * x[d:] if use_diag, a0 on the upper spins and a1 on "
+               f"the lower, + e0 * x[P0:] and e1 * x[P1:] if banded; past the caches if nt).")
     fn("hload2(h, b)", ["return vloadt(h, b, 12, W)"],
        "Both spins of a half spinor at h[b:], as received in a halo.")
     body = [
@@ -362,15 +341,15 @@ def _reconstruction(mu, a):
     return 2 + bl, (1 if imag else 0) + (2 if sign < 0 else 0)
 
 
-def _neighbour_product(ind, p, n, m, project, from_halo, mult, halo):
+def _neighbour_product(ind, p, n, m, project, from_halo, halo):
     """Source lines (indented by ``ind``) setting ``w`` to point p's term before reconstruction:
     the projected neighbour ``n`` (``project``; with ``halo``, ``from_halo`` for a neighbour on
     another rank), its lanes permuted by ``m``, times U(x) (forward) or U(x - mu)^dag (backward,
-    before the permute), with the ``mult`` helper for one or both spins."""
+    before the permute), both spins of the half spinor at once."""
     mu, i2 = p % 4, ind + "    "
 
     def adj(links, row):  # the backward link's product, read where the neighbour is
-        return [f"{i2 if halo else ind}w = {mult}_adj({links}, {row} * GS + M{mu}, w)"] if p >= 4 else []
+        return [f"{i2 if halo else ind}w = vcmatvec({links}, {row} * GS + M{mu}, w, 3, 1)"] if p >= 4 else []
 
     if halo:
         # a neighbour on another rank arrives projected (and its backward link in ubh)
@@ -380,7 +359,7 @@ def _neighbour_product(ind, p, n, m, project, from_halo, mult, halo):
         lines = [f"{ind}w = {project}", *adj("ub", n)]
     lines += [f"{ind}if {m} != 0:", f"{i2}w = vpermt(w, pxor[{m}], lanes, U({m}) * NSU)"]
     if p < 4:
-        lines += [f"{ind}w = {mult}(uf, uo * GS + M{mu}, w)"]
+        lines += [f"{ind}w = vcmatvec(uf, uo * GS + M{mu}, w, 3, 0)"]
     return lines
 
 
@@ -414,8 +393,8 @@ def _register_body(nls, nlg, nlu, halo):
         mu = p % 4
         g = "gf" if p < 4 else "gb"
         n = f"n{p}"
-        body += _neighbour_product("    ", p, n, f"m{p}", f"proj{mu}(psi, {n} * FS, {g})",
-                                   f"hload2(halo, ({n} - N4) * HS)", "mult2", halo)
+        body += _neighbour_product("    ", p, n, f"m{p}", _projection(mu, "psi", f"{n} * FS", g),
+                                   f"hload2(halo, ({n} - N4) * HS)", halo)
         for a, half in ((0, "w[:6]"), (1, "w[6:]")):
             low, ph = _reconstruction(mu, a)
             if p == 0:
@@ -535,18 +514,35 @@ def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain"):
     # both spins of the half spinor (12 vectors) through the link at once, so each link element is
     # read once per point: with 16 registers a little spills, and still out of cache it ran 7-10%
     # faster on AVX2 than a pass per spin (equal in cache)
-    body += _neighbour_product(ind, p, "n", "m", f"proj{mu}(psi, B, {g})", f"hload2(halo, {halo_at})",
-                               "mult2", halo)
+    body += _neighbour_product(ind, p, "n", "m", _projection(mu, "psi", "B", g), f"hload2(halo, {halo_at})",
+                               halo)
+    if p < 7 or last in _AT_TILE_END:
+        return body + [f"{ind}{_reconstruction_into(mu, 'acc_t', 'A', 'w', g, p == 0)}"]
     for a, half in ((0, "w[:6]"), (1, "w[6:]")):
-        if p == 0:
-            body += [f"{ind}init{mu}h{a}(acc_t, A, {half}, {g})"]
-        elif p < 7 or last in _AT_TILE_END:
-            body += [f"{ind}add{mu}h{a}(acc_t, A, {half}, {g})"]
-        else:
-            tail = "True, e0, e1, P0, P1" if last == "banded" else "False, a0, a1, d, d"
-            body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, a0, a1, use_diag, nt, "
-                     f"{tail})"]
+        tail = "True, e0, e1, P0, P1" if last == "banded" else "False, a0, a1, d, d"
+        body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, a0, a1, use_diag, nt, {tail})"]
     return body
+
+
+def _projection(mu, psi, base, g):
+    """Source of both spins of the half spinor of (1 + g gamma_mu) psi at psi[base:], one statement
+    for numba (``vproj2``: numba's front end, which pays per statement, is most of a kernel's cold
+    compile)."""
+    args = []
+    for a in range(2):
+        j, imag, sign = gamma_structure()[mu][0][a]
+        args += [6 * a, 6 * (2 + j), (1 if imag else 0) + (2 if sign < 0 else 0)]
+    return f"vproj2({psi}, {base}, {g}, {', '.join(map(str, args))}, W)"
+
+
+def _reconstruction_into(mu, acc, base, w, g, init):
+    """Source storing (``init``) or adding the spinor rebuilt from the half spinor ``w`` of (1 + g
+    gamma_mu) into acc[base:], one statement (``vrecon2``)."""
+    args = []
+    for a in range(2):
+        low, ph = _reconstruction(mu, a)
+        args += [6 * a, 6 * low, ph]
+    return f"vrecon2({acc}, {base}, {w}, {g}, {', '.join(map(str, args))}, {int(init)})"
 
 
 #: the variants of the last step that keep the hop in the tile's accumulator and finish it after
