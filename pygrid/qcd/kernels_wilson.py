@@ -61,9 +61,9 @@ when numba compiles for the host):
   link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
   cache than one spin at a time, which reads each link twice).  For 4D fields
   the loops have no loop over slices; for 5D fields the first seven are one
-  function, compiled once, that every variant of the last step calls.  On AVX2, when the fields outgrow the
-  caches (``far``), the result is written past them with non-temporal stores, as
-  Grid streams its Dhop result.  With eight
+  function, compiled once, that every variant of the last step calls.  On AVX2,
+  when the fields outgrow the caches (``far``), the result is written past them
+  with non-temporal stores, as Grid streams its Dhop result.  With eight
   neighbour streams per slice the register order ran slower out of cache, on
   AVX2 for 4D fields too (12^4 and 16^4: 0.6-0.7x), though 1.2x in cache on one thread.
 
@@ -194,7 +194,6 @@ def _source(ns, dtype, five_d, wide=False):
     the link together; for 4D fields the result spinor held in registers over the points).
     """
     NS = int(ns)
-    gam = gamma_structure()
     out = [
         "import numpy as np",
         "from numba import njit",
@@ -208,7 +207,6 @@ def _source(ns, dtype, five_d, wide=False):
         f"FS = U({24 * NS})  # reals per fermion site",
         f"GS = U({72 * NS})  # reals per gauge-field site (4 links)",
         f"HS = U({12 * NS})  # reals per half spinor (a halo slice)",
-        f"H1 = U({6 * NS})  # offset of the second spin of a half spinor",
         f"NSU = U({NS})",
     ]
     out += [f"Q{k} = U({k * NS})" for k in range(24)]  # offset of real plane k (component k//2, re/im)
@@ -234,24 +232,14 @@ def _source(ns, dtype, five_d, wide=False):
         out.extend("    " + x for x in body)
         out.append("")
 
-    def phase(imag, sign):
-        """The PHASE of vcaxpy for a factor sign * (i if imag else 1): i**PHASE."""
-        return (1 if imag else 0) + (2 if sign < 0 else 0)
-
     def spin(k, base):
         """The 6 planes (3 colours, re/im) of spin k at base."""
         return f"{base} + Q{6 * k}"
 
     for mu in range(4):
-        pa = gam[mu][0]
+        if wide and not five_d:  # the register structure accumulates in its own variables
+            break
         for a in range(2):
-            j, imag, sign = pa[a]
-            fn(f"proj{mu}h{a}(psi, b, g)",
-               [f"return vcaxpy(g, vloadt(psi, {spin(a, 'b')}, 6, W), vloadt(psi, {spin(2 + j, 'b')}, 6, W), "
-                f"{phase(imag, sign)})"],
-               f"Spin {a} of the half spinor of (1 + g gamma_{mu}) psi at psi[b:] (g = +-1 splatted).")
-            if wide and not five_d:  # the register structure accumulates in its own variables
-                continue
             # the last point of the tiled order writes the result (the others: vrecon2 into the tile)
             lo_, ph = _reconstruction(mu, a)
             up, low, ou, ol = spin(a, "A"), spin(lo_, "A"), spin(a, "d"), spin(lo_, "d")
@@ -292,8 +280,7 @@ def _source(ns, dtype, five_d, wide=False):
     for mu in range(4):
         body += [
             f"        {'if' if mu == 0 else 'elif'} mu == {mu}:",
-            f"            vstoret(out, H, proj{mu}h0(psi, B, g))",
-            f"            vstoret(out, H + H1, proj{mu}h1(psi, B, g))",
+            f"            vstoret(out, H, {_projection(mu, 'psi', 'B', 'g')})",
         ]
     fn("pack_kernel(lo, hi, psi, rows, mus, signs, Ls, out)", body,
        "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the halos "
@@ -338,7 +325,12 @@ def _reconstruction(mu, a):
     pb = gamma_structure()[mu][1]
     bl = [b for b in range(2) if pb[b][0] == a][0]
     _, imag, sign = pb[bl]
-    return 2 + bl, (1 if imag else 0) + (2 if sign < 0 else 0)
+    return 2 + bl, _phase_code(imag, sign)
+
+
+def _phase_code(imag, sign):
+    """The PHASE of vcaxpy (and vproj2, vrecon2) for a factor sign * (i if imag else 1): i**PHASE."""
+    return (1 if imag else 0) + (2 if sign < 0 else 0)
 
 
 def _neighbour_product(ind, p, n, m, project, from_halo, halo):
@@ -531,7 +523,7 @@ def _projection(mu, psi, base, g):
     args = []
     for a in range(2):
         j, imag, sign = gamma_structure()[mu][0][a]
-        args += [6 * a, 6 * (2 + j), (1 if imag else 0) + (2 if sign < 0 else 0)]
+        args += [6 * a, 6 * (2 + j), _phase_code(imag, sign)]
     return f"vproj2({psi}, {base}, {g}, {', '.join(map(str, args))}, W)"
 
 
