@@ -152,11 +152,14 @@ def test_far_prefetch_path_against_numpy(monkeypatch):
 
 
 @pytest.mark.parametrize("prec", ["double", "single"])
-def test_streamed_result_against_numpy(monkeypatch, prec):
-    """The narrow (AVX2) kernel's result written past the caches when the fields outgrow them
-    (forced on a small lattice), 4D with and without the diagonal term, and 5D; a buffer off the
-    vector alignment takes ordinary stores."""
-    force_structure(monkeypatch, False, far=True)
+@pytest.mark.parametrize("wide", [False, True])
+def test_streamed_result_against_numpy(monkeypatch, prec, wide):
+    """Both structures' result written past the caches when the fields outgrow them (forced on a
+    small lattice), 4D with and without the diagonal term, and 5D; a buffer off the vector
+    alignment takes ordinary stores."""
+    for five_d in (False, True):
+        assert "vstoret_nt(out" in kw._source(4, "float64", five_d, wide)
+    force_structure(monkeypatch, wide, far=True)
     grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), prec)
     D = pg.qcd.WilsonFermion(U, MASS)
     Un, pn = U.to_numpy(), psi.to_numpy()

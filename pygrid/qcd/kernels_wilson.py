@@ -61,9 +61,10 @@ when numba compiles for the host):
   link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
   cache than one spin at a time, which reads each link twice).  For 4D fields
   the loops have no loop over slices; for 5D fields the first seven are one
-  function, compiled once, that every variant of the last step calls.  On AVX2,
-  when the fields outgrow the caches (``far``), the result is written past them
-  with non-temporal stores, as Grid streams its Dhop result.  With eight
+  function, compiled once, that every variant of the last step calls.
+
+When the fields outgrow the caches (``far``), every structure writes the result
+past them with non-temporal stores, as Grid streams its Dhop result.  With eight
   neighbour streams per slice the register order ran slower out of cache, on
   AVX2 for 4D fields too (12^4 and 16^4: 0.6-0.7x), though 1.2x in cache on one thread.
 
@@ -111,7 +112,7 @@ SLICE_PREFETCH = 4
 FAR_DISTANCE = 2
 
 #: fields (spinor in and out, links) of more bytes than this count as larger than the caches: the
-#: kernels prefetch only then, and the AVX2 kernel streams its result past the caches.  On the
+#: kernels prefetch only then, and stream their result past the caches.  On the
 #: AVX-512 machine (2 MB of L2 per core, 32 MB of L3) the prefetch cost 8-10% on 8 MB of fields and
 #: gained 15-25% from 20 MB on; on AVX2 (512 KB of L2) streaming the result cost 20% on one thread
 #: on 4 MB and gained 17-19% on 15-20 MB
@@ -355,18 +356,20 @@ def _neighbour_product(ind, p, n, m, project, from_halo, halo):
     return lines
 
 
-def _register_body(nls, nlg, nlu, halo):
+def _register_body(nls, nlg, nlu, halo, itemsize):
     """The wide structure for 4D fields: site by site, the whole result spinor held in 24 vector
     variables over the eight points (LLVM keeps most of them in AVX-512's 32 registers), written once
     at the end.  With ``far`` (fields larger than the caches) it prefetches into L2, ``FAR_DISTANCE``
     sites ahead, what the hardware prefetcher brings late: the site's links, its z and t neighbours
-    and their backward links (the x and y neighbours were read a few sites before)."""
+    and their backward links (the x and y neighbours were read a few sites before), and writes the
+    result with non-temporal stores (1.10-1.20x at 16^4 and 24^4, same-process A/B)."""
     body = [
         "sc = vsplat(coef[0], W)",
         "al = vsplat(coef[1], W)",
         "gf = vsplat(coef[2], W)",
         "gb = vsplat(coef[3], W)",
         "N4 = U(n4)",
+        f"nt = far and out.ctypes.data % (W * {itemsize}) == 0",
         "for i in range(lo, hi):",
         "    uo = U(sites[i])",
         "    d = uo * FS",
@@ -395,10 +398,15 @@ def _register_body(nls, nlg, nlu, halo):
                 body += [f"    c{a} = vcaxpy(None, c{a}, {half}, 0)",
                          f"    c{low} = vcaxpy({g}, c{low}, {half}, {ph})"]
     body += ["    if use_diag:"]
-    body += [f"        vstoret(out, d + Q{6 * k}, "
-             f"vcaxpy(al, vscalet(sc, c{k}), vloadt(diag, d + Q{6 * k}, 6, W), 0))" for k in range(4)]
+    body += [f"        r{k} = vcaxpy(al, vscalet(sc, c{k}), vloadt(diag, d + Q{6 * k}, 6, W), 0)"
+             for k in range(4)]
     body += ["    else:"]
-    body += [f"        vstoret(out, d + Q{6 * k}, vscalet(sc, c{k}))" for k in range(4)]
+    body += [f"        r{k} = vscalet(sc, c{k})" for k in range(4)]
+    body += ["    if nt:"]
+    body += [f"        vstoret_nt(out, d + Q{6 * k}, r{k})" for k in range(4)]
+    body += ["    else:"]
+    body += [f"        vstoret(out, d + Q{6 * k}, r{k})" for k in range(4)]
+    body += ["if nt:", "    store_fence()"]
     return body
 
 
@@ -427,7 +435,7 @@ def _tile_points(nls, nlg, wide, halo):
 
 def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
     if wide and not five_d:
-        return _register_body(nls, nlg, nlu, halo)
+        return _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize)
     pf = _prefetch(wide)
     body = [
         "sc = vsplat(coef[0], W)",
@@ -441,9 +449,9 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
         "a1 = vsplat(dco[1], W)",
         "acc_t = np.empty(tile * Ls * 24 * W, Z)",
         # the result past the caches (non-temporal stores, as Grid streams its Dhop result) when the
-        # fields outgrow the caches, on AVX2: it left them to the data still to be read, 6-19% at 16^4
-        # (same-process A/B); a store of this kind needs an address aligned to the vector
-        f"nt = {not wide} and far and out.ctypes.data % (W * {np.dtype(dtype).itemsize}) == 0",
+        # fields outgrow the caches: it leaves them to the data still to be read (6-19% at 16^4 on
+        # AVX2, 14-41% on AVX-512, same-process A/B); such a store needs an address aligned to the vector
+        f"nt = far and out.ctypes.data % (W * {np.dtype(dtype).itemsize}) == 0",
         "for i0 in range(lo, hi, tile):",
         "    i1 = min(i0 + tile, hi)",
         "    I0 = U(i0)",
