@@ -61,12 +61,12 @@ when numba compiles for the host):
   link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
   cache than one spin at a time, which reads each link twice).  For 4D fields
   the loops have no loop over slices; for 5D fields the first seven are one
-  function, compiled once, that every variant of the last step calls.
-
-When the fields outgrow the caches (``far``), every structure writes the result
-past them with non-temporal stores, as Grid streams its Dhop result.  With eight
+  function, compiled once, that every variant of the last step calls.  With eight
   neighbour streams per slice the register order ran slower out of cache, on
   AVX2 for 4D fields too (12^4 and 16^4: 0.6-0.7x), though 1.2x in cache on one thread.
+
+When the fields outgrow the caches (``far``), every structure writes the result
+past them with non-temporal stores, as Grid streams its Dhop result.
 
 The result is written as ``scale * acc + alpha * diag``: 1320 flops per site (Grid's count).
 
