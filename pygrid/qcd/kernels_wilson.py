@@ -402,10 +402,7 @@ def _register_body(nls, nlg, nlu, halo, itemsize):
              for k in range(4)]
     body += ["    else:"]
     body += [f"        r{k} = vscalet(sc, c{k})" for k in range(4)]
-    body += ["    if nt:"]
-    body += [f"        vstoret_nt(out, d + Q{6 * k}, r{k})" for k in range(4)]
-    body += ["    else:"]
-    body += [f"        vstoret(out, d + Q{6 * k}, r{k})" for k in range(4)]
+    body += ["    " + x for x in _store("out", [(f"d + Q{6 * k}", f"r{k}") for k in range(4)])]
     body += ["if nt:", "    store_fence()"]
     return body
 
@@ -567,9 +564,11 @@ def _tile_end(last):
     return lines + ["    " + x for x in body]
 
 
-def _store(dst, at, value):
-    """Source lines storing 12 vectors, past the caches when ``nt``."""
-    return ["if nt:", f"    vstoret_nt({dst}, {at}, {value})", "else:", f"    vstoret({dst}, {at}, {value})"]
+def _store(dst, stores):
+    """Source lines storing tuples of vectors, ``stores`` (offset, tuple) pairs into ``dst``, past
+    the caches when ``nt``."""
+    return (["if nt:"] + [f"    vstoret_nt({dst}, {at}, {v})" for at, v in stores]
+            + ["else:"] + [f"    vstoret({dst}, {at}, {v})" for at, v in stores])
 
 
 def _multiply_in_s(write):
@@ -597,7 +596,7 @@ def _multiply_in_s(write):
                   "        if len(dprev):",
                   f"            r = vcaxpy(vsplat(dco[U(2) + U({c}) * LS + S], W), r, "
                   f"vloadt(diag, D0 + U(dprev[U({c}) * LS + S]) * FS + {planes}, 12, W), 0)"]
-        lines += ["    " + x for x in _store("out", f"D0 + S * FS + {planes}", "r")]
+        lines += ["    " + x for x in _store("out", [(f"D0 + S * FS + {planes}", "r")])]
     return lines
 
 
@@ -630,7 +629,7 @@ def _solve_in_s(buf, base):
             "    else:",
             "        r = xl",
         ]
-        lines += ["    " + x for x in _store("out", f"D0 + S * FS + Q{12 * c}", "r")]
+        lines += ["    " + x for x in _store("out", [(f"D0 + S * FS + Q{12 * c}", "r")])]
     return lines
 
 
