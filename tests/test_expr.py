@@ -335,3 +335,141 @@ def test_openmp_kept_runs_follow_contents_and_coefficients(monkeypatch):
         assert buffer() is not None or key not in be._kept_runs
         if pg.memory.get_manager().device.name == "unified":
             assert buffer() is None and key not in be._kept_runs
+
+
+def _kept_hits(monkeypatch):
+    """A list that gets a 1 for each evaluation the kept path served (or raised in), a 0 for each
+    it handed to the checked path."""
+    from pygrid.expr import evaluate as ev
+
+    hits, call = [], ev.KeptEvaluation.__call__
+
+    def counted(self, *args):
+        served = True
+        try:
+            served = call(self, *args)
+            return served
+        finally:
+            hits.append(int(served))
+
+    monkeypatch.setattr(ev.KeptEvaluation, "__call__", counted)
+    return hits
+
+
+def test_kept_evaluations_follow_contents_coefficients_and_checkerboards(monkeypatch):
+    """An expression shape evaluated again into the same field from the same fields takes the kept
+    path, on the fields' current contents and coefficients (against numpy); a shifted field whose
+    checkerboard changed since, or out's, takes the checked path (other shift tables)."""
+    hits = _kept_hits(monkeypatch)
+    g = grid((8, 4, 4, 8))
+    x, y, z = (random_field(g, pg.SpinColourVector(), seed=s) for s in (11, 12, 13))
+    for seed, a in ((1, 0.5), (2, -1.25 + 0.5j), (3, 2.0)):
+        pg.ParallelRNG(g, [seed, 2]).gaussian(x)
+        pg.ParallelRNG(g, [seed, 3]).gaussian(y)
+        z @= a * x - pg.cshift(y, 1, -1)
+        assert_close(z.to_numpy(), a * x.to_numpy() - roll(y.to_numpy(), 1, -1))
+    assert hits == [1, 1]
+    full = random_field(g, pg.ColourVector(), seed=14)
+    h = pg.pick_checkerboard(0, full)
+    o = pg.pick_checkerboard(1, random_field(g, pg.ColourVector(), seed=15))
+    for _ in range(2):
+        o @= 2.0 * pg.cshift(h, 0, 1) + o
+    assert hits[2:] == [1]
+    # the same buffers read as the other checkerboard: a shift of other parity
+    h.checkerboard, o.checkerboard = 1, 0
+    before = o.to_numpy()
+    o @= 2.0 * pg.cshift(h, 0, 1) + o
+    assert hits[3:] == [0]
+    o2 = pg.pick_checkerboard(0, random_field(g, pg.ColourVector(), seed=15))
+    want = pg.eval(2.0 * pg.cshift(h, 0, 1)).to_numpy() + before
+    del o2
+    assert_close(o.to_numpy(), want)
+
+
+def test_a_kept_evaluation_whose_views_give_other_buffers_takes_the_checked_path(monkeypatch):
+    """Where the views hand out other buffers than the kept ones (a device cache that moved a
+    field), the kept path writes nothing, and its views close as after a failure, so that a
+    checked path that fails then leaves out as it was (on a device, a write view that discarded
+    out's contents would otherwise have lost them)."""
+    from pygrid.expr import evaluate as ev
+
+    g = grid((4, 4, 4, 8))
+    x, z = random_field(g, pg.SpinColourVector(), seed=21), random_field(g, pg.SpinColourVector(), seed=22)
+    z @= 3.0 * x
+    (kept,) = [k for k in ev._kept.values() if k.refs[0]() is z]
+    kept.buffers = tuple(np.empty_like(b) for b in kept.buffers)
+    # out written on the host since: on a device, its device copy is stale
+    before = x.to_numpy() - 1.0
+    z.from_numpy(before)
+    backend = pg.get_backend()
+
+    def failing_run(*args, **kwargs):
+        raise RuntimeError("injected in the launch")
+
+    monkeypatch.setattr(backend, "run", failing_run)
+    with pytest.raises(RuntimeError, match="injected"):
+        z @= 2.0 * x
+    np.testing.assert_array_equal(z.to_numpy(), before)
+    assert z._manager.open_views() == []
+    monkeypatch.undo()
+    z @= 2.0 * x
+    assert_close(z.to_numpy(), 2.0 * x.to_numpy())
+    (again,) = [k for k in ev._kept.values() if k.refs[0]() is z]
+    assert again is not kept
+
+
+def test_a_kept_evaluation_that_fails_leaves_out_as_it_was(monkeypatch):
+    """A launch that raises on the kept path (an exception, Ctrl-C) leaves out's contents and no
+    view open, as on the checked path."""
+    hits = _kept_hits(monkeypatch)
+    g = grid((4, 4, 4, 8))
+    x, z = random_field(g, pg.SpinColourVector(), seed=23), random_field(g, pg.SpinColourVector(), seed=24)
+    z @= 3.0 * x + z       # out read as well: a write view
+    z @= 3.0 * x           # out only written: a write view that discards its contents
+    before = z.to_numpy()
+    backend, run = pg.get_backend(), pg.get_backend().run
+    for exc in (RuntimeError, KeyboardInterrupt):
+        def failing_run(*args, _exc=exc, **kwargs):
+            raise _exc("injected in the launch")
+
+        monkeypatch.setattr(backend, "run", failing_run)
+        for build in (lambda: 0.5 * x + z, lambda: 0.5 * x):
+            with pytest.raises(exc, match="injected"):
+                z @= build()
+            np.testing.assert_array_equal(z.to_numpy(), before)
+            assert z._manager.open_views() == []
+        monkeypatch.setattr(backend, "run", run)
+    assert hits == [1, 1, 1, 1]
+    z @= 0.5 * x + z
+    assert_close(z.to_numpy(), 0.5 * x.to_numpy() + before)
+
+
+def test_a_kept_evaluation_is_forgotten_with_its_fields():
+    import gc
+
+    from pygrid.expr import evaluate as ev
+
+    g = grid((4, 4, 4, 4))
+    x, z = pg.LatticeFermion(g), pg.LatticeFermion(g)
+    z @= 0.25 * x
+    assert [k for k in ev._kept.values() if k.refs[0]() is z]
+    n = len(ev._kept)
+    del x
+    gc.collect()
+    assert len(ev._kept) == n - 1 and not [k for k in ev._kept.values() if k.refs[0]() is z]
+
+
+def test_an_evaluation_while_its_kept_views_are_open_opens_its_own(monkeypatch):
+    """Another thread's evaluation holds the kept views: this one opens its own."""
+    from pygrid.expr import evaluate as ev
+
+    hits = _kept_hits(monkeypatch)
+    g = grid((4, 4, 4, 4))
+    x, z = random_field(g, pg.SpinColourVector(), seed=25), pg.LatticeFermion(g)
+    z @= -x
+    (kept,) = [k for k in ev._kept.values() if k.refs[0]() is z]
+    pg.ParallelRNG(g, [4, 4]).gaussian(x)
+    with kept.views:
+        z @= -x
+    assert hits == [0] and not kept.views.is_open and z._manager.open_views() == []
+    assert_close(z.to_numpy(), -x.to_numpy())

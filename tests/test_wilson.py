@@ -561,13 +561,29 @@ def test_a_kept_call_runs_the_bound_launch_on_the_fields_as_they_are_now(monkeyp
     assert slow and relerr(out.to_numpy(), dhop_ref(Un, psi.to_numpy())) < 1e-12
 
 
-def test_a_kept_call_whose_views_give_other_buffers_takes_the_checked_path():
+def test_a_kept_call_whose_views_give_other_buffers_takes_the_checked_path(monkeypatch):
     """Where the views hand out other buffers than those the launch was bound to (a device cache
-    that moved a field), the kept call does nothing and the call is checked and bound again."""
+    that moved a field), the kept call does nothing and the call is checked and bound again.  Its
+    views close as after a failure, so a checked path that fails then leaves out as it was (on a
+    device, the write view that discarded out's contents would otherwise have lost them)."""
+    from pygrid.qcd import hop
+
     grid, U, psi, D, out = unrolled_operator((4, 4, 4, 4))
     D.Dhop(psi, out=out)
     (call,) = D._hop_calls.values()
     call.buffers = tuple(b.copy() for b in call.buffers)
+    before = psi.to_numpy() * 0.5       # out written on the host: on a device its device copy is stale
+    out.from_numpy(before)
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("injected in the checked path")
+
+    monkeypatch.setattr(hop, "dhop", failing)
+    with pytest.raises(RuntimeError, match="injected"):
+        D.Dhop(psi, out=out)
+    np.testing.assert_array_equal(out.to_numpy(), before)
+    assert psi._manager.open_views() == []
+    monkeypatch.undo()
     pg.ParallelRNG(grid, [9, 1, 2, 3]).gaussian(psi)
     D.Dhop(psi, out=out)
     assert relerr(out.to_numpy(), dhop_ref(U.to_numpy(), psi.to_numpy())) < 1e-12

@@ -227,8 +227,8 @@ class OpenMPBackend:
         kept = self._kept_runs.get((id(ir), alias, id(out), *map(id, inputs)))
         if kept is not None and kept.take(self, ir, out, inputs, shifts):
             try:
-                kept.coef[0:2 * len(coefs):2] = np.real(coefs)
-                kept.coef[1:2 * len(coefs):2] = np.imag(coefs)
+                # (re, im) interleaved, as the complex128 array holds them: one copy
+                kept.coef[:2 * len(coefs)] = np.ascontiguousarray(coefs, np.complex128).view(np.float64)
                 kept.launch(kept.osites)
             finally:
                 kept.lock.release()

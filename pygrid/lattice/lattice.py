@@ -130,9 +130,14 @@ class Lattice(FieldBase, ExprOps):
         A backend whose kernels run on the host (numpy, openmp, the emulations) while the fields
         live in a GPU's or a SYCL device's memory gets host views: the manager brings the data
         to the host, as for any CPU access, and the kernel never sees a device array."""
+        return memory.View(*self._kernel_intent(mode), read_only=False)
+
+    def _kernel_intent(self, mode: ViewMode) -> tuple:
+        """``(manager, key, mode)`` of :meth:`_kernel_view`, for a :class:`pygrid.memory.Views` of
+        several fields."""
         if mode.accelerator and not self._manager.device.host_memory and get_backend().device == "unified":
             mode = _HOST_INTENT[mode]
-        return memory.View(self._manager, self._key, mode, read_only=False)
+        return self._manager, self._key, mode
 
     def advise(self, advice: memory.Advise) -> None:
         self._manager.advise(self._key, advice)
@@ -325,6 +330,4 @@ LatticeLorentzColourMatrix = LatticeGaugeField
 def kernel_views(*fields: tuple[Lattice, ViewMode]) -> memory.Views:
     """:meth:`Lattice._kernel_view` of several fields opened as one step (:class:`pygrid.memory.Views`):
     ``with kernel_views((psi, AcceleratorRead), (out, AcceleratorWriteDiscard)) as (p, o):``."""
-    host = get_backend().device == "unified"
-    return memory.Views([(f._manager, f._key, _HOST_INTENT[m] if host and m.accelerator
-                          and not f._manager.device.host_memory else m) for f, m in fields])
+    return memory.Views([f._kernel_intent(m) for f, m in fields])

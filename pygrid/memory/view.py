@@ -4,7 +4,7 @@ import numpy as np
 
 from .interrupts import defer_in, deferred, fire
 
-__all__ = ["View", "Views", "read_only"]
+__all__ = ["View", "Views", "BuffersMoved", "read_only"]
 defer_in(__file__)
 
 
@@ -17,6 +17,13 @@ def read_only(arr):
         return ro
     alias = getattr(arr, "read_only", None)
     return alias() if alias is not None else arr
+
+
+class BuffersMoved(Exception):
+    """Raised inside a ``with Views(...) as arrays:`` block whose arrays are no longer the buffers a
+    kept launch was bound to (a device cache moved a field): the views close as after a failure,
+    so a write view that discarded a field's device contents gives them back to whatever path the
+    caller takes next."""
 
 
 class View:

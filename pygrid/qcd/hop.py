@@ -15,7 +15,7 @@ from ..accelerator.backends import get_backend
 from ..accelerator.host import keep
 from ..config import current
 from ..lattice.lattice import kernel_views
-from ..memory import ViewMode
+from ..memory import BuffersMoved, ViewMode
 from . import dslash
 from .dslash import bound, dhop
 
@@ -52,11 +52,14 @@ class HopCall:
                 or self.table is not dslash._BOUND):
             return False
         buffers = self.buffers
-        with views as arrays:
-            for i in range(len(buffers)):
-                if arrays[i] is not buffers[i]:
-                    return False
-            self.launch()
+        try:
+            with views as arrays:
+                for i in range(len(buffers)):
+                    if arrays[i] is not buffers[i]:
+                        raise BuffersMoved  # the checked path then starts from the target's contents
+                self.launch()
+        except BuffersMoved:
+            return False
         return True
 
 
