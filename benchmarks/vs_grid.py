@@ -2,7 +2,8 @@
 `pygrid benchmark`, alternated on the same lattice, thread count and precision.
 
     python benchmarks/vs_grid.py --grid-build ~/grid-anchor [--threads 2] [--rounds 2] [--quick]
-                                 [--cases wilson-double,dwf8-double,dwf16-single] [--lattices 8.8.8.8,...]
+                                 [--cases wilson-double,dwf8-double,dwf16-single,dwf8-single,dwf16-double]
+                                 [--lattices 8.8.8.8,...]
 
 Grid comes from ../shared/anchors/grid/build.sh (its build directory is --grid-build).
 Each round runs, per case and lattice, Grid's generic kernel, Grid's --dslash-unroll
@@ -31,7 +32,13 @@ CASES = {
                     ("8.8.8.8", "16.16.16.16")),
     "dwf16-single": ("Benchmark_dwf_fp32", ["-Ls", "16"], "dwf", ["--Ls", "16"], "single",
                      ("8.8.8.8", "16.16.16.16")),
+    "dwf8-single": ("Benchmark_dwf_fp32", ["-Ls", "8"], "dwf", ["--Ls", "8"], "single",
+                    ("8.8.8.8", "16.16.16.16")),
+    "dwf16-double": ("Benchmark_dwf", ["-Ls", "16"], "dwf", ["--Ls", "16"], "double",
+                     ("8.8.8.8", "16.16.16.16")),
 }
+#: Grid's Benchmark_wilson times the double-precision operator only, so Wilson in single has no
+#: Grid figure to stand beside
 _MFLOPS = re.compile(r"mflop/s\s*=\s*([0-9.]+(?:[eE][+-]?\d+)?)")
 
 

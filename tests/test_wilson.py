@@ -176,6 +176,47 @@ def test_streamed_result_against_numpy(monkeypatch, prec, wide):
         check_5d_hop(grid, U, D)
 
 
+@pytest.mark.parametrize("prec", ["double", "single"])
+def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
+    """The wide structure's 5D kernel: the register order (every last step) where the caches hold
+    the fields, the tiled order where they do not; both against numpy, with and without the
+    diagonal term (tests/test_domain_wall.py checks the other last steps on both orders)."""
+    force_structure(monkeypatch, True)
+    grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), prec)
+    D = pg.qcd.WilsonFermion(U, MASS)
+    Ls = 3
+    g5d = pg.GridCartesian5D(grid, Ls)
+    psi5, x5 = pg.LatticeFermion(g5d, prec), pg.LatticeFermion(g5d, prec)
+    pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
+    pg.ParallelRNG(g5d, [1, 6, 7, 8]).gaussian(x5)
+    p5, x, Un = psi5.to_numpy(), x5.to_numpy(), U.to_numpy()
+    for far, name in ((False, "dhop_local_register"), (True, "dhop_local")):
+        monkeypatch.setattr(kw, "FAR_BYTES", 0 if far else kw.FAR_BYTES)
+        monkeypatch.setattr(kw, "_states", {})
+        monkeypatch.setattr(dslash, "_BOUND", {})
+        dt = np.dtype("float64" if prec == "double" else "float32")
+        st = kw._launch_state(D.stencil, Ls, grid.nsimd, dt)
+        for last in kw.LAST:
+            assert st.kernel[last].__name__ == name + ("" if last == "plain" else "_" + last)
+        with psi5.view(pg.AcceleratorRead) as p, x5.view(pg.AcceleratorRead) as xb, \
+                U.view(pg.AcceleratorRead) as u:
+            for alpha in (0.0, 0.7):
+                for _ in range(2):  # the second call: the bound launch
+                    o = np.full_like(p, np.nan)
+                    dslash.dhop(o, p, u, u, D.stencil, Ls, -0.5, alpha, xb)
+                    got = _to_slices(g5d, prec, o)
+                    for s in range(Ls):
+                        assert relerr(got[s], dhop_ref(Un, p5[s]) + alpha * x[s]) < TOL[prec], (far, alpha, s)
+
+
+def _to_slices(g5d, prec, buf):
+    """A 5D kernel buffer as the to_numpy() array of its field (slice s first)."""
+    f = pg.LatticeFermion(g5d, prec)
+    with f.view(pg.CpuWrite) as a:
+        a[...] = buf
+    return f.to_numpy()
+
+
 def test_site_order_blocks_large_slices_and_visits_every_site_once():
     """(y, z) columns when a time-slice outgrows the cache budget; natural order otherwise."""
     assert (kw.site_order((4, 4, 4, 8), 1, 8, "float64") == np.arange(512)).all()

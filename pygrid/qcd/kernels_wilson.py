@@ -51,7 +51,10 @@ when numba compiles for the host):
   spins of the half spinor go through the link together, so each link element is
   read once per point, as Grid keeps the spinor in registers (LLVM keeps most of
   the 24 in registers; at 8^4 this ran 1.4x the tiled order below);
-* wide, 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
+* wide, 5D fields the caches hold (not ``far``), the plain and banded last steps: the same
+  register order slice by slice (:func:`_register_body_5d`, ``dhop_local_register``);
+* wide, 5D fields past the caches or the other last steps, and narrow (AVX2, 16 registers),
+  4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``TILE_BYTES``, in L1) and, per tile, one loop per stencil point, so
   the Ls slices of one neighbour are read as one stream, with software
@@ -307,6 +310,14 @@ def _source(ns, dtype, five_d, wide=False):
         fn(f"dhop_local{sfx}({args})", _kernel_body(nls, nlg, nlu, five_d, wide, False, dtype, last),
            f"dhop_kernel{sfx} on sites whose neighbours are all on this rank (halo and ubh are not read).",
            "@_jit")
+    if five_d and wide:
+        fn(_REGISTER_SITE, _register_site(), "The register order's hop of one site into acc_t "
+           "(_register_site).", "@_jit")
+        for last in LAST:
+            sfx = "" if last == "plain" else "_" + last
+            fn(f"dhop_local_register{sfx}({args})", _register_body_5d(last),
+               f"dhop_local{sfx} on fields the caches hold, in the register order (_register_body_5d).",
+               "@_jit")
     return "\n".join(out) + "\n"
 
 
@@ -384,27 +395,95 @@ def _register_body(nls, nlg, nlu, halo, itemsize):
             body += [f"        prefetch_l2_lines(ub, n2 * GS + M{p % 4}, {nlg})"]
     for p in range(8):
         body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
+    body += _register_points("    ", lambda n: f"{n} * FS", halo)
+    body += _register_finish("    ", True)
+    body += ["if nt:", "    store_fence()"]
+    return body
+
+
+def _register_points(ind, src, halo):
+    """Source lines (indented by ``ind``) of the register order's eight points into the result
+    spinor's variables c0..c3: neighbour ``n{p}`` (its spinor at psi[src(n{p}):]) projected,
+    its lanes permuted by ``m{p}``, through the link, rebuilt into the four spins."""
+    body = []
     for p in range(8):
         mu = p % 4
         g = "gf" if p < 4 else "gb"
         n = f"n{p}"
-        body += _neighbour_product("    ", p, n, f"m{p}", _projection(mu, "psi", f"{n} * FS", g),
+        body += _neighbour_product(ind, p, n, f"m{p}", _projection(mu, "psi", src(n), g),
                                    f"hload2(halo, ({n} - N4) * HS)", halo)
         for a, half in ((0, "w[:6]"), (1, "w[6:]")):
             low, ph = _reconstruction(mu, a)
             if p == 0:
-                body += [f"    c{a} = {half}", f"    c{low} = vcaxpy({g}, None, {half}, {ph})"]
+                body += [f"{ind}c{a} = {half}", f"{ind}c{low} = vcaxpy({g}, None, {half}, {ph})"]
             else:
-                body += [f"    c{a} = vcaxpy(None, c{a}, {half}, 0)",
-                         f"    c{low} = vcaxpy({g}, c{low}, {half}, {ph})"]
-    body += ["    if use_diag:"]
-    body += [f"        r{k} = vcaxpy(al, vscalet(sc, c{k}), vloadt(diag, d + Q{6 * k}, 6, W), 0)"
-             for k in range(4)]
-    body += ["    else:"]
-    body += [f"        r{k} = vscalet(sc, c{k})" for k in range(4)]
-    body += ["    " + x for x in _store("out", [(f"d + Q{6 * k}", f"r{k}") for k in range(4)])]
-    body += ["if nt:", "    store_fence()"]
+                body += [f"{ind}c{a} = vcaxpy(None, c{a}, {half}, 0)",
+                         f"{ind}c{low} = vcaxpy({g}, c{low}, {half}, {ph})"]
     return body
+
+
+def _register_finish(ind, streamed, five_d=False, banded=False):
+    """Source lines (indented by ``ind``) writing sc * (c0..c3) plus the diagonal term (``use_diag``)
+    at out[d:], past the caches when ``nt`` where ``streamed``.  4D: al * diag; 5D: the upper spins
+    a0 * diag and the lower a1 * diag (the diagonal term's coefficients per chirality, ``dco``), and
+    with ``banded`` the second term of A per chirality, e0 and e1 times diag at slice ``dprev[s]``."""
+    coef = ("a0", "a0", "a1", "a1") if five_d else ("al",) * 4
+    body = [f"{ind}if use_diag:"]
+    body += [f"{ind}    r{k} = vcaxpy({coef[k]}, vscalet(sc, c{k}), vloadt(diag, d + Q{6 * k}, 6, W), 0)"
+             for k in range(4)]
+    if banded:
+        body += [f"{ind}    P0 = (uo * LS + U(dprev[S])) * FS",
+                 f"{ind}    P1 = (uo * LS + U(dprev[LS + S])) * FS",
+                 f"{ind}    e0 = vsplat(dco[U(2) + S], W)", f"{ind}    e1 = vsplat(dco[U(2) + LS + S], W)"]
+        body += [f"{ind}    r{k} = vcaxpy(e{k // 2}, r{k}, vloadt(diag, P{k // 2} + Q{6 * k}, 6, W), 0)"
+                 for k in range(4)]
+    body += [f"{ind}else:"]
+    body += [f"{ind}    r{k} = vscalet(sc, c{k})" for k in range(4)]
+    stores = [(f"d + Q{6 * k}", f"r{k}") for k in range(4)]
+    lines = _store("out", stores) if streamed else [f"vstoret(out, {at}, {v})" for at, v in stores]
+    return body + [ind + x for x in lines]
+
+
+def _register_body_5d(last="plain"):
+    """The register order for 5D fields that the caches hold: site by site, the eight neighbours'
+    indices read once, then slice by slice the whole result spinor in vector variables over the
+    eight points, each link read once per slice (from L1); written once (the plain and banded
+    last steps), or kept in a scratch of the site's slices in L1 for its multiply and solve in s
+    (the others, which share one compiled function for it, :func:`_register_site`).  The tiled
+    order's accumulator makes a round trip through L1 at every point: against it, in cache,
+    1.0-1.3x (domain wall Ls 8 and 16, both precisions, every last step, same-process A/B on
+    AVX-512).  Out of cache the tiled order's slice prefetches and streamed result win."""
+    body = ["sc = vsplat(coef[0], W)", "a0 = vsplat(dco[0], W)", "a1 = vsplat(dco[1], W)", "LS = U(Ls)"]
+    if last in _AT_TILE_END:
+        body += ["nt = False", "acc_t = np.empty(Ls * 24 * W, Z)"]
+        if last == "mul_solve":
+            body += ["mul_t = np.empty(Ls * 24 * W, Z)"]
+        body += ["for i in range(lo, hi):", "    uo = U(sites[i])",
+                 f"    {_REGISTER_SITE}", "    A0 = U(0)", "    D0 = uo * LS * FS"]
+        return body + ["    " + x for x in _site_end(last)]
+    body += ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)",
+             "for i in range(lo, hi):", "    uo = U(sites[i])"]
+    for p in range(8):
+        body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
+    body += ["    for s in range(Ls):", "        S = U(s)", "        d = (uo * LS + S) * FS"]
+    body += _register_points("        ", lambda n: f"({n} * LS + S) * FS", False)
+    return body + _register_finish("        ", False, True, last == "banded")
+
+
+#: the call of the function holding the register order's hop of one site into its scratch
+_REGISTER_SITE = "register_site(uo, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef)"
+
+
+def _register_site():
+    """The body of ``register_site``: the register order's hop of the 4D site ``uo``, every slice,
+    unscaled, into ``acc_t`` (the site's Ls slices); a function of its own (not inlined by numba)
+    so that the last steps that finish a site from its scratch share its compile."""
+    body = ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)"]
+    for p in range(8):
+        body += [f"n{p} = U(nbr[U({p}) * N4 + uo])", f"m{p} = perm[U({p}) * N4 + uo]"]
+    body += ["for s in range(Ls):", "    S = U(s)"]
+    body += _register_points("    ", lambda n: f"({n} * U(Ls) + S) * FS", False)
+    return body + [f"    vstoret(acc_t, S * FS + Q{6 * k}, c{k})" for k in range(4)]
 
 
 def _prefetch(wide):
@@ -555,13 +634,17 @@ def _tile_end(last):
     lines = ["for i in range(i0, i1):",
              "    A0 = (U(i) - I0) * LS * FS",
              "    D0 = U(sites[i]) * LS * FS"]
+    return lines + ["    " + x for x in _site_end(last)]
+
+
+def _site_end(last):
+    """Source lines finishing one site whose hop (unscaled, all Ls slices) is in ``acc_t`` from
+    ``A0``, into out from ``D0``: see :func:`_tile_end`."""
     if last == "solve":
-        body = _solve_in_s("acc_t", "A0")
-    elif last == "mul":
-        body = _multiply_in_s(True)
-    else:
-        body = _multiply_in_s(False) + _solve_in_s("mul_t", "U(0)")
-    return lines + ["    " + x for x in body]
+        return _solve_in_s("acc_t", "A0")
+    if last == "mul":
+        return _multiply_in_s(True)
+    return _multiply_in_s(False) + _solve_in_s("mul_t", "U(0)")
 
 
 def _store(dst, stores):
@@ -884,12 +967,16 @@ class _LaunchState:
         lasts = LAST if int(Ls) > 1 else ("plain",)
         self.kernel = {last: kernel_for(nsimd, dtype, Ls, last=last) for last in lasts}
         self.kernel_halo = {last: kernel_for(nsimd, dtype, Ls, halo=True, last=last) for last in lasts}
+        field_bytes = self.n4 * (2 * int(Ls) * 24 + 72) * int(nsimd) * np.dtype(dtype).itemsize
+        self.far = bool(field_bytes > FAR_BYTES)
+        if int(Ls) > 1 and not self.far and wide_default():
+            for last in LAST:
+                self.kernel[last] = kernel_for(nsimd, dtype, Ls, last="register" + ("" if last == "plain"
+                                                                                    else "_" + last))
         # the tables read-only, whatever the stencil's flags: one numba specialisation per path
         self.tables = tuple(read_only(t.reshape(-1)) for t in (
             stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
         self.tile = _tile(Ls, nsimd, dtype)
-        field_bytes = self.n4 * (2 * int(Ls) * 24 + 72) * int(nsimd) * np.dtype(dtype).itemsize
-        self.far = bool(field_bytes > FAR_BYTES)
         self.none = read_only(np.zeros(1, dtype))
         rdims = stencil.grid.rdims
         self.sites = read_only(site_order(rdims, Ls, nsimd, dtype)
