@@ -390,7 +390,8 @@ def test_kept_calls_follow_the_fields_contents():
 
 
 @pytest.mark.parametrize("prec,which", [("double", "unroll"), ("single", "unroll"), ("double", "generic"),
-                                        ("double", "unroll-wide"), ("double", "unroll-far")])
+                                        ("double", "unroll-wide"), ("double", "unroll-far"),
+                                        ("single", "unroll-wide-far")])
 def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
     """dslash.dhop's diagonal term in s (``diag_s``): scale * hop(t) + alpha * Mooee x in one
     kernel, its solve in s (``inv_s``): MooeeInv (scale * hop(t)), and its multiply in s before
@@ -398,18 +399,19 @@ def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
     matrices, both adjoints, both variants; and the Schur operators (Shamir and Möbius) that
     start and end with them against their pieces.  ``unroll-wide``: the AVX-512 structure forced
     on any host; ``unroll-far``: every field counted as larger than the caches (the AVX2
-    structure then writes its result past the caches)."""
+    structure then writes its result past the caches); ``unroll-wide-far``: both (the AVX-512
+    register order's prefetches and streamed result)."""
     from pygrid.qcd import dslash, kernels_wilson as kw
 
     if which != "generic" and dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
-    if which in ("unroll-wide", "unroll-far"):
-        wide = which == "unroll-wide"   # not read from ``which``, which is reassigned below
+    if which in ("unroll-wide", "unroll-far", "unroll-wide-far"):
+        wide = which != "unroll-far"   # not read from ``which``, which is reassigned below
         monkeypatch.setattr(kw, "wide_default", lambda: wide)
         monkeypatch.setattr(kw, "_modules", {})
         monkeypatch.setattr(kw, "_states", {})
         monkeypatch.setattr(dslash, "_BOUND", {})
-        if which == "unroll-far":
+        if which.endswith("far"):
             monkeypatch.setattr(kw, "FAR_BYTES", 0)
         which = "unroll"
     U, D, Mob = ops(prec, (4, 4, 4, 8), Ls=5)

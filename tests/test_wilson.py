@@ -178,9 +178,10 @@ def test_streamed_result_against_numpy(monkeypatch, prec, wide):
 
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
-    """The wide structure's 5D kernel: the register order (every last step) where the caches hold
-    the fields, the tiled order where they do not; both against numpy, with and without the
-    diagonal term (tests/test_domain_wall.py checks the other last steps on both orders)."""
+    """The wide structure's 5D kernel: the register order (every last step) on fields in the caches'
+    reach, with its prefetches and streamed result when they are past the caches, the tiled order
+    beyond; against numpy, with and without the diagonal term (tests/test_domain_wall.py checks
+    the other last steps)."""
     force_structure(monkeypatch, True)
     grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), prec)
     D = pg.qcd.WilsonFermion(U, MASS)
@@ -190,12 +191,18 @@ def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
     pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
     pg.ParallelRNG(g5d, [1, 6, 7, 8]).gaussian(x5)
     p5, x, Un = psi5.to_numpy(), x5.to_numpy(), U.to_numpy()
-    for far, name in ((False, "dhop_local_register"), (True, "dhop_local")):
-        monkeypatch.setattr(kw, "FAR_BYTES", 0 if far else kw.FAR_BYTES)
+    far_bytes, register_bytes = kw.FAR_BYTES, kw.REGISTER_BYTES
+    # in cache; in the register order's reach but past the caches (prefetches, streamed result);
+    # past its reach
+    for far, reach, name in ((False, True, "dhop_local_register"), (True, True, "dhop_local_register"),
+                             (True, False, "dhop_local")):
+        monkeypatch.setattr(kw, "FAR_BYTES", 0 if far else far_bytes)
+        monkeypatch.setattr(kw, "REGISTER_BYTES", register_bytes if reach else 0)
         monkeypatch.setattr(kw, "_states", {})
         monkeypatch.setattr(dslash, "_BOUND", {})
         dt = np.dtype("float64" if prec == "double" else "float32")
         st = kw._launch_state(D.stencil, Ls, grid.nsimd, dt)
+        assert st.far == far
         for last in kw.LAST:
             assert st.kernel[last].__name__ == name + ("" if last == "plain" else "_" + last)
         with psi5.view(pg.AcceleratorRead) as p, x5.view(pg.AcceleratorRead) as xb, \

@@ -51,10 +51,9 @@ when numba compiles for the host):
   spins of the half spinor go through the link together, so each link element is
   read once per point, as Grid keeps the spinor in registers (LLVM keeps most of
   the 24 in registers; at 8^4 this ran 1.4x the tiled order below);
-* wide, 5D fields the caches hold (not ``far``), the plain and banded last steps: the same
-  register order slice by slice (:func:`_register_body_5d`, ``dhop_local_register``);
-* wide, 5D fields past the caches or the other last steps, and narrow (AVX2, 16 registers),
-  4D and 5D: the tiled order,
+* wide, 5D fields in the caches' reach (``REGISTER_BYTES``): the same register order slice
+  by slice (:func:`_register_body_5d`, ``dhop_local_register``);
+* wide, larger 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``TILE_BYTES``, in L1) and, per tile, one loop per stencil point, so
   the Ls slices of one neighbour are read as one stream, with software
@@ -120,6 +119,11 @@ FAR_DISTANCE = 2
 #: gained 15-25% from 20 MB on; on AVX2 (512 KB of L2) streaming the result cost 20% on one thread
 #: on 4 MB and gained 17-19% on 15-20 MB
 FAR_BYTES = 12 << 20
+
+#: 5D fields of at most this many bytes take the register order on wide machines, beyond it the
+#: tiled order (see :func:`_register_body_5d`): on AVX-512 (32 MB of L3) the register order ran
+#: 1.1-1.4x on 14-28 MB of fields, the tiled order 1.2-1.7x on 30-120 MB
+REGISTER_BYTES = 24 << 20
 
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
 FLOPS_PER_SITE = 1320
@@ -316,7 +320,7 @@ def _source(ns, dtype, five_d, wide=False):
         for last in LAST:
             sfx = "" if last == "plain" else "_" + last
             fn(f"dhop_local_register{sfx}({args})", _register_body_5d(last),
-               f"dhop_local{sfx} on fields the caches hold, in the register order (_register_body_5d).",
+               f"dhop_local{sfx} on fields in the caches' reach, in the register order (_register_body_5d).",
                "@_jit")
     return "\n".join(out) + "\n"
 
@@ -444,45 +448,66 @@ def _register_finish(ind, streamed, five_d=False, banded=False):
     return body + [ind + x for x in lines]
 
 
-def _register_body_5d(last="plain"):
-    """The register order for 5D fields that the caches hold: site by site, the eight neighbours'
-    indices read once, then slice by slice the whole result spinor in vector variables over the
-    eight points, each link read once per slice (from L1); written once (the plain and banded
-    last steps), or kept in a scratch of the site's slices in L1 for its multiply and solve in s
-    (the others, which share one compiled function for it, :func:`_register_site`).  The tiled
-    order's accumulator makes a round trip through L1 at every point: against it, in cache,
-    1.0-1.3x (domain wall Ls 8 and 16, both precisions, every last step, same-process A/B on
-    AVX-512).  Out of cache the tiled order's slice prefetches and streamed result win."""
-    body = ["sc = vsplat(coef[0], W)", "a0 = vsplat(dco[0], W)", "a1 = vsplat(dco[1], W)", "LS = U(Ls)"]
+def _register_body_5d(last):
+    """The register order for 5D fields in the caches' reach (:data:`REGISTER_BYTES`): site by site,
+    the eight neighbours' indices read once, then slice by slice the whole result spinor in vector
+    variables over the eight points, each link read once per slice (from L1); written once (the
+    plain and banded last steps), or kept in a scratch of the site's slices in L1 for its multiply
+    and solve in s (the others, which share one compiled function for it, :func:`_register_site`).
+    With ``far`` each point prefetches the start of its neighbour's slice ``SLICE_PREFETCH`` slices
+    ahead into L2 and the result goes past the caches.  The tiled order's accumulator makes a round trip
+    through L1 at every point: against it, same-process A/B on AVX-512, 1.1-1.4x at 8^4 (Ls 8 and
+    16, both precisions, every last step) and about 1.1x on 28 MB of fields; on 30-120 MB the
+    tiled order's streams won (0.6-0.85x)."""
+    body = ["sc = vsplat(coef[0], W)", "a0 = vsplat(dco[0], W)", "a1 = vsplat(dco[1], W)", "LS = U(Ls)",
+            "nt = far and out.ctypes.data % (W * out.itemsize) == 0"]
     if last in _AT_TILE_END:
-        body += ["nt = False", "acc_t = np.empty(Ls * 24 * W, Z)"]
+        body += ["acc_t = np.empty(Ls * 24 * W, Z)"]
         if last == "mul_solve":
             body += ["mul_t = np.empty(Ls * 24 * W, Z)"]
         body += ["for i in range(lo, hi):", "    uo = U(sites[i])",
                  f"    {_REGISTER_SITE}", "    A0 = U(0)", "    D0 = uo * LS * FS"]
-        return body + ["    " + x for x in _site_end(last)]
-    body += ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)",
-             "for i in range(lo, hi):", "    uo = U(sites[i])"]
-    for p in range(8):
-        body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
-    body += ["    for s in range(Ls):", "        S = U(s)", "        d = (uo * LS + S) * FS"]
-    body += _register_points("        ", lambda n: f"({n} * LS + S) * FS", False)
-    return body + _register_finish("        ", False, True, last == "banded")
+        body += ["    " + x for x in _site_end(last)]
+    else:
+        body += ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)",
+                 "for i in range(lo, hi):", "    uo = U(sites[i])"]
+        for p in range(8):
+            body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
+        body += ["    for s in range(Ls):", "        S = U(s)", "        d = (uo * LS + S) * FS"]
+        body += _slice_prefetches("        ")
+        body += _register_points("        ", lambda n: f"({n} * LS + S) * FS", False)
+        body += _register_finish("        ", True, True, last == "banded")
+    return body + ["if nt:", "    store_fence()"]
+
+
+#: cache lines of each neighbour's slice, SPF slices ahead, that the register order prefetches with
+#: ``far``; the hardware prefetcher brings the rest (1, 3 and 6 lines ran within the spread of each
+#: other at 8^4, Ls 8 and 16; a double slice's whole 24, 0.75x in single at Ls 16)
+REGISTER_PREFETCH_LINES = 3
+
+
+def _slice_prefetches(ind):
+    """Source lines: with ``far``, the first lines of each point's neighbour slice ``SPF`` slices
+    ahead into L2 (past the last slices they reach the next sites' slices, or past the array:
+    prefetches never fault)."""
+    return [f"{ind}if far:"] + [f"{ind}    prefetch_l2_lines(psi, (n{p} * LS + S + SPF) * FS, "
+                                f"{REGISTER_PREFETCH_LINES})" for p in range(8)]
 
 
 #: the call of the function holding the register order's hop of one site into its scratch
-_REGISTER_SITE = "register_site(uo, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef)"
+_REGISTER_SITE = "register_site(uo, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, far)"
 
 
 def _register_site():
     """The body of ``register_site``: the register order's hop of the 4D site ``uo``, every slice,
     unscaled, into ``acc_t`` (the site's Ls slices); a function of its own (not inlined by numba)
     so that the last steps that finish a site from its scratch share its compile."""
-    body = ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)"]
+    body = ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)", "LS = U(Ls)"]
     for p in range(8):
         body += [f"n{p} = U(nbr[U({p}) * N4 + uo])", f"m{p} = perm[U({p}) * N4 + uo]"]
     body += ["for s in range(Ls):", "    S = U(s)"]
-    body += _register_points("    ", lambda n: f"({n} * U(Ls) + S) * FS", False)
+    body += _slice_prefetches("    ")
+    body += _register_points("    ", lambda n: f"({n} * LS + S) * FS", False)
     return body + [f"    vstoret(acc_t, S * FS + Q{6 * k}, c{k})" for k in range(4)]
 
 
@@ -969,7 +994,7 @@ class _LaunchState:
         self.kernel_halo = {last: kernel_for(nsimd, dtype, Ls, halo=True, last=last) for last in lasts}
         field_bytes = self.n4 * (2 * int(Ls) * 24 + 72) * int(nsimd) * np.dtype(dtype).itemsize
         self.far = bool(field_bytes > FAR_BYTES)
-        if int(Ls) > 1 and not self.far and wide_default():
+        if int(Ls) > 1 and field_bytes <= REGISTER_BYTES and wide_default():
             for last in LAST:
                 self.kernel[last] = kernel_for(nsimd, dtype, Ls, last="register" + ("" if last == "plain"
                                                                                     else "_" + last))
