@@ -1,7 +1,7 @@
 """norm2 and the inner product on the openmp backend against a copy of their working set, in one process.
 
     python benchmarks/bench_reductions.py [--grid 16.16.16.16] [--rounds 11] \
-        [--baseline OLD_reductions_numba.py]
+        [--baseline OLD_reductions_numba.py] [--per-core]
 
 Each round times a parallel copy moving as many bytes as the reduction reads (the
 roofline of ``pygrid benchmark axpy``), then ``pg.norm2(x)`` or ``pg.inner_product(x, y)``
@@ -13,6 +13,11 @@ from the copy of the next round here.)  With ``--baseline`` (the file
 ``reductions_numba.py`` of another commit, e.g.
 ``git show 66706b6:pygrid/accelerator/reductions_numba.py > /tmp/old.py``) its
 ``norm2``/``inner_product`` run in the same rounds on the same buffers, and must agree.
+
+``--per-core`` instead times the kernels themselves on one core, without a launch or a call:
+the block kernels of both precisions (``reductions_numba``) looped over one buffer of
+16 KiB to 16 MiB, in GB/s read, which shows what one core's loop sustains from L1, L2
+and L3 (in single each vector is widened to double before it is accumulated).
 """
 from __future__ import annotations
 
@@ -43,12 +48,58 @@ def rate(f, seconds=0.15):
     return (time.perf_counter() - t0) / n
 
 
+def per_core(sizes_kib=(16, 256, 768, 4096, 16384), seconds=0.2):
+    """GB/s read by one core's norm2 and inner-product block kernels on buffers of ``sizes_kib``."""
+    import numba
+
+    from pygrid.accelerator import reductions_numba
+
+    print(f"reduction kernels on one core, {time.strftime('%H:%M:%S', time.gmtime())} UTC; GB/s read, "
+          "best of 5")
+    for dtype, nsimd in (("float64", 8), ("float32", 16)):
+        m = reductions_numba.kernels(nsimd, np.dtype(dtype))
+        n2, ip = m.norm2_block, m.inner_block
+
+        @numba.njit(nogil=True)
+        def loop_n2(a, osites, reps, part):
+            for _ in range(reps):
+                n2(0, osites, a, 12, osites, part)
+
+        @numba.njit(nogil=True)
+        def loop_ip(a, b, osites, reps, pr, pi):
+            for _ in range(reps):
+                ip(0, osites, a, b, 12, osites, pr, pi)
+
+        for kib in sizes_kib:
+            osites = max(1, kib * 1024 // (24 * nsimd * np.dtype(dtype).itemsize))
+            a = np.random.default_rng(1).random(osites * 24 * nsimd).astype(dtype)
+            b = a[::-1].copy()
+            part, pi = np.zeros(1), np.zeros(1)
+            loop_n2(a, osites, 1, part)
+            loop_ip(a, b, osites, 1, part, pi)
+            reps = max(1, int(2e8 // a.nbytes))
+            t_n2 = min(_timed(lambda: loop_n2(a, osites, reps, part)) for _ in range(5))
+            t_ip = min(_timed(lambda: loop_ip(a, b, osites, reps, part, pi)) for _ in range(5))
+            print(f"  {dtype} {a.nbytes / 1024:8.0f} KiB   norm2 {reps * a.nbytes / t_n2 / 1e9:6.1f}   "
+                  f"inner product {2 * reps * a.nbytes / t_ip / 1e9:6.1f}", flush=True)
+
+
+def _timed(f):
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default="16.16.16.16")
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--baseline", default=None)
+    ap.add_argument("--per-core", action="store_true", help="the block kernels on one core, no launch")
     args = ap.parse_args()
+    if args.per_core:
+        per_core()
+        return
     dims = tuple(int(v) for v in args.grid.split("."))
     be = get_backend("openmp")
     old = load_baseline(args.baseline) if args.baseline else None

@@ -25,6 +25,7 @@ SCRIPTS = [
     ("bench_wilson_in_cache.py", ["--Ls", "4"], "% of the FMA peak"),
     ("bench_cpu_limits.py", [], "loads per FMA the core sustains"),
     ("bench_reductions.py", ["--grid", "4.4.4.8", "--rounds", "1"], "pg.inner_product"),
+    ("bench_reductions.py", ["--per-core"], "float32"),
     ("bench_solvers.py", ["--grid", "4.4.4.8", "--Ls", "4", "--iterations", "3"], "per CG iteration"),
     ("bench_solver_fusions.py", ["--what", "mobius-schur", "--grid", "4.4.4.8", "--Ls", "4"], "ratio"),
     ("bench_solver_fusions.py", ["--what", "xp", "--grid", "4.4.4.8"], "ratio"),
