@@ -9,7 +9,6 @@ Public API::
     ViewConflictError, LeakedViewWarning, MB
     View(manager, key, mode)                 context manager (view.py)
     Views(((manager, key, mode), ...))       several views opened as one (view.py)
-    BuffersMoved                             leaves a Views block as after a failure (view.py)
     get_manager()                            the process-wide default manager
     configure(device='unified', device_mem_mb=...)   replace the default manager
     memory_stats()                           get_manager().stats()
@@ -25,12 +24,12 @@ from . import interrupts
 from .devices import Device, EmulatedDevice, UnifiedDevice, make_device, register_device
 from .manager import MB, LeakedViewWarning, MemoryManager, ViewConflictError, live_managers
 from .modes import Advise, State, ViewMode
-from .view import BuffersMoved, View, Views
+from .view import View, Views
 
 __all__ = [
     "ViewMode", "Advise", "State", "Device", "UnifiedDevice", "EmulatedDevice",
     "make_device", "register_device", "MemoryManager", "ViewConflictError", "LeakedViewWarning", "MB",
-    "View", "Views", "BuffersMoved",
+    "View", "Views",
     "get_manager", "configure", "memory_stats", "enable_debug_report",
 ]
 

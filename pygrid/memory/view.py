@@ -4,7 +4,7 @@ import numpy as np
 
 from .interrupts import defer_in, deferred, fire
 
-__all__ = ["View", "Views", "BuffersMoved", "read_only"]
+__all__ = ["View", "Views", "read_only"]
 defer_in(__file__)
 
 
@@ -19,11 +19,8 @@ def read_only(arr):
     return alias() if alias is not None else arr
 
 
-class BuffersMoved(Exception):
-    """Raised inside a ``with Views(...) as arrays:`` block whose arrays are no longer the buffers a
-    kept launch was bound to (a device cache moved a field): the views close as after a failure,
-    so a write view that discarded a field's device contents gives them back to whatever path the
-    caller takes next."""
+class _Moved(Exception):
+    """Leaves a :meth:`Views.run_on` block whose arrays are not the buffers given."""
 
 
 class View:
@@ -124,6 +121,22 @@ class Views:
     @property
     def is_open(self) -> bool:
         return self._priors is not None
+
+    def run_on(self, buffers, fn) -> bool:
+        """Open the views and, where they give ``buffers`` (the same objects, in order: what a kept
+        launch was bound to), call ``fn(arrays)`` before closing them; True then.  Where a view
+        gives another buffer (a device cache moved a field) they close as after a failure, so a
+        write view that let the device drop a field's contents gives them back to whatever path
+        the caller takes next, and False is returned."""
+        try:
+            with self as arrays:
+                for i in range(len(buffers)):
+                    if arrays[i] is not buffers[i]:
+                        raise _Moved
+                fn(arrays)
+        except _Moved:
+            return False
+        return True
 
     def __exit__(self, exc_type, exc, tb):
         priors, self._priors = self._priors, None

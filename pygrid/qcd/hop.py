@@ -15,7 +15,7 @@ from ..accelerator.backends import get_backend
 from ..accelerator.host import keep
 from ..config import current
 from ..lattice.lattice import kernel_views
-from ..memory import BuffersMoved, ViewMode
+from ..memory import ViewMode
 from . import dslash
 from .dslash import bound, dhop
 
@@ -51,16 +51,8 @@ class HopCall:
         if (self.backend is not get_backend() or self.config is not current() or views.is_open
                 or self.table is not dslash._BOUND):
             return False
-        buffers = self.buffers
-        try:
-            with views as arrays:
-                for i in range(len(buffers)):
-                    if arrays[i] is not buffers[i]:
-                        raise BuffersMoved  # the checked path then starts from the target's contents
-                self.launch()
-        except BuffersMoved:
-            return False
-        return True
+        launch = self.launch
+        return views.run_on(self.buffers, lambda _: launch())
 
 
 def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, halo_of=None,
