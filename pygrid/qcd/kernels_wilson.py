@@ -121,8 +121,9 @@ FAR_DISTANCE = 2
 FAR_BYTES = 12 << 20
 
 #: 5D fields of at most this many bytes take the register order on wide machines, beyond it the
-#: tiled order (see :func:`_register_body_5d`): on AVX-512 (32 MB of L3) the register order ran
-#: 1.1-1.4x on 14-28 MB of fields, the tiled order 1.2-1.7x on 30-120 MB
+#: tiled order (see :func:`_register_body_5d`): on AVX-512 (32 MB of L3, shared with the machine's
+#: other tenants) the register order ran 1.2-1.5x on 7-15 MB of fields, 1.05-1.09x and 0.7-0.8x in
+#: two runs on 28 MB, and the tiled order 1.2-1.7x on 30-120 MB
 REGISTER_BYTES = 24 << 20
 
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
@@ -455,10 +456,10 @@ def _register_body_5d(last):
     plain and banded last steps), or kept in a scratch of the site's slices in L1 for its multiply
     and solve in s (the others, which share one compiled function for it, :func:`_register_site`).
     With ``far`` each point prefetches the start of its neighbour's slice ``SLICE_PREFETCH`` slices
-    ahead into L2 and the result goes past the caches.  The tiled order's accumulator makes a round trip
-    through L1 at every point: against it, same-process A/B on AVX-512, 1.1-1.4x at 8^4 (Ls 8 and
-    16, both precisions, every last step) and about 1.1x on 28 MB of fields; on 30-120 MB the
-    tiled order's streams won (0.6-0.85x)."""
+    ahead into L2 and the result goes past the caches.  The tiled order's accumulator makes a round
+    trip through L1 at every point: against it, same-process A/B on AVX-512 at 8^4 (Ls 8 and 16,
+    both precisions), the plain last step 1.2-1.5x, the Schur operators' 1.0-1.2x; on 30-120 MB
+    of fields the tiled order's streams won (the register order 0.6-0.85x)."""
     body = ["sc = vsplat(coef[0], W)", "a0 = vsplat(dco[0], W)", "a1 = vsplat(dco[1], W)", "LS = U(Ls)",
             "nt = far and out.ctypes.data % (W * out.itemsize) == 0"]
     if last in _AT_TILE_END:
