@@ -10,7 +10,10 @@ Each round runs, per case and lattice, Grid's generic kernel, Grid's --dslash-un
 kernel and pygrid's openmp backend, each in a fresh process; Grid's figure is the best of
 its two kernels (the first `mflop/s =` line of its output, the hopping term), pygrid's the
 Dhop GFlop/s of its --json report.  The table gives the median over the rounds of each, and
-the ratio pygrid / Grid, with the machine (CPU model, SIMD width) on every row.
+the ratio pygrid / Grid, with the machine (CPU model, SIMD width) on every row.  Each round's
+line gives the threads' probe (pygrid.bench.scaling: how many threads' worth of compute-bound
+work the threads did together) just before Grid's runs and before and after pygrid's: a
+figure well under the thread count means the machine shared the cores meanwhile.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 #: case -> (Grid benchmark binary, its extra flags, pygrid kind, pygrid flags, precision, lattices)
 CASES = {
@@ -91,7 +95,24 @@ def run_pygrid(kind, flags, lattice, threads, precision):
             raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
         with open(out) as f:
             doc = json.load(f)
-    return doc["runs"][0]["kernels"]["Dhop"]["gflops"]
+    scaling = doc["config"].get("thread_scaling") or {}
+    return doc["runs"][0]["kernels"]["Dhop"]["gflops"], (scaling.get("before"), scaling.get("after"))
+
+
+def probe(threads):
+    """The threads' probe now on ``threads`` openmp threads (None on one)."""
+    from pygrid.accelerator.backends import get_backend
+    from pygrid.bench.scaling import thread_scaling
+
+    backend = get_backend("openmp")
+    backend.set_threads(threads)
+    s = thread_scaling(backend)
+    time.sleep(0.2)  # OpenMP's threads spin a while after their last region: idle before Grid starts
+    return s
+
+
+def _x(v):
+    return "-" if v is None else f"{v:.2f}x"
 
 
 def main(argv=None):
@@ -126,13 +147,14 @@ def main(argv=None):
         for lat in lattices:
             grid_runs, py_runs = [], []
             for k in range(rounds):
+                before_grid = probe(args.threads)
                 g = max(run_grid(binary, gflags, lat, args.threads, False),
                         run_grid(binary, gflags, lat, args.threads, True))
-                py = run_pygrid(kind, pflags, lat, args.threads, prec)
+                py, (before, after) = run_pygrid(kind, pflags, lat, args.threads, prec)
                 grid_runs.append(g)
                 py_runs.append(py)
-                print(f"  {case:<13} {lat:<12} round {k + 1}: Grid {g:7.2f}  pygrid {py:7.2f} GFlop/s",
-                      flush=True)
+                print(f"  {case:<13} {lat:<12} round {k + 1}: Grid {g:7.2f}  pygrid {py:7.2f} GFlop/s"
+                      f"   (threads {_x(before_grid)}; {_x(before)}, {_x(after)})", flush=True)
             g, py = statistics.median(grid_runs), statistics.median(py_runs)
             rows.append((case, lat, g, py))
     print()

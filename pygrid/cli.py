@@ -279,13 +279,30 @@ def _benchmark(argv):
     ctx = Context(timer, progress, simd_layout=args.simd, Ls=args.Ls)
 
     print(_config_block(kind, cfg, args, grids, precisions, numba_threads), flush=True)
+    scaling = {"before": _thread_scaling("threads")}
     verification = [_verify(kind, prec, ctx) for prec in precisions] if kind.verify is not None else []
     status = EXIT_FAILED if any(not v["passed"] for v in verification) else 0
     runs, elapsed = _run(kind, grids, precisions, ctx)
+    scaling["after"] = _thread_scaling("threads (after)")
     if communicator.world().is_root:  # rank 0 writes the files
         config = _config_dict(cfg, args, grids, precisions, numba_threads)
+        config["thread_scaling"] = scaling
         _write_outputs(args, kind, argv, config, verification, runs, elapsed)
     return status
+
+
+def _thread_scaling(label):
+    """The threads' probe (:mod:`pygrid.bench.scaling`), its line printed; None where it has none."""
+    import pygrid as pg
+
+    from .bench.scaling import scaling_line, thread_scaling
+
+    backend = pg.get_backend()
+    speedup = thread_scaling(backend)
+    line = scaling_line(label, backend.threads(), speedup)
+    if line is not None and communicator.world().is_root:
+        print(line, flush=True)
+    return speedup
 
 
 def _preflight(args, cfg):

@@ -1,0 +1,75 @@
+"""pygrid.bench.scaling: the benchmarks' probe of whether the threads have a core each."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pygrid.accelerator.backends import get_backend
+from pygrid.bench.scaling import SITES_PER_BLOCK, probe_kernel, scaling_line, thread_scaling
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = """
+import os, sys
+os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
+from pygrid.accelerator.backends import get_backend
+from pygrid.bench.scaling import thread_scaling
+b = get_backend("openmp")
+b.set_threads(2)
+print(thread_scaling(b, pairs=7))
+"""
+
+
+def _probe(cpus):
+    """The probe of two threads in a process confined to ``cpus`` (OpenMP's idle threads asleep, not
+    spinning, so that one block on one CPU runs alone)."""
+    env = dict(os.environ, PYGRID_THREADS="2", NUMBA_NUM_THREADS="2", OMP_WAIT_POLICY="passive")
+    r = subprocess.run([sys.executable, "-c", PROBE, ",".join(map(str, cpus))], capture_output=True,
+                       text=True, env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return float(r.stdout.split()[-1])
+
+
+def test_the_probe_kernel_gives_the_same_numbers_on_one_thread_and_on_all():
+    spin = probe_kernel()
+    n = 2 * SITES_PER_BLOCK
+    one, all_ = np.zeros(n), np.zeros(n)
+    spin(0, n, one, 50)
+    get_backend("openmp").accelerator_for(n, spin, all_, 50)
+    assert np.array_equal(one, all_) and len(np.unique(one)) > 1
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0) & {0, 1}) < 2,
+                    reason="needs CPUs 0 and 1 and sched_setaffinity")
+def test_two_threads_on_one_core_show_in_the_probe():
+    # what a virtual machine does when its two CPUs are one core's hardware threads, or the host
+    # takes one: two threads confined to one CPU do one thread's work; on two CPUs about two (the
+    # machine's own phases can lower that figure too, hence the margin)
+    one = _probe([0])
+    two = _probe([0, 1])
+    assert 0.5 < one < 1.3, (one, two)
+    assert two > one, (one, two)
+
+
+def test_nothing_to_measure_on_one_thread_or_off_the_host():
+    assert thread_scaling(get_backend("numpy")) is None
+    b = get_backend("openmp")
+    n = b.threads()
+    try:
+        b.set_threads(1)
+        assert thread_scaling(b) is None
+    finally:
+        b.set_threads(n)
+
+
+def test_the_line_flags_threads_that_shared_cores():
+    assert scaling_line("threads", 2, None) is None
+    ok = scaling_line("threads", 2, 1.96)
+    assert "2 threads did 1.96x one thread's work" in ok and "note" not in ok
+    low = scaling_line("threads", 2, 1.1)
+    assert "1.10x" in low and "figures taken now run low" in low
