@@ -5,8 +5,8 @@ hardware threads of one core, or the host may run something else on one of them.
 kernel on two threads runs at the speed of one, for seconds or minutes, and every figure
 taken meanwhile is low by up to half (on the project's 2-core machines a Wilson Dhop at 8^4
 ran its two halves in 45 us on two threads in one process and 87 us in another, each half
-alone 40-43 us).  The probe runs a compute-bound loop (independent multiply-add chains on
-registers, no memory traffic) as one block on the calling thread, then as one block on each of
+alone 40-43 us).  The probe runs a compute-bound loop (independent multiply and add chains on
+registers that fill a core's floating-point pipes, no memory traffic) as one block on the calling thread, then as one block on each of
 the backend's threads at once, and gives the ratio of the work done per second:
 ``threads`` when every thread had a core, about 1 when they shared one.
 """
@@ -27,8 +27,12 @@ _kernel = None
 
 
 def probe_kernel():
-    """``spin(lo, hi, out, reps)``: out[i] = the result of 8 chains of ``reps`` multiply-adds seeded
-    by i, for i in [lo, hi) (numba, ``nogil``; compiled once, then from numba's cache)."""
+    """``spin(lo, hi, out, reps)``: out[i] = the sum of 12 chains of ``reps`` multiplies and adds seeded
+    by i, for i in [lo, hi) (numba, ``nogil``; compiled once, then from numba's cache).  Twelve
+    independent chains keep a core's floating-point pipes busy (two multiply and two add pipes
+    at 3 cycles each on Zen): two hardware threads of one core share those pipes and should show
+    as little more than one (the project's machines present one thread per core, so only two
+    threads on one CPU have been measured: 0.99x)."""
     global _kernel
     if _kernel is None:
         from numba import njit
@@ -36,17 +40,23 @@ def probe_kernel():
         @njit(nogil=True, cache=True)
         def spin(lo, hi, out, reps):
             for i in range(lo, hi):
-                a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 1.0 + i * 1e-6
+                a = 1.0 + i * 1e-6
+                a0, a1, a2, a3, a4, a5 = a, a + 0.1, a + 0.2, a + 0.3, a + 0.4, a + 0.5
+                a6, a7, a8, a9, a10, a11 = a + 0.6, a + 0.7, a + 0.8, a + 0.9, a + 1.0, a + 1.1
                 for _ in range(reps):
                     a0 = a0 * 0.999999 + 1e-6
-                    a1 = a1 * 0.999998 + 2e-6
-                    a2 = a2 * 0.999997 + 3e-6
-                    a3 = a3 * 0.999996 + 4e-6
-                    a4 = a4 * 0.999995 + 5e-6
-                    a5 = a5 * 0.999994 + 6e-6
-                    a6 = a6 * 0.999993 + 7e-6
-                    a7 = a7 * 0.999992 + 8e-6
-                out[i] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7
+                    a1 = a1 * 0.999999 + 1e-6
+                    a2 = a2 * 0.999999 + 1e-6
+                    a3 = a3 * 0.999999 + 1e-6
+                    a4 = a4 * 0.999999 + 1e-6
+                    a5 = a5 * 0.999999 + 1e-6
+                    a6 = a6 * 0.999999 + 1e-6
+                    a7 = a7 * 0.999999 + 1e-6
+                    a8 = a8 * 0.999999 + 1e-6
+                    a9 = a9 * 0.999999 + 1e-6
+                    a10 = a10 * 0.999999 + 1e-6
+                    a11 = a11 * 0.999999 + 1e-6
+                out[i] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11
 
         _kernel = spin
     return _kernel
