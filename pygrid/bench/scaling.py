@@ -1,14 +1,14 @@
 """Whether the machine gives the benchmark's threads a core each, measured when the benchmark runs.
 
 On a virtual machine the CPUs the guest sees are the host's to share: two of them may be two
-hardware threads of one core, or the host may run something else on one of them.  Then a
-kernel on two threads runs at the speed of one, for seconds or minutes, and every figure
-taken meanwhile is low by up to half (on the project's 2-core machines a Wilson Dhop at 8^4
-ran its two halves in 45 us on two threads in one process and 87 us in another, each half
-alone 40-43 us).  The probe runs a compute-bound loop (independent multiply and add chains on
-registers that fill a core's floating-point pipes, no memory traffic) as one block on the calling thread, then as one block on each of
-the backend's threads at once, and gives the ratio of the work done per second:
-``threads`` when every thread had a core, about 1 when they shared one.
+hardware threads of one core, or the host may run something else on one of them for a while.
+Then a kernel on two threads runs at about the speed of one, and every figure taken meanwhile
+is low by up to half.  The probe runs a compute-bound loop (independent multiply and add
+chains on registers that fill a core's floating-point pipes, no memory traffic) as one block
+on the calling thread, then as one block on each of the backend's threads at once, and gives
+the ratio of the work done per second: ``threads`` when every thread had a core, about 1 when
+they shared one.  It says nothing of the memory system: caches or bandwidth taken by the host's
+other tenants do not show in it.
 """
 from __future__ import annotations
 
