@@ -12,8 +12,9 @@ its two kernels (the first `mflop/s =` line of its output, the hopping term), py
 Dhop GFlop/s of its --json report.  The table gives the median over the rounds of each, and
 the ratio pygrid / Grid, with the machine (CPU model, SIMD width) on every row.  Each round's
 line gives the threads' probe (pygrid.bench.scaling: how many threads' worth of compute-bound
-work the threads did together) just before Grid's runs and before and after pygrid's: a
-figure well under the thread count means the machine shared the cores meanwhile.
+work the threads did together, in long blocks / in launches of 40 us) just before Grid's runs
+and before and after pygrid's: a first figure well under the thread count means the machine
+shared the cores meanwhile, a second one that the threads were slow to start short launches.
 """
 from __future__ import annotations
 
@@ -96,23 +97,25 @@ def run_pygrid(kind, flags, lattice, threads, precision):
         with open(out) as f:
             doc = json.load(f)
     scaling = doc["config"].get("thread_scaling") or {}
-    return doc["runs"][0]["kernels"]["Dhop"]["gflops"], (scaling.get("before"), scaling.get("after"))
+    return doc["runs"][0]["kernels"]["Dhop"]["gflops"], tuple(
+        (scaling.get(k), scaling.get("short_" + k)) for k in ("before", "after"))
 
 
 def probe(threads):
-    """The threads' probe now on ``threads`` openmp threads (None on one)."""
+    """The threads' probe now on ``threads`` openmp threads, (long blocks, short launches); None on one."""
     from pygrid.accelerator.backends import get_backend
-    from pygrid.bench.scaling import thread_scaling
+    from pygrid.bench.scaling import SHORT_BLOCK_SECONDS, SHORT_PAIRS, thread_scaling
 
     backend = get_backend("openmp")
     backend.set_threads(threads)
-    s = thread_scaling(backend)
+    s = thread_scaling(backend), thread_scaling(backend, SHORT_PAIRS, SHORT_BLOCK_SECONDS)
     time.sleep(0.2)  # OpenMP's threads spin a while after their last region: idle before Grid starts
     return s
 
 
 def _x(v):
-    return "-" if v is None else f"{v:.2f}x"
+    """A probe's (long, short) pair as ``1.97x/1.78x``."""
+    return "/".join("-" if x is None else f"{x:.2f}x" for x in v)
 
 
 def main(argv=None):

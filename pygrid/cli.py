@@ -279,11 +279,11 @@ def _benchmark(argv):
     ctx = Context(timer, progress, simd_layout=args.simd, Ls=args.Ls)
 
     print(_config_block(kind, cfg, args, grids, precisions, numba_threads), flush=True)
-    scaling = {"before": _thread_scaling("threads")}
+    scaling = dict(zip(("before", "short_before"), _thread_scaling("threads")))
     verification = [_verify(kind, prec, ctx) for prec in precisions] if kind.verify is not None else []
     status = EXIT_FAILED if any(not v["passed"] for v in verification) else 0
     runs, elapsed = _run(kind, grids, precisions, ctx)
-    scaling["after"] = _thread_scaling("threads (after)")
+    scaling.update(zip(("after", "short_after"), _thread_scaling("threads (after)")))
     if communicator.world().is_root:  # rank 0 writes the files
         config = _config_dict(cfg, args, grids, precisions, numba_threads)
         config["thread_scaling"] = scaling
@@ -292,17 +292,19 @@ def _benchmark(argv):
 
 
 def _thread_scaling(label):
-    """The threads' probe (:mod:`pygrid.bench.scaling`), its line printed; None where it has none."""
+    """The threads' probe (:mod:`pygrid.bench.scaling`) in long blocks and in short launches, its
+    line printed; (None, None) where it has none."""
     import pygrid as pg
 
-    from .bench.scaling import scaling_line, thread_scaling
+    from .bench.scaling import SHORT_BLOCK_SECONDS, SHORT_PAIRS, scaling_line, thread_scaling
 
     backend = pg.get_backend()
     speedup = thread_scaling(backend)
-    line = scaling_line(label, backend.threads(), speedup)
+    short = None if speedup is None else thread_scaling(backend, SHORT_PAIRS, SHORT_BLOCK_SECONDS)
+    line = scaling_line(label, backend.threads(), speedup, short)
     if line is not None and communicator.world().is_root:
         print(line, flush=True)
-    return speedup
+    return speedup, short
 
 
 def _preflight(args, cfg):

@@ -18,21 +18,23 @@ PROBE = """
 import os, sys
 os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
 from pygrid.accelerator.backends import get_backend
-from pygrid.bench.scaling import thread_scaling
+from pygrid.bench.scaling import SHORT_BLOCK_SECONDS, thread_scaling
 b = get_backend("openmp")
 b.set_threads(2)
-print(thread_scaling(b, pairs=7))
+print(thread_scaling(b, pairs=7), thread_scaling(b, 101, SHORT_BLOCK_SECONDS))
 """
 
 
-def _probe(cpus):
-    """The probe of two threads in a process confined to ``cpus`` (OpenMP's idle threads asleep, not
-    spinning, so that one block on one CPU runs alone)."""
-    env = dict(os.environ, PYGRID_THREADS="2", NUMBA_NUM_THREADS="2", OMP_WAIT_POLICY="passive")
+def _probe(cpus, wait="passive"):
+    """The probe of two threads in a process confined to ``cpus``, in long blocks and in short
+    launches, OpenMP's idle threads asleep (``passive``: one block on one CPU runs alone) or
+    spinning (``active``)."""
+    env = dict(os.environ, PYGRID_THREADS="2", NUMBA_NUM_THREADS="2", OMP_WAIT_POLICY=wait)
     r = subprocess.run([sys.executable, "-c", PROBE, ",".join(map(str, cpus))], capture_output=True,
                        text=True, env=env, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
-    return float(r.stdout.split()[-1])
+    long, short = r.stdout.split()[-2:]
+    return float(long), float(short)
 
 
 def test_the_probe_kernel_gives_the_same_numbers_on_one_thread_and_on_all():
@@ -50,10 +52,23 @@ def test_two_threads_on_one_core_show_in_the_probe():
     # what a virtual machine does when its two CPUs are one core's hardware threads, or the host
     # takes one: two threads confined to one CPU do one thread's work; on two CPUs about two (the
     # machine's own phases can lower that figure too, hence the margin)
-    one = _probe([0])
-    two = _probe([0, 1])
+    one, _ = _probe([0])
+    two, _ = _probe([0, 1])
     assert 0.5 < one < 1.3, (one, two)
     assert two > one, (one, two)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0) & {0, 1}) < 2,
+                    reason="needs CPUs 0 and 1 and sched_setaffinity")
+def test_threads_slow_to_start_show_in_short_launches_only():
+    # OpenMP's worker asleep between launches (passive) must be woken for each: in launches of
+    # tens of microseconds that costs about as much as the block itself; spinning (active) it
+    # starts at once
+    asleep_long, asleep_short = _probe([0, 1], "passive")
+    spinning_long, spinning_short = _probe([0, 1], "active")
+    assert asleep_short < 1.3, (asleep_long, asleep_short, spinning_short)
+    assert asleep_short < spinning_short and asleep_short < asleep_long, (
+        asleep_long, asleep_short, spinning_long, spinning_short)
 
 
 def test_nothing_to_measure_on_one_thread_or_off_the_host():
@@ -67,9 +82,12 @@ def test_nothing_to_measure_on_one_thread_or_off_the_host():
         b.set_threads(n)
 
 
-def test_the_line_flags_threads_that_shared_cores():
+def test_the_line_flags_threads_that_shared_cores_or_started_late():
     assert scaling_line("threads", 2, None) is None
-    ok = scaling_line("threads", 2, 1.96)
-    assert "2 threads did 1.96x one thread's work" in ok and "note" not in ok
-    low = scaling_line("threads", 2, 1.1)
+    ok = scaling_line("threads", 2, 1.96, 1.84)
+    assert "2 threads did 1.96x one thread's work" in ok and "1.84x in launches of" in ok
+    assert "note" not in ok
+    low = scaling_line("threads", 2, 1.1, 1.0)
     assert "1.10x" in low and "figures taken now run low" in low
+    late = scaling_line("threads", 2, 1.95, 0.7)
+    assert "slow to start short launches" in late

@@ -192,7 +192,8 @@ def test_json(kind, tmp_path):
     assert doc["pygrid_version"] == pygrid.__version__ and doc["kind"] == kind
     assert doc["config"]["grids"] == [[4, 4, 4, 8]] and doc["config"]["iterations"] == 2
     probe = doc["config"]["thread_scaling"]
-    assert set(probe) == {"before", "after"} and all(v is None or v > 0 for v in probe.values())
+    assert set(probe) == {"before", "after", "short_before", "short_after"}
+    assert all(v is None or v > 0 for v in probe.values())
     assert (" threads did " in r.stdout) == (probe["before"] is not None)
     assert len(doc["runs"]) == 1
     run = doc["runs"][0]
