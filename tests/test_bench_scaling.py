@@ -60,15 +60,14 @@ def test_two_threads_on_one_core_show_in_the_probe():
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0) & {0, 1}) < 2,
                     reason="needs CPUs 0 and 1 and sched_setaffinity")
-def test_threads_slow_to_start_show_in_short_launches_only():
-    # OpenMP's worker asleep between launches (passive) must be woken for each: in launches of
-    # tens of microseconds that costs about as much as the block itself; spinning (active) it
-    # starts at once
-    asleep_long, asleep_short = _probe([0, 1], "passive")
-    spinning_long, spinning_short = _probe([0, 1], "active")
-    assert asleep_short < 1.3, (asleep_long, asleep_short, spinning_short)
-    assert asleep_short < spinning_short and asleep_short < asleep_long, (
-        asleep_long, asleep_short, spinning_long, spinning_short)
+def test_short_launches_pay_the_start_of_their_threads():
+    # a launch's start costs a share of a 40 us block that it does not of a 4 ms one: short launches
+    # never scale better than long blocks (how much worse depends on how fast the machine wakes a
+    # thread: with OpenMP's worker asleep between launches, 0.8-0.9x on the project's VM in one
+    # hour and 1.7x in another, so only the order is asserted)
+    for wait in ("passive", "active"):
+        long, short = _probe([0, 1], wait)
+        assert 0 < short <= 1.05 * long and long <= 2.2, (wait, long, short)
 
 
 def test_nothing_to_measure_on_one_thread_or_off_the_host():
