@@ -90,3 +90,14 @@ def test_the_line_flags_threads_that_shared_cores_or_started_late():
     assert "1.10x" in low and "figures taken now run low" in low
     late = scaling_line("threads", 2, 1.95, 0.7)
     assert "slow to start short launches" in late
+
+
+def test_the_probe_runs_on_the_blocks_a_launch_splits_into():
+    from pygrid.bench.scaling import probe_threads
+
+    import numba
+
+    assert probe_threads(get_backend("numpy")) == 0
+    b = get_backend("openmp")
+    # every thread the backend was given, up to those numba started with
+    assert probe_threads(b) == min(b.threads(), numba.config.NUMBA_NUM_THREADS) >= 1

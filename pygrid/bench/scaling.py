@@ -76,9 +76,7 @@ def thread_scaling(backend=None, pairs: int = PAIRS, block_seconds: float = BLOC
     from ..accelerator.backends import get_backend
 
     backend = get_backend() if backend is None else backend
-    if backend.name != "openmp":
-        return None
-    n = backend.blocks(SITES_PER_BLOCK * backend.threads())
+    n = probe_threads(backend)
     if n < 2:
         return None
     spin = probe_kernel()
@@ -95,6 +93,14 @@ def thread_scaling(backend=None, pairs: int = PAIRS, block_seconds: float = BLOC
         backend.accelerator_for(osites, spin, out, reps)
         all_.append(time.perf_counter() - t0)
     return n * statistics.median(one) / statistics.median(all_)
+
+
+def probe_threads(backend) -> int:
+    """The threads the probe runs on: the blocks a launch of the backend splits into (0 for a
+    backend whose kernels do not run on this host's threads)."""
+    if backend.name != "openmp":
+        return 0
+    return backend.blocks(SITES_PER_BLOCK * backend.threads())
 
 
 #: the short launches of the probe: blocks of about this many seconds (a Wilson Dhop at 8^4 runs
