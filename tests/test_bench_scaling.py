@@ -93,9 +93,9 @@ def test_the_line_flags_threads_that_shared_cores_or_started_late():
 
 
 def test_the_probe_runs_on_the_blocks_a_launch_splits_into():
-    from pygrid.bench.scaling import probe_threads
-
     import numba
+
+    from pygrid.bench.scaling import probe_threads
 
     assert probe_threads(get_backend("numpy")) == 0
     b = get_backend("openmp")
