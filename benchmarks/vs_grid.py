@@ -102,13 +102,14 @@ def run_pygrid(kind, flags, lattice, threads, precision):
 
 
 def probe(threads):
-    """The threads' probe now on ``threads`` openmp threads, (long blocks, short launches); None on one."""
+    """The threads' probe now on ``threads`` openmp threads: (long blocks, short launches), (None,
+    None) on one."""
     from pygrid.accelerator.backends import get_backend
-    from pygrid.bench.scaling import SHORT_BLOCK_SECONDS, SHORT_PAIRS, thread_scaling
+    from pygrid.bench.scaling import probe as scaling_probe
 
     backend = get_backend("openmp")
     backend.set_threads(threads)
-    s = thread_scaling(backend), thread_scaling(backend, SHORT_PAIRS, SHORT_BLOCK_SECONDS)
+    s = scaling_probe(backend)
     time.sleep(0.2)  # OpenMP's threads spin a while after their last region: idle before Grid starts
     return s
 

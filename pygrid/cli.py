@@ -296,11 +296,10 @@ def _thread_scaling(label):
     line printed; (None, None) where it has none."""
     import pygrid as pg
 
-    from .bench.scaling import SHORT_BLOCK_SECONDS, SHORT_PAIRS, probe_threads, scaling_line, thread_scaling
+    from .bench.scaling import probe, probe_threads, scaling_line
 
     backend = pg.get_backend()
-    speedup = thread_scaling(backend)
-    short = None if speedup is None else thread_scaling(backend, SHORT_PAIRS, SHORT_BLOCK_SECONDS)
+    speedup, short = probe(backend)
     line = scaling_line(label, probe_threads(backend), speedup, short)
     if line is not None and communicator.world().is_root:
         print(line, flush=True)

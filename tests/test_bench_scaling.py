@@ -18,10 +18,10 @@ PROBE = """
 import os, sys
 os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
 from pygrid.accelerator.backends import get_backend
-from pygrid.bench.scaling import SHORT_BLOCK_SECONDS, thread_scaling
+from pygrid.bench.scaling import probe
 b = get_backend("openmp")
 b.set_threads(2)
-print(thread_scaling(b, pairs=7), thread_scaling(b, 101, SHORT_BLOCK_SECONDS))
+print(*probe(b))
 """
 
 

@@ -22,6 +22,10 @@ SITES_PER_BLOCK = 256
 BLOCK_SECONDS = 0.004
 #: (one block, all blocks) pairs timed; the medians are compared
 PAIRS = 5
+#: the short launches of the probe: blocks of about this many seconds (a Wilson Dhop at 8^4 runs
+#: blocks of 40-90 us), and their pairs
+SHORT_BLOCK_SECONDS = 40e-6
+SHORT_PAIRS = 101
 
 _kernel = None
 
@@ -95,6 +99,14 @@ def thread_scaling(backend=None, pairs: int = PAIRS, block_seconds: float = BLOC
     return n * statistics.median(one) / statistics.median(all_)
 
 
+def probe(backend=None) -> tuple[float | None, float | None]:
+    """:func:`thread_scaling` in long blocks and in short launches: what a benchmark prints."""
+    speedup = thread_scaling(backend)
+    if speedup is None:
+        return None, None
+    return speedup, thread_scaling(backend, SHORT_PAIRS, SHORT_BLOCK_SECONDS)
+
+
 def probe_threads(backend) -> int:
     """The threads the probe runs on: the blocks a launch of the backend splits into (0 for a
     backend whose kernels do not run on this host's threads)."""
@@ -102,11 +114,6 @@ def probe_threads(backend) -> int:
         return 0
     return backend.blocks(SITES_PER_BLOCK * backend.threads())
 
-
-#: the short launches of the probe: blocks of about this many seconds (a Wilson Dhop at 8^4 runs
-#: blocks of 40-90 us), and their pairs
-SHORT_BLOCK_SECONDS = 40e-6
-SHORT_PAIRS = 101
 
 _rate = None
 
