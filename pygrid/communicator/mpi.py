@@ -19,6 +19,11 @@ from .base import Communicator
 
 _MPI = None
 
+# The launcher forwards a rank's output through its own pipes and sockets, and
+# on MPI_Abort it kills every rank, possibly before that output has crossed:
+# a loaded machine then shows the user an aborted job with no traceback.
+ABORT_GRACE_S = 1.0
+
 
 def _mpi():
     global _MPI
@@ -127,6 +132,8 @@ class MpiComm(Communicator):
         sys.stderr.write(f"pygrid: rank {self.rank} of {self.size}: {message}\n"
                          f"pygrid: aborting all {self.size} ranks (MPI_Abort)\n")
         sys.stderr.flush()
+        sys.stdout.flush()
+        time.sleep(ABORT_GRACE_S)
         self.comm.Abort(code)
 
     def install_abort_hook(self):
