@@ -71,6 +71,38 @@ def test_host_kernels_run_or_are_refused_by_name():
             call()
 
 
+def test_a_bound_launch_runs_again_and_prepared():
+    """``launch.again(osites)`` and ``launch.prepared(osites)()`` run the kernel on the bound
+    arguments on the CPU backends; on openmp a prepared launch follows a change of thread count."""
+    import numpy as np
+    from numba import njit
+
+    @njit(nogil=True)
+    def add_one(lo, hi, a):
+        for i in range(lo, hi):
+            a[i] += 1.0
+
+    for name in ("numpy", "openmp"):
+        b, a = pg.get_backend(name), np.zeros(4096)
+        launch = b.bind_kernel(add_one, a)
+        launch(4096, a)
+        launch.again(4096)
+        go = launch.prepared(4096)
+        go()
+        assert (a == 3).all()
+        before = b.threads()
+        try:
+            b.set_threads(1)
+            go()
+            b.set_threads(before)
+            go()
+        finally:
+            b.set_threads(before)
+        assert (a == 5).all()
+        launch.prepared(1000)()
+        assert (a[:1000] == 6).all() and (a[1000:] == 5).all()
+
+
 def test_no_class_is_patched():
     """The library and the test fixtures select backends by name: no backend method is rebound."""
     from pygrid.accelerator import emulated_backend, numpy_backend, openmp_backend

@@ -58,6 +58,7 @@ class Faults:
             launch = bind(*args, **kwargs)
             counted = self._wrap(launch)
             counted.again = self._wrap(launch.again)    # the launch on the bound arguments
+            counted.prepared = lambda osites: self._wrap(launch.prepared(osites))   # and its kept form
             return counted
         return counted_launches
 

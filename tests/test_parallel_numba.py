@@ -154,6 +154,28 @@ def test_a_bound_launch_again_on_its_own_arguments():
         gone.again(2, 30)
 
 
+def test_a_bound_launch_runner_repeats_it():
+    """``Bound.runner(nblocks, osites)`` is ``again`` with its lookups done once: the same sites
+    written, and the kernel's exception raised, in blocks and on the calling thread."""
+    a = np.zeros(30)
+    bound = parallel_numba.Bound(refuse_site, (a, -1))
+    bound.again(2, 30)      # the driver's first launch compiles and keeps its entry point
+    for nblocks in (2, 3, 1):
+        a[:] = 0
+        run = bound.runner(nblocks, 30)
+        run()
+        np.testing.assert_array_equal(a, 1.0)
+    a[:] = 0
+    bound.runner(2, 20)()
+    np.testing.assert_array_equal(a[:20], 1.0)
+    np.testing.assert_array_equal(a[20:], 0.0)
+    refusing = parallel_numba.Bound(refuse_site, (a, 7))
+    refusing.runner(2, 30)   # before any launch: it runs through again
+    for nblocks in (2, 1):
+        with pytest.raises(ValueError, match="this site is refused"):
+            refusing.runner(nblocks, 30)()
+
+
 def test_each_argument_type_signature_gets_its_own_kernel_address():
     """The address is that of the overload for the arguments' exact types: a read-only array,
     an integer for a float, another dtype each run the kernel compiled for them."""

@@ -22,13 +22,14 @@ def serial_for(osites: int, kernel: Callable, *args: Any) -> None:
 
 
 def serial_launcher(kernel: Callable, args: tuple = ()) -> Callable[..., None]:
-    """``launch(osites, *args)``, :func:`serial_for` of ``kernel``, and ``launch.again(osites)`` on
-    ``args`` (held weakly): the serial backends' ``bind_kernel``."""
+    """``launch(osites, *args)``, :func:`serial_for` of ``kernel``, and ``launch.again(osites)`` and
+    ``launch.prepared(osites)()`` on ``args`` (held weakly): the serial backends' ``bind_kernel``."""
     def launch(osites: int, *a: Any) -> None:
         kernel(0, osites, *a)
 
     bound = weak_args(args)
     launch.again = lambda osites: kernel(0, osites, *bound())
+    launch.prepared = lambda osites: lambda: kernel(0, osites, *bound())
     return launch
 
 

@@ -193,7 +193,8 @@ class OpenMPBackend:
     def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
         """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through
         the parallel driver's entry point (``parallel_numba.Bound``); ``launch.again(osites)``
-        runs it on ``args`` themselves, packed once."""
+        runs it on ``args`` themselves, packed once, and ``launch.prepared(osites)()`` too, through
+        the driver's entry point looked up once (while the thread count stays)."""
         from .parallel_numba import Bound
 
         bound = Bound(kernel, args)
@@ -204,7 +205,19 @@ class OpenMPBackend:
         def again(osites: int) -> None:
             bound.again(self.blocks(osites), osites)
 
-        launch.again = again
+        def prepared(osites: int) -> Callable[[], None]:
+            nthreads, nblocks = self._nthreads, self.blocks(osites)
+            run = bound.runner(nblocks, osites)
+
+            def go() -> None:
+                if self._nthreads == nthreads:
+                    run()
+                else:
+                    again(osites)
+
+            return go
+
+        launch.again, launch.prepared = again, prepared
         return launch
 
     # ---- kernels -----------------------------------------------------------------

@@ -19,6 +19,11 @@ def read_only(arr):
     return alias() if alias is not None else arr
 
 
+#: the priors of Views whose run_on runs on a unified device (open, nothing to restore)
+_RUNNING = ()
+_UNKNOWN = object()
+
+
 class _Moved(Exception):
     """Leaves a :meth:`Views.run_on` block whose arrays are not the buffers given."""
 
@@ -90,11 +95,27 @@ class Views:
     buffers themselves, writable (views for pygrid's own kernels, which never write their inputs).
     """
 
-    __slots__ = ("views", "_priors")
+    __slots__ = ("views", "_priors", "_unified")
 
     def __init__(self, views):
         self.views = tuple(views)
         self._priors = None
+        self._unified = _UNKNOWN
+
+    @property
+    def unified(self):
+        """``(manager, ((key, write), ...))`` where the views are accelerator views of one manager on
+        a unified device, else None: what :meth:`MemoryManager.run_unified` takes, the inline path
+        of :meth:`run_on` (a caller that keeps these views may take it itself)."""
+        u = self._unified
+        if u is _UNKNOWN:
+            views = self.views
+            u = None
+            if (views and len({id(m) for m, _, _ in views}) == 1 and views[0][0].device.unified
+                    and all(mode.accelerator for _, _, mode in views)):
+                u = (views[0][0], tuple((key, mode.write) for _, key, mode in views))
+            self._unified = u
+        return u
 
     def __enter__(self):
         if self._priors is not None:
@@ -128,6 +149,15 @@ class Views:
         gives another buffer (a device cache moved a field) they close as after a failure, so a
         write view that let the device drop a field's contents gives them back to whatever path
         the caller takes next, and False is returned."""
+        unified = self.unified
+        if unified is not None and self._priors is None:
+            self._priors = _RUNNING
+            try:
+                done = unified[0].run_unified(unified[1], buffers, fn)
+            finally:
+                self._priors = None
+            if done is not None:
+                return done
         try:
             with self as arrays:
                 for i in range(len(buffers)):

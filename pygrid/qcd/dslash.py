@@ -277,12 +277,7 @@ def bound(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag
     held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s)
     if hit is None or not hit.holds(held):
         return None
-    run, d = hit.run, diag if hit.use_diag else out
-
-    def again():
-        run(out, psi, uf, ub, d)
-
-    return again
+    return hit.run.prepared
 
 
 def _coefficients(scale, alpha, sf, dtype):

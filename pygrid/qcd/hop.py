@@ -27,13 +27,17 @@ MAX_CALLS = 64
 
 class HopCall:
     """A hop run before on the same fields (held weakly): their views (a ``memory.Views``, opened
-    again each call), the buffers those views gave, and the launch bound to them."""
+    again each call; on a unified device through ``MemoryManager.run_unified``, the views' counts
+    kept inline), the buffers those views gave, and the launch bound to them (a backend's
+    ``launch.prepared``)."""
 
-    __slots__ = ("refs", "views", "buffers", "launch", "backend", "config", "table", "__weakref__")
+    __slots__ = ("refs", "views", "unified", "buffers", "launch", "run", "backend", "config", "table",
+                 "__weakref__")
 
     def __init__(self, views, buffers, launch):
         self.refs = ()  # the fields' weak references (host.keep)
         self.views, self.buffers, self.launch = views, tuple(buffers), launch
+        self.unified, self.run = views.unified, lambda _: launch()
         self.backend, self.config = get_backend(), current()
         # the launch is one of dslash's bound launches: replacing dslash's table of them (to forget
         # every bound launch) retires the kept calls as well
@@ -46,13 +50,18 @@ class HopCall:
         for i in range(len(refs)):
             if refs[i]() is not fields[i]:
                 return False
+        if self.backend is not get_backend() or self.config is not current() or self.table is not dslash._BOUND:
+            return False
+        unified = self.unified
+        if unified is not None:
+            done = unified[0].run_unified(unified[1], self.buffers, self.run)
+            if done is not None:
+                return done
         views = self.views
         # another thread's call on the same fields holds the kept views: this one opens its own
-        if (self.backend is not get_backend() or self.config is not current() or views.is_open
-                or self.table is not dslash._BOUND):
+        if views.is_open:
             return False
-        launch = self.launch
-        return views.run_on(self.buffers, lambda _: launch())
+        return views.run_on(self.buffers, self.run)
 
 
 def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, halo_of=None,

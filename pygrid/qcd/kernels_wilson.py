@@ -960,7 +960,8 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
                   mul=None):
     """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
     the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``, its
-    arguments packed once); the caller passes the same buffers again, alive.  None where a call
+    arguments packed once); the caller passes the same buffers again, alive.  ``run.prepared()``
+    is the same launch without arguments (``launch.prepared``).  None where a call
     has more to do than the launch (a lattice split over ranks, a read-only buffer that each call
     copies)."""
     plan = stencil.plan
@@ -970,13 +971,16 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul) + (
         st.sites, st.none, st.none)
-    again, n4 = backend.bind_kernel(st.kernel[_last(args)], *args).again, st.n4
+    launch, n4 = backend.bind_kernel(st.kernel[_last(args)], *args), st.n4
+    again = launch.again
 
     def run(out, psi, uf, ub, diag, _tables=args[5:]):
         # the buffers it was bound with (the caller checked that they are these); the launch holds
         # its arguments weakly, so the tables and coefficients, which caches may drop, are held here
         again(n4)
 
+    run.prepared = launch.prepared(n4)
+    run.prepared.tables = args[5:]
     return run
 
 
