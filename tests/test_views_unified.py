@@ -1,9 +1,10 @@
 """Hypothesis state machine: ``Views.run_on`` on a unified device against the general path.
 
 On a unified device ``run_on`` does the views' bookkeeping inline
-(``MemoryManager.run_unified``).  Two managers on unified devices receive the same steps;
-one runs its views through that path, the other through the general one (opens and closes
-one by one).  After every step both agree on what each step returned or raised, on every
+(``MemoryManager.run_unified``), and a kept Dirac call's compiled launch takes only the opens'
+checks (``MemoryManager.launch_unified``).  Two managers on unified devices receive the same
+steps; one runs its views through those paths, the other through the general one (opens and
+closes one by one).  After every step both agree on what each step returned or raised, on every
 entry's view counts and write count, and on every statistic.
 """
 
@@ -114,6 +115,38 @@ class UnifiedViews(RuleBasedStateMachine):
             seen = []
             results.append((outcome(lambda views=views, buffers=buffers, block=block: views.run_on(buffers, block)),
                             seen, views.is_open))
+        assert results[0] == results[1]
+
+    @precondition(lambda self: self.keys)
+    @rule(data=st.data(), fail=st.booleans(), moved=st.booleans())
+    def launch(self, data, fail, moved):
+        """A compiled launch (no Python inside, so nothing looks at the counts while it runs) as a kept
+        Dirac call takes it: ``launch_unified``, or the general path where that refuses."""
+        idx = data.draw(st.lists(st.integers(0, len(self.keys) - 1), min_size=1, max_size=4))
+        modes = [data.draw(st.sampled_from(ACC)) for _ in idx]
+        results = []
+        for mgr, side in ((self.fast, 0), (self.general, 1)):
+            keys = [self.keys[i][side] for i in idx]
+            views = Views([(mgr, k, m) for k, m in zip(keys, modes)])
+            entries = [mgr._entries.get(k) for k in keys]
+            buffers = [None if e is None else e.host for e in entries]
+            if moved:
+                buffers[-1] = np.zeros(1)
+            ran = []
+
+            def go(ran=ran):
+                ran.append(1)
+                if fail:
+                    raise RuntimeError("the launch failed")
+
+            def call(mgr=mgr, views=views, buffers=buffers, go=go, side=side):
+                if side == 0:
+                    done = mgr.launch_unified(views.unified[1], buffers, go)
+                    if done is not None:
+                        return done
+                return views.run_on(buffers, lambda arrays: go())
+
+            results.append((outcome(call), ran))
         assert results[0] == results[1]
 
     @invariant()

@@ -27,9 +27,9 @@ MAX_CALLS = 64
 
 class HopCall:
     """A hop run before on the same fields (held weakly): their views (a ``memory.Views``, opened
-    again each call; on a unified device through ``MemoryManager.run_unified``, the views' counts
-    kept inline), the buffers those views gave, and the launch bound to them (a backend's
-    ``launch.prepared``)."""
+    again each call; on a unified device their checks alone, ``MemoryManager.launch_unified``),
+    the buffers those views gave, and the launch bound to them (a backend's ``launch.prepared``,
+    compiled code that runs no Python)."""
 
     __slots__ = ("refs", "views", "unified", "buffers", "launch", "run", "backend", "config", "table",
                  "__weakref__")
@@ -54,7 +54,7 @@ class HopCall:
             return False
         unified = self.unified
         if unified is not None:
-            done = unified[0].run_unified(unified[1], self.buffers, self.run)
+            done = unified[0].launch_unified(unified[1], self.buffers, self.launch)
             if done is not None:
                 return done
         views = self.views
