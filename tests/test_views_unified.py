@@ -113,8 +113,8 @@ class UnifiedViews(RuleBasedStateMachine):
             if moved:
                 buffers[-1] = np.zeros(1)
             seen = []
-            results.append((outcome(lambda views=views, buffers=buffers, block=block: views.run_on(buffers, block)),
-                            seen, views.is_open))
+            run = lambda views=views, buffers=buffers, block=block: views.run_on(buffers, block)  # noqa: E731
+            results.append((outcome(run), seen, views.is_open))
         assert results[0] == results[1]
 
     @precondition(lambda self: self.keys)

@@ -456,7 +456,8 @@ class Bound:
         now, down to the driver's compiled entry point (once a launch has compiled it): what a
         caller repeating one launch on the same buffers keeps."""
         launch = self._launch
-        if launch is None or launch.packing is None or nblocks == 1 or isinstance(launch.drive, CPUDispatcher):
+        if (launch is None or launch.packing is None or nblocks == 1
+                or isinstance(launch.drive, CPUDispatcher)):
             return lambda: self.again(nblocks, osites)
         if self._words is None:
             self._words = launch.words(self.args())

@@ -50,7 +50,8 @@ class HopCall:
         for i in range(len(refs)):
             if refs[i]() is not fields[i]:
                 return False
-        if self.backend is not get_backend() or self.config is not current() or self.table is not dslash._BOUND:
+        if (self.backend is not get_backend() or self.config is not current()
+                or self.table is not dslash._BOUND):
             return False
         unified = self.unified
         if unified is not None:
