@@ -32,6 +32,7 @@ SCRIPTS = [
     ("bench_call_overhead.py", ["--operator", "schur", "--grid", "4.4.4.8", "--calls", "20"],
      "the call outside the launch"),
     ("bench_s_matrices.py", ["--grid", "4.4.4.8", "--Ls", "4"], "max rel. difference"),
+    ("bench_call_trace.py", ["--grid", "8.8.8.8", "--calls", "20", "--rounds", "1"], "the call"),
 ]
 
 

@@ -1,0 +1,176 @@
+"""Where a kept call's time goes, from the CPU's timestamp counter read inside the parallel launch.
+
+    python benchmarks/bench_call_trace.py [--operator wilson|dwf|schur] [--grid 8.8.8.8]
+        [--precision single] [--calls 3000] [--rounds 3]
+
+The openmp backend's parallel driver is replaced, before the first launch, by one that reads
+the timestamp counter (``rdtsc``) as each block starts and ends; the call reads it before and
+after.  So each call splits into: the time before the first block starts (the call's Python,
+the driver's entry and OpenMP starting the threads), the blocks themselves (first start to last
+end), and the time after the last block ends (the threads joining, the Python unwinding).  The
+overhead, before plus after, does not include the kernel, so it is steady across the virtual
+machine's slow and fast phases, which move the blocks by up to 1.5x.  Medians over ``--calls``
+calls, per round; the counter's frequency is measured against ``time.perf_counter``.
+
+``wilson``: ``WilsonFermion.Dhop(psi, out=out)``; ``dwf``: the domain-wall ``Dhop`` (Ls 8);
+``schur``: the Wilson even-odd hop ``Meooe(psi_e, out=chi_o)``.  Each round also gives the floor:
+an empty kernel's kept launch (``backend.bind_kernel(...).prepared(osites)``), the launch
+mechanism alone.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+import pygrid as pg
+from pygrid.accelerator import parallel_numba
+from pygrid.accelerator.backends import get_backend
+from pygrid.accelerator.parallel_numba import call_kernel
+
+#: the stamps of the last launch: each block's start and end (uint64 counter values)
+MAX_BLOCKS = 64
+STAMPS = np.zeros(2 * MAX_BLOCKS, np.uint64)
+_STAMPS_AT = STAMPS.ctypes.data
+
+
+@intrinsic
+def _rdtsc(typingctx):
+    def codegen(context, builder, sig, args):
+        import llvmlite.ir as ir
+
+        fnty = ir.FunctionType(ir.IntType(64), [])
+        fn = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=fnty)
+        return builder.call(fn, [])
+
+    return types.uint64(), codegen
+
+
+@intrinsic
+def _stamp(typingctx, address, index):
+    """Store the counter at ``((uint64 *) address)[index]``."""
+    def codegen(context, builder, sig, args):
+        import llvmlite.ir as ir
+
+        i64 = ir.IntType(64)
+        fn = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=ir.FunctionType(i64, []))
+        ptr = builder.gep(builder.inttoptr(args[0], i64.as_pointer()), [args[1]])
+        builder.store(builder.call(fn, []), ptr)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64), codegen
+
+
+@njit(nogil=True)
+def now():
+    return _rdtsc()
+
+
+@njit(parallel=True, nogil=True)
+def traced_drive(address, nblocks, osites, failed, words):
+    """The generic driver of one packed argument (``parallel_numba.driver_source(1)``), each block's
+    start and end stamped into :data:`STAMPS`."""
+    n = 0
+    for b in prange(nblocks):
+        if b < MAX_BLOCKS:
+            _stamp(_STAMPS_AT, 2 * b)
+        f = call_kernel(address, b * osites // nblocks, (b + 1) * osites // nblocks, (words,))
+        if b < MAX_BLOCKS:
+            _stamp(_STAMPS_AT, 2 * b + 1)
+        failed[b] = f
+        n += f
+    return n
+
+
+@njit(nogil=True)
+def empty_kernel(lo, hi, a):
+    a[0] = lo
+
+
+def tsc_per_us():
+    now()
+    t0, c0 = time.perf_counter(), now()
+    time.sleep(0.3)
+    t1, c1 = time.perf_counter(), now()
+    return (c1 - c0) / ((t1 - t0) * 1e6)
+
+
+def operator_call(kind, dims, prec):
+    grid = pg.GridCartesian(dims, precision=prec)
+    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision=prec)
+    if kind == "dwf":
+        D = pg.qcd.DomainWallFermion(U, 8, 0.1, 1.8)
+        psi, out = D.new_fermion(), D.new_fermion()
+        pg.ParallelRNG(psi.grid, [5, 6, 7, 8]).gaussian(psi)
+        return lambda: D.Dhop(psi, out=out)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    psi = pg.LatticeFermion(grid, prec)
+    pg.ParallelRNG(grid, [5, 6, 7, 8]).gaussian(psi)
+    if kind == "schur":
+        e = pg.lattice.pick_checkerboard(0, psi)
+        o = pg.lattice.pick_checkerboard(1, pg.LatticeFermion(grid, prec))
+        return lambda: D.Meooe(e, out=o)
+    out = pg.LatticeFermion(grid, prec)
+    return lambda: D.Dhop(psi, out=out)
+
+
+def trace(fn, nblocks, calls, per_us):
+    """Medians (us) of: before the first block starts, first start to last end, after the last end."""
+    rows = np.empty((calls, 3))
+    s = STAMPS[:2 * nblocks]
+    for i in range(calls):
+        s[:] = 0
+        a = now()
+        fn()
+        z = now()
+        ran = s[0::2] != 0
+        if not ran.any():
+            raise SystemExit("the call left no stamps: it did not launch in parallel (a lattice too small "
+                             "for the backend's min_parallel_osites, or one thread)")
+        st = s.astype(np.int64) - np.int64(a)
+        first, last = st[0::2][ran].min(), st[1::2][ran].max()
+        rows[i] = (first, last - first, int(z) - int(a) - last)
+    return np.median(rows, axis=0) / per_us
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--operator", default="wilson", choices=("wilson", "dwf", "schur"))
+    ap.add_argument("--grid", default="8.8.8.8")
+    ap.add_argument("--precision", choices=("double", "single"), default="single")
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    backend = get_backend()
+    if backend.name != "openmp":
+        raise SystemExit("this benchmark traces the openmp backend's parallel launches")
+    if 1 in parallel_numba._drivers:
+        raise SystemExit("the parallel driver was loaded before the trace could replace it")
+    nblocks = backend.threads()
+    if not 2 <= nblocks <= MAX_BLOCKS:
+        raise SystemExit(f"the trace needs 2 to {MAX_BLOCKS} threads, not {nblocks}")
+    parallel_numba._drivers[1] = traced_drive
+    dims = tuple(int(x) for x in args.grid.split("."))
+    call = operator_call(args.operator, dims, args.precision)
+    a = np.zeros(1)
+    floor = backend.bind_kernel(empty_kernel, a)
+    floor(nblocks * backend.min_parallel_osites, a)
+    floor = floor.prepared(nblocks * backend.min_parallel_osites)
+    for _ in range(30):
+        call()
+        floor()
+    per_us = tsc_per_us()
+    print(f"{args.operator} on {args.grid}, {args.precision}, {backend.describe()}, {nblocks} blocks, "
+          f"timestamp counter {per_us / 1e3:.3f} GHz; medians over {args.calls} calls, us")
+    print(f"  {'':34s} {'before':>8s} {'blocks':>8s} {'after':>8s} {'overhead':>9s}")
+    for _ in range(args.rounds):
+        for label, fn in (("the call", call), ("an empty kernel's kept launch", floor)):
+            before, blocks, after = trace(fn, nblocks, args.calls, per_us)
+            print(f"  {label:34s} {before:8.2f} {blocks:8.2f} {after:8.2f} {before + after:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
