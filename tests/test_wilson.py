@@ -660,3 +660,37 @@ def test_a_call_while_its_kept_views_are_open_opens_its_own():
         D.Dhop(psi, out=out)
     assert not call.views.is_open and psi._manager.open_views() == []
     assert relerr(out.to_numpy(), dhop_ref(U.to_numpy(), psi.to_numpy())) < 1e-12
+
+
+def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatch):
+    """The hopping kernel's launch weighs its 4D outer sites by Ls: at 8^4 in single the even-odd
+    domain-wall hop (Ls 4: 512 outer sites of its 5D fields) runs on every thread, as the vector
+    updates on those fields do, and the Wilson one (128, below min_parallel_osites) on the calling
+    thread, as they do; either way the field is the one thread gives."""
+    b = pg.get_backend()
+    if b.name != "openmp" or b.threads() < 2:
+        pytest.skip("the openmp backend on two or more threads")
+    from pygrid.accelerator import parallel_numba
+
+    seen = []
+    runner = parallel_numba.Bound.runner
+    monkeypatch.setattr(parallel_numba.Bound, "runner",
+                        lambda self, n, osites: seen.append(n) or runner(self, n, osites))
+    grid = pg.GridCartesian([8, 8, 8, 8], precision="single")
+    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision="single")
+    for D in (pg.qcd.WilsonFermion(U, MASS), pg.qcd.DomainWallFermion(U, 4, MASS, 1.8)):
+        psi = D.new_fermion() if hasattr(D, "new_fermion") else pg.LatticeFermion(grid, "single")
+        pg.ParallelRNG(psi.grid, [5, 6, 7, 8]).gaussian(psi)
+        e = pg.lattice.pick_checkerboard(0, psi)
+        seen.clear()
+        o = D.Meooe(e)
+        D.Meooe(e, out=o)
+        assert seen == [b.blocks(e.grid.osites)]
+        assert seen == [1 if isinstance(D, pg.qcd.WilsonFermion) else b.threads()]
+        before = b.threads()
+        try:
+            b.set_threads(1)
+            one = D.Meooe(e)
+        finally:
+            b.set_threads(before)
+        np.testing.assert_array_equal(o.to_numpy(), one.to_numpy())

@@ -163,11 +163,13 @@ class OpenMPBackend:
     def _blocks(self) -> int:
         return min(self._nthreads, numba_threads())
 
-    def blocks(self, osites: int) -> int:
+    def blocks(self, osites: int, weight: int = 1) -> int:
         """How many blocks :meth:`accelerator_for` splits ``osites`` into: block b is
-        [b * osites // n, (b + 1) * osites // n), one per thread (1: the calling thread alone)."""
+        [b * osites // n, (b + 1) * osites // n), one per thread (1: the calling thread alone).
+        ``weight``: the work of one outer site against an expression kernel's (see
+        :meth:`bind_kernel`)."""
         n = self._blocks()
-        return 1 if osites < self.min_parallel_osites else n
+        return 1 if osites * weight < self.min_parallel_osites else n
 
     def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
         """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites), split over the threads.
@@ -190,23 +192,24 @@ class OpenMPBackend:
             return self.bind_kernel(kernel, *args)
         return host.serial_launcher(kernel, args)
 
-    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
+    def bind_kernel(self, kernel: Callable, *args: Any, weight: int = 1) -> Callable[..., None]:
         """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through
         the parallel driver's entry point (``parallel_numba.Bound``); ``launch.again(osites)``
         runs it on ``args`` themselves, packed once, and ``launch.prepared(osites)()`` too, through
-        the driver's entry point looked up once (while the thread count stays)."""
+        the driver's entry point looked up once (while the thread count stays).  A launch of
+        ``osites`` runs on the threads from ``osites * weight >= min_parallel_osites`` on."""
         from .parallel_numba import Bound
 
         bound = Bound(kernel, args)
 
         def launch(osites: int, *a: Any) -> None:
-            bound(self.blocks(osites), osites, *a)
+            bound(self.blocks(osites, weight), osites, *a)
 
         def again(osites: int) -> None:
-            bound.again(self.blocks(osites), osites)
+            bound.again(self.blocks(osites, weight), osites)
 
         def prepared(osites: int) -> Callable[[], None]:
-            nthreads, nblocks = self._nthreads, self.blocks(osites)
+            nthreads, nblocks = self._nthreads, self.blocks(osites, weight)
             run = bound.runner(nblocks, osites)
 
             def go() -> None:
