@@ -23,10 +23,10 @@ import argparse
 import time
 
 import numpy as np
+from bench_call_overhead import operator_call  # the same calls, built the same way
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-import pygrid as pg
 from pygrid.accelerator import parallel_numba
 from pygrid.accelerator.backends import get_backend
 from pygrid.accelerator.parallel_numba import call_kernel
@@ -96,25 +96,6 @@ def tsc_per_us():
     time.sleep(0.3)
     t1, c1 = time.perf_counter(), now()
     return (c1 - c0) / ((t1 - t0) * 1e6)
-
-
-def operator_call(kind, dims, prec):
-    grid = pg.GridCartesian(dims, precision=prec)
-    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision=prec)
-    if kind == "dwf":
-        D = pg.qcd.DomainWallFermion(U, 8, 0.1, 1.8)
-        psi, out = D.new_fermion(), D.new_fermion()
-        pg.ParallelRNG(psi.grid, [5, 6, 7, 8]).gaussian(psi)
-        return lambda: D.Dhop(psi, out=out)
-    D = pg.qcd.WilsonFermion(U, 0.1)
-    psi = pg.LatticeFermion(grid, prec)
-    pg.ParallelRNG(grid, [5, 6, 7, 8]).gaussian(psi)
-    if kind == "schur":
-        e = pg.lattice.pick_checkerboard(0, psi)
-        o = pg.lattice.pick_checkerboard(1, pg.LatticeFermion(grid, prec))
-        return lambda: D.Meooe(e, out=o)
-    out = pg.LatticeFermion(grid, prec)
-    return lambda: D.Dhop(psi, out=out)
 
 
 def trace(fn, nblocks, calls, per_us):

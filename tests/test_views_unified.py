@@ -31,6 +31,18 @@ def outcome(fn):
         return ("raised", type(e))
 
 
+def views_and_buffers(mgr, keys, modes, moved, general):
+    """The Views of ``keys`` (the general path where ``general``) and the buffers a kept launch was
+    bound to: the host arrays, one of them another array where ``moved``."""
+    views = Views([(mgr, k, m) for k, m in zip(keys, modes)])
+    if general:
+        views._unified = None
+    buffers = [None if e is None else e.host for e in (mgr._entries.get(k) for k in keys)]
+    if moved:
+        buffers[-1] = np.zeros(1)
+    return views, buffers
+
+
 class UnifiedViews(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
@@ -93,9 +105,7 @@ class UnifiedViews(RuleBasedStateMachine):
         results = []
         for mgr, side in ((self.fast, 0), (self.general, 1)):
             keys = [self.keys[i][side] for i in idx]
-            views = Views([(mgr, k, m) for k, m in zip(keys, modes)])
-            if side == 1:
-                views._unified = None   # the reference: the general path
+            views, buffers = views_and_buffers(mgr, keys, modes, moved, general=side == 1)
 
             def block(arrays, mgr=mgr, views=views, keys=keys):
                 assert views.is_open
@@ -105,13 +115,6 @@ class UnifiedViews(RuleBasedStateMachine):
                 if fail:
                     raise RuntimeError("the block failed")
 
-            entries = [mgr._entries.get(k) for k in keys]
-            if any(e is None or e.host is None for e in entries):
-                buffers = [None] * len(keys)
-            else:
-                buffers = [e.host for e in entries]
-            if moved:
-                buffers[-1] = np.zeros(1)
             seen = []
             run = lambda views=views, buffers=buffers, block=block: views.run_on(buffers, block)  # noqa: E731
             results.append((outcome(run), seen, views.is_open))
@@ -127,11 +130,7 @@ class UnifiedViews(RuleBasedStateMachine):
         results = []
         for mgr, side in ((self.fast, 0), (self.general, 1)):
             keys = [self.keys[i][side] for i in idx]
-            views = Views([(mgr, k, m) for k, m in zip(keys, modes)])
-            entries = [mgr._entries.get(k) for k in keys]
-            buffers = [None if e is None else e.host for e in entries]
-            if moved:
-                buffers[-1] = np.zeros(1)
+            views, buffers = views_and_buffers(mgr, keys, modes, moved, general=False)
             ran = []
 
             def go(ran=ran):
