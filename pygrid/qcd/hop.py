@@ -6,8 +6,10 @@ set of fields opens their kernel views as one (:func:`pygrid.lattice.lattice.ker
 and :func:`pygrid.qcd.dslash.dhop` checks their buffers and binds its launch to them.  The call
 is kept (a :class:`HopCall` in a dict the operator owns); the next one on the same fields opens
 the same views and, when the MemoryManager hands out the same buffers, runs the bound launch
-directly.  Each layer skipped is Python that runs with the core's caches full of the fields
-the kernel has just streamed: at 8^4 a Wilson Dhop spent 30-45 us around its 200-300 us kernel.
+directly (on a unified device the views' checks alone, ``MemoryManager.launch_unified``, and the
+launch prepared once, ``launch.prepared``).  Each layer skipped is Python that runs with the
+core's caches full of the fields the kernel has just streamed: a Wilson Dhop at 8^4 in single
+spends 7-10 us around its 40-60 us kernel (``benchmarks/bench_call_trace.py``).
 """
 from __future__ import annotations
 
