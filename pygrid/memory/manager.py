@@ -494,7 +494,7 @@ class MemoryManager:
 
         ``views``: (key, write) pairs.  On a unified device an open and a close are the view
         counts and the conflict checks alone, so here they are inline: a kept Dirac call at 8^4
-        spent 6-8 us in the general path, the caches full of the fields its kernel had streamed,
+        spent 5-6 us in the general path, the caches full of the fields its kernel had streamed,
         against 2 us in a loop of opens alone.  A block that raises closes its views as the
         general path does (abort on a unified device is close)."""
         if not self._unified or self._freed:
@@ -542,8 +542,8 @@ class MemoryManager:
         """:meth:`run_unified` for ``launch()`` that runs no Python: a compiled kernel's entry point.
         Nothing can look at the views' counts while it runs (the manager serves one thread, and a
         compiled launch does not call back), so they are not taken: the checks of the opens and
-        their write counts are all that is left.  A kept Dirac call at 8^4 spent 2 us of its
-        6-7 in :meth:`run_unified` on the counts, most of it closing them after the kernel."""
+        their write counts are all that is left.  A kept Dirac call at 8^4 spent 1.6 us of its
+        5-6 in :meth:`run_unified` on the counts, most of it closing them after the kernel."""
         if not self._unified or self._freed:
             return None
         entries = self._entries
