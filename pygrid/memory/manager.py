@@ -497,18 +497,10 @@ class MemoryManager:
         spent 5-6 us in the general path, the caches full of the fields its kernel had streamed,
         against 2 us in a loop of opens alone.  A block that raises closes its views as the
         general path does (abort on a unified device is close)."""
-        if not self._unified or self._freed:
+        es = self._unified_entries(views, buffers)
+        if es is None:
             return None
-        entries = self._entries
-        n = len(views)
-        es = [None] * n
-        for i in range(n):
-            key, write = views[i]
-            e = entries.get(key)
-            if (e is None or e.released or e.shared or e.host is not buffers[i]
-                    or (e.cpu_refs if write else e.cpu_writers)):
-                return None
-            es[i] = e
+        n = len(es)
         d = _deferred
         d.depth += 1
         try:
@@ -544,23 +536,33 @@ class MemoryManager:
         compiled launch does not call back), so they are not taken: the checks of the opens and
         their write counts are all that is left.  A kept Dirac call at 8^4 spent 1.6 us of its
         5-6 in :meth:`run_unified` on the counts, most of it closing them after the kernel."""
+        es = self._unified_entries(views, buffers)
+        if es is None:
+            return None
+        for i in range(len(es)):
+            if views[i][1]:
+                es[i].writes += 1
+        launch()
+        d = _deferred
+        if d.pending and not d.depth:     # a Ctrl-C that reached this method's lines
+            interrupts.fire()
+        return True
+
+    def _unified_entries(self, views, buffers):
+        """The entries of ``views`` ((key, write) pairs) where each opens on the inline paths as it
+        would on the general one, giving ``buffers[i]``; None where the general path must run."""
         if not self._unified or self._freed:
             return None
         entries = self._entries
+        es = [None] * len(views)
         for i in range(len(views)):
             key, write = views[i]
             e = entries.get(key)
             if (e is None or e.released or e.shared or e.host is not buffers[i]
                     or (e.cpu_refs if write else e.cpu_writers)):
                 return None
-        for i in range(len(views)):
-            if views[i][1]:
-                entries[views[i][0]].writes += 1
-        launch()
-        d = _deferred
-        if d.pending and not d.depth:     # a Ctrl-C that reached this method's lines
-            interrupts.fire()
-        return True
+            es[i] = e
+        return es
 
     def _close_unified(self, views, es):
         for i in range(len(es) - 1, -1, -1):
