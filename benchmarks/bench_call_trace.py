@@ -110,7 +110,7 @@ def trace(fn, nblocks, calls, per_us):
         ran = s[0::2] != 0
         if not ran.any():
             raise SystemExit("the call left no stamps: it did not launch in parallel (a lattice too small "
-                             "for the backend's min_parallel_osites, or one thread)")
+                             "for the backend's min_parallel_bytes, or one thread)")
         st = s.astype(np.int64) - np.int64(a)
         first, last = st[0::2][ran].min(), st[1::2][ran].max()
         rows[i] = (first, last - first, int(z) - int(a) - last)
@@ -136,10 +136,11 @@ def main():
     parallel_numba._drivers[1] = traced_drive
     dims = tuple(int(x) for x in args.grid.split("."))
     call = operator_call(args.operator, dims, args.precision)
-    a = np.zeros(1)
+    # the launch's first argument decides the split: as large as the backend's threshold
+    a = np.zeros(-(-backend.min_parallel_bytes // 8))
     floor = backend.bind_kernel(empty_kernel, a)
-    floor(nblocks * backend.min_parallel_osites, a)
-    osites = nblocks * backend.min_parallel_osites
+    osites = 256 * nblocks
+    floor(osites, a)
     # launch.again where the library predates launch.prepared (to compare with an older commit)
     if hasattr(floor, "prepared"):
         floor = floor.prepared(osites)

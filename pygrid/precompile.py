@@ -98,9 +98,9 @@ def run(argv) -> int:
     t_all, (n_all, c_all) = time.perf_counter(), totals()
     # a small lattice would run on one thread: every launch goes through the threads here, so that
     # the parallel drivers of the kernels are compiled too
-    serial_below = getattr(backend, "min_parallel_osites", None)
+    serial_below = getattr(backend, "min_parallel_bytes", None)
     if serial_below is not None:
-        backend.min_parallel_osites = 0
+        backend.min_parallel_bytes = 0
     try:
         for i, (op, prec) in enumerate(jobs, 1):
             grid = pg.GridCartesian(list(dims), precision=prec)
@@ -111,7 +111,7 @@ def run(argv) -> int:
                   f"in {c - c0:6.1f} s ({time.perf_counter() - t0:.1f} s in all)", flush=True)
     finally:
         if serial_below is not None:
-            backend.min_parallel_osites = serial_below
+            backend.min_parallel_bytes = serial_below
     n, c = totals()
     print(f"done in {time.perf_counter() - t_all:.1f} s: {n - n_all} kernels compiled ({c - c_all:.1f} s); "
           f"a job with the same backend, Nsimd and MPI layout loads them from the cache", flush=True)

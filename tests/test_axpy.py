@@ -108,7 +108,7 @@ def test_openmp_fused_updates_keep_their_launch(monkeypatch):
     from pygrid.accelerator import reductions_numba as rn
 
     with backend("openmp"):
-        g = grid((4, 4, 8, 8))  # 256 outer sites: a launch of two blocks, three fields under 2 MB
+        g = grid((4, 4, 8, 8))  # fields of 196 KB: a launch of two blocks, three fields under 2 MB
         x, y = random_field(g, pg.SpinColourVector()), random_field(g, pg.SpinColourVector())
         X, Y = x.to_numpy(), y.to_numpy()
         z = pg.Lattice(g, pg.SpinColourVector())

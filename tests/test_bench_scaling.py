@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pygrid.accelerator.backends import get_backend
-from pygrid.bench.scaling import SITES_PER_BLOCK, probe_kernel, scaling_line, thread_scaling
+from pygrid.bench.scaling import SITES_PER_BLOCK, probe_kernel, probe_output, scaling_line, thread_scaling
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,11 +39,12 @@ def _probe(cpus, wait="passive"):
 
 def test_the_probe_kernel_gives_the_same_numbers_on_one_thread_and_on_all():
     spin = probe_kernel()
-    n = 2 * SITES_PER_BLOCK
-    one, all_ = np.zeros(n), np.zeros(n)
+    n, be = 2 * SITES_PER_BLOCK, get_backend("openmp")
+    one, all_ = np.zeros(n), probe_output(be, n)
+    assert be.blocks(all_.nbytes) == be.blocks(be.min_parallel_bytes)   # the probe's split
     spin(0, n, one, 50)
-    get_backend("openmp").accelerator_for(n, spin, all_, 50)
-    assert np.array_equal(one, all_) and len(np.unique(one)) > 1
+    be.accelerator_for(n, spin, all_, 50)
+    assert np.array_equal(one, all_[:n]) and len(np.unique(one)) > 1
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0) & {0, 1}) < 2,

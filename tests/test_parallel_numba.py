@@ -282,9 +282,12 @@ def test_python_callable_runs_on_the_calling_thread():
 
 
 @pytest.mark.parametrize("osites", [5, 4096])
-def test_backend_accelerator_for_covers_all_sites(osites):
+@pytest.mark.parametrize("min_bytes", [0, None])
+def test_backend_accelerator_for_covers_all_sites(osites, min_bytes):
     be = OpenMPBackend()
     be.set_threads(2)
+    if min_bytes is not None:   # every launch split over the threads, else none of these
+        be.min_parallel_bytes = min_bytes
     out = np.zeros(osites)
     be.accelerator_for(osites, count_block, out, 1.5)
     np.testing.assert_array_equal(out, 1.5)
@@ -300,7 +303,9 @@ def test_expression_launch_compiles_its_driver_only_when_it_uses_the_threads():
         pytest.skip("needs the openmp backend on two or more threads")
     small = pg.GridCartesian([4, 4, 4, 4])                  # 32 outer sites
     large = pg.GridCartesian([8, 8, 16, 8], simd_layout=[1, 1, 1, 1])   # 8192
-    assert small.osites < backend.min_parallel_osites <= large.osites
+    colour_matrix_bytes = 9 * 16   # a complex 3x3 matrix in double, per site
+    assert (small.osites * small.nsimd * colour_matrix_bytes < backend.min_parallel_bytes
+            <= large.osites * large.nsimd * colour_matrix_bytes)
     for grid, new_driver in ((small, False), (large, True)):
         a, b = pg.LatticeColourMatrix(grid), pg.LatticeColourMatrix(grid)
         pg.ParallelRNG(grid, [7]).gaussian(a)

@@ -663,22 +663,22 @@ def test_a_call_while_its_kept_views_are_open_opens_its_own():
 
 
 def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatch):
-    """The hopping kernel's launch weighs its 4D outer sites by Ls: at 8^4 in single the even-odd
-    domain-wall hop (Ls 4: 512 outer sites of its 5D fields) runs on every thread, as the vector
-    updates on those fields do, and the Wilson one (128, below min_parallel_osites) on the calling
-    thread, as they do; either way the field is the one thread gives."""
+    """A hop's launch splits over the threads exactly where an expression writing its result field
+    does (the bytes of that field decide): at 4.4.8.8 in single the even-odd Wilson hop's fields
+    (48 KB) stay on the calling thread and the domain-wall ones (Ls 4: 196 KB) go to every thread,
+    though both hops count the same 4D outer sites; either way the field is the one thread gives."""
     b = pg.get_backend()
     if b.name != "openmp" or b.threads() < 2:
         pytest.skip("the openmp backend on two or more threads")
-    if not pg.memory.get_manager().device.unified:
-        pytest.skip("fields of 8^4 in single: more than the small watermark of the device passes")
     from pygrid.accelerator import parallel_numba
 
-    seen = []
+    seen, decided = [], []
     runner = parallel_numba.Bound.runner
     monkeypatch.setattr(parallel_numba.Bound, "runner",
                         lambda self, n, osites: seen.append(n) or runner(self, n, osites))
-    grid = pg.GridCartesian([8, 8, 8, 8], precision="single")
+    blocks = b.blocks
+    monkeypatch.setattr(b, "blocks", lambda nbytes: decided.append(blocks(nbytes)) or decided[-1])
+    grid = pg.GridCartesian([4, 4, 8, 8], precision="single")
     U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision="single")
     for D in (pg.qcd.WilsonFermion(U, MASS), pg.qcd.DomainWallFermion(U, 4, MASS, 1.8)):
         psi = D.new_fermion() if hasattr(D, "new_fermion") else pg.LatticeFermion(grid, "single")
@@ -687,8 +687,11 @@ def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatc
         seen.clear()
         o = D.Meooe(e)
         D.Meooe(e, out=o)
-        assert seen == [b.blocks(e.grid.osites)]
         assert seen == [1 if isinstance(D, pg.qcd.WilsonFermion) else b.threads()]
+        decided.clear()
+        o2 = o.new_like()
+        o2 @= 0.5 * o   # an expression kernel writing a field like the hop's result
+        assert decided[-1:] == seen
         before = b.threads()
         try:
             b.set_threads(1)
@@ -696,3 +699,4 @@ def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatc
         finally:
             b.set_threads(before)
         np.testing.assert_array_equal(o.to_numpy(), one.to_numpy())
+        np.testing.assert_array_equal(o2.to_numpy(), 0.5 * one.to_numpy())

@@ -79,13 +79,15 @@ class Backend(Protocol):
         ``out`` from components ``lm`` of ``inp``)."""
 
     def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
-        """Run a host kernel ``kernel(lo, hi, *args)`` over outer sites [0, osites).
+        """Run a host kernel ``kernel(lo, hi, *args)`` over outer sites [0, osites); ``args[0]``
+        is the array it writes (or reduces), whose size decides whether openmp splits the launch
+        over its threads (``min_parallel_bytes``).
 
         The CPU backends run it (split over threads on openmp); backends whose
         buffers are not host arrays raise :class:`pygrid.errors.BackendError`.
         """
 
-    def bind_kernel(self, kernel: Callable, *args: Any, weight: int = 1) -> Callable[..., None]:
+    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
         """``launch(osites, *args)``: :meth:`accelerator_for` of ``kernel`` for arguments of the
         types of ``args``, with what can be looked up once looked up here (openmp: the parallel
         driver's entry point for those types).  ``launch.again(osites)`` runs it on ``args``
@@ -93,9 +95,7 @@ class Backend(Protocol):
         ``launch.prepared(osites)`` gives a function of no arguments that does the same with what
         it can look up once looked up (the Python around a kept Dirac call at 8^4 is a tenth of it).
         A caller that launches the same kernel on the same buffers over and over keeps it; backends
-        that refuse host kernels refuse here.  ``weight``: the work of one outer site against an
-        expression kernel's, for a backend that runs small launches on one thread (openmp: from
-        ``min_parallel_osites / weight`` outer sites on a launch is split over the threads).
+        that refuse host kernels refuse here.
         """
 
     # ---- reductions, accumulated in double (single on a device without double) -----

@@ -21,6 +21,12 @@ def serial_for(osites: int, kernel: Callable, *args: Any) -> None:
     kernel(0, osites, *args)
 
 
+def launch_bytes(args: tuple) -> int:
+    """The bytes of a launch's first argument, the array it writes (or reduces): what decides
+    whether a CPU backend splits it over threads (0 where there is no such array)."""
+    return getattr(args[0], "nbytes", 0) if args else 0
+
+
 def serial_launcher(kernel: Callable, args: tuple = ()) -> Callable[..., None]:
     """``launch(osites, *args)``, :func:`serial_for` of ``kernel``, and ``launch.again(osites)`` and
     ``launch.prepared(osites)()`` on ``args`` (held weakly): the serial backends' ``bind_kernel``."""

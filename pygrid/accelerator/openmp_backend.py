@@ -102,13 +102,13 @@ class _KeptRun:
     coefficient array written before each launch.  ``lock`` is held while a run uses it: another
     thread's run on the same buffers meanwhile takes the unkept path."""
 
-    __slots__ = ("refs", "ir", "shifts", "osites", "nblocks", "coef", "args", "launch", "lock",
+    __slots__ = ("refs", "ir", "shifts", "osites", "nbytes", "nblocks", "coef", "args", "launch", "lock",
                  "__weakref__")
 
     def take(self, backend, ir, out, inputs, shifts):
         """True, holding the lock, when this launch serves a run of ``ir`` on these buffers now."""
         refs = self.refs
-        if self.ir is not ir or refs[0]() is not out or backend.blocks(self.osites) != self.nblocks:
+        if self.ir is not ir or refs[0]() is not out or backend.blocks(self.nbytes) != self.nblocks:
             return False
         for i in range(len(inputs)):
             if refs[i + 1]() is not inputs[i]:
@@ -127,9 +127,13 @@ class OpenMPBackend:
 
     name = "openmp"
     device = "unified"
-    # below this many outer sites a kernel runs on the calling thread: waking
-    # the pool costs more than it saves
-    min_parallel_osites = 256
+    #: a launch whose first argument (the array it writes, or reduces) holds fewer bytes than
+    #: this runs on the calling thread: starting the other threads (2-3 us) costs more than it
+    #: saves.  Bytes, not outer sites: an outer site of a fermion holds twelve times a complex
+    #: scalar's, and a hop's 4D outer site Ls slices of its fields, so every launch that writes
+    #: a field runs where the others on that field do, and the field stays in those cores'
+    #: caches (docs/performance.md, "Which thread runs a small launch").
+    min_parallel_bytes = 128 * 1024
 
     def __init__(self) -> None:
         try:
@@ -163,22 +167,21 @@ class OpenMPBackend:
     def _blocks(self) -> int:
         return min(self._nthreads, numba_threads())
 
-    def blocks(self, osites: int, weight: int = 1) -> int:
-        """How many blocks :meth:`accelerator_for` splits ``osites`` into: block b is
-        [b * osites // n, (b + 1) * osites // n), one per thread (1: the calling thread alone).
-        ``weight``: the work of one outer site against an expression kernel's (see
-        :meth:`bind_kernel`)."""
-        n = self._blocks()
-        return 1 if osites * weight < self.min_parallel_osites else n
+    def blocks(self, nbytes: int) -> int:
+        """How many blocks a launch whose first argument holds ``nbytes`` bytes splits its outer
+        sites into: block b is [b * osites // n, (b + 1) * osites // n), one per thread (1: the
+        calling thread alone, below :attr:`min_parallel_bytes`)."""
+        return 1 if nbytes < self.min_parallel_bytes else self._blocks()
 
     def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
         """Run ``kernel(lo, hi, *args)`` over outer sites [0, osites), split over the threads.
 
         ``kernel`` is a numba function (``nogil``); a plain Python callable runs on the calling
-        thread.  A Ctrl-C is raised when every block is done, so the views of a launch never
-        close while a thread still writes through them.
+        thread.  ``args[0]`` is the array the kernel writes (or reduces): its size decides the
+        split (:meth:`blocks`).  A Ctrl-C is raised when every block is done, so the views of a
+        launch never close while a thread still writes through them.
         """
-        n = self.blocks(osites)
+        n = self.blocks(host.launch_bytes(args))
         if n == 1:
             kernel(0, osites, *args)
             return
@@ -192,24 +195,24 @@ class OpenMPBackend:
             return self.bind_kernel(kernel, *args)
         return host.serial_launcher(kernel, args)
 
-    def bind_kernel(self, kernel: Callable, *args: Any, weight: int = 1) -> Callable[..., None]:
+    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
         """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through
         the parallel driver's entry point (``parallel_numba.Bound``); ``launch.again(osites)``
         runs it on ``args`` themselves, packed once, and ``launch.prepared(osites)()`` too, through
-        the driver's entry point looked up once (while the thread count stays).  A launch of
-        ``osites`` runs on the threads from ``osites * weight >= min_parallel_osites`` on."""
+        the driver's entry point looked up once (while the thread count stays)."""
         from .parallel_numba import Bound
 
         bound = Bound(kernel, args)
+        nbytes = host.launch_bytes(args)
 
         def launch(osites: int, *a: Any) -> None:
-            bound(self.blocks(osites, weight), osites, *a)
+            bound(self.blocks(host.launch_bytes(a)), osites, *a)
 
         def again(osites: int) -> None:
-            bound.again(self.blocks(osites, weight), osites)
+            bound.again(self.blocks(nbytes), osites)
 
         def prepared(osites: int) -> Callable[[], None]:
-            nthreads, nblocks = self._nthreads, self.blocks(osites, weight)
+            nthreads, nblocks = self._nthreads, self.blocks(nbytes)
             run = bound.runner(nblocks, osites)
 
             def go() -> None:
@@ -267,7 +270,8 @@ class OpenMPBackend:
             return
         kept = _KeptRun()
         kept.ir, kept.shifts, kept.osites = ir, [x for s in shifts for x in s], out.shape[0]
-        kept.nblocks = self.blocks(out.shape[0])
+        kept.nbytes = out.nbytes
+        kept.nblocks = self.blocks(kept.nbytes)
         kept.coef = np.array(args[-1])  # writable: the coefficients change from run to run
         kept.args = (*args[:-1], host.read_only(kept.coef))
         # the launch on kept.args themselves (held here), packed once
@@ -280,7 +284,8 @@ class OpenMPBackend:
         # launch will use the threads, without touching a field
         rdt = np.dtype(dtype)
         k = self.kernel(ir, nsimd, alias, _name(rdt))
-        threads = self._blocks() > 1 and (osites is None or osites >= self.min_parallel_osites)
+        nbytes = None if osites is None else osites * ir.out_ncomp * 2 * nsimd * rdt.itemsize
+        threads = self._blocks() > 1 and (nbytes is None or self.blocks(nbytes) > 1)
         key = (k, tuple(x.dtype.char for s in shifts for x in s), threads)
         if key in self._prepared:
             return

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import simd_numba
 from .compile_cache import load_module
-from .host import holds_a_buffer, keep, read_only
+from .host import holds_a_buffer, keep, launch_bytes, read_only
 
 _modules: dict = {}
 
@@ -207,7 +207,7 @@ def norm2(backend, a):
         finally:
             kept.lock.release()
     n = a.shape[0]
-    partial = np.zeros(backend.blocks(n))
+    partial = np.zeros(backend.blocks(a.nbytes))
     args = (read_only(a.reshape(-1)), a.shape[1], n, partial)
     kernel = kernels(a.shape[3], a.dtype).norm2_block
     backend.accelerator_for(n, kernel, *args)
@@ -224,7 +224,7 @@ def inner_product(backend, a, b):
         finally:
             kept.lock.release()
     n = a.shape[0]
-    nb = backend.blocks(n)
+    nb = backend.blocks(a.nbytes)
     pr, pi = np.zeros(nb), np.zeros(nb)
     args = (read_only(a.reshape(-1)), read_only(b.reshape(-1)), a.shape[1], n, pr, pi)
     kernel = kernels(a.shape[3], a.dtype).inner_block
@@ -260,7 +260,7 @@ def _axpy(backend, z, a, x, y, norm):
     head = (z.reshape(-1), read_only(x.reshape(-1)), read_only(y.reshape(-1)), z.shape[1],
             np.array([a.real, a.imag]))
     mod = kernels(z.shape[3], z.dtype)
-    partials = (np.zeros(backend.blocks(n)),) if norm else ()
+    partials = (np.zeros(backend.blocks(z.nbytes)),) if norm else ()
     tail = (n, *partials) if norm else ()
     kernel = mod.axpy_norm2_block if norm else mod.axpy_block
     backend.accelerator_for(n, kernel, *head, *tail)
@@ -303,7 +303,7 @@ class _Kept:
     call uses them: another thread's call on the same buffers meanwhile takes the unkept path,
     with partials of its own."""
 
-    __slots__ = ("refs", "backend", "n", "nblocks", "launch", "head", "args", "partials", "lock",
+    __slots__ = ("refs", "backend", "n", "nbytes", "nblocks", "launch", "head", "args", "partials", "lock",
                  "__weakref__")
 
     def take(self, backend, buffers):
@@ -312,7 +312,7 @@ class _Kept:
         for i in range(len(buffers)):
             if refs[i]() is not buffers[i]:
                 return False
-        if self.backend is not backend or backend.blocks(self.n) != self.nblocks:
+        if self.backend is not backend or backend.blocks(self.nbytes) != self.nblocks:
             return False
         return self.lock.acquire(False)
 
@@ -327,7 +327,8 @@ def _keep(backend, kernel, args, partials, key, buffers, n=None, nhead=None):
     kept = _Kept()
     kept.backend = backend
     kept.n = args[-len(partials) - 1] if n is None else n
-    kept.nblocks = backend.blocks(kept.n)
+    kept.nbytes = launch_bytes(args)
+    kept.nblocks = backend.blocks(kept.nbytes)
     kept.launch, kept.partials = bind(kernel, args, kept.nblocks), partials
     kept.head = args if nhead is None else args[:nhead]
     kept.args = args   # held: the bound launch holds its arguments weakly

@@ -15,8 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 
-#: outer sites of the probe's block per thread: the parallel launch must reach the backend's
-#: ``min_parallel_osites``, below which it runs on the calling thread
+#: outer sites of the probe's block per thread
 SITES_PER_BLOCK = 256
 #: seconds one block of the probe takes on one thread (its repeat count is calibrated to it)
 BLOCK_SECONDS = 0.004
@@ -75,7 +74,6 @@ def thread_scaling(backend=None, pairs: int = PAIRS, block_seconds: float = BLOC
     With blocks of tens of microseconds (:data:`SHORT_BLOCK_SECONDS`, :data:`SHORT_PAIRS`) the
     figure includes the time the threads take to start each launch: a thread that sleeps between
     launches, or that the host has descheduled, shows there and not in long blocks."""
-    import numpy as np
 
     from ..accelerator.backends import get_backend
 
@@ -85,7 +83,7 @@ def thread_scaling(backend=None, pairs: int = PAIRS, block_seconds: float = BLOC
         return None
     spin = probe_kernel()
     osites = SITES_PER_BLOCK * n
-    out = np.zeros(osites)
+    out = probe_output(backend, osites)
     reps = max(1, int(block_seconds * _reps_per_second(spin, out)))
     backend.accelerator_for(osites, spin, out, reps)
     one, all_ = [], []
@@ -112,7 +110,16 @@ def probe_threads(backend) -> int:
     backend whose kernels do not run on this host's threads)."""
     if backend.name != "openmp":
         return 0
-    return backend.blocks(SITES_PER_BLOCK * backend.threads())
+    return backend.blocks(backend.min_parallel_bytes)
+
+
+def probe_output(backend, osites: int):
+    """The probe's output for ``osites`` outer sites, of at least the backend's
+    ``min_parallel_bytes``: the launch's first argument decides whether it is split over the
+    threads, and the probe's few numbers a site would not."""
+    import numpy as np
+
+    return np.zeros(max(osites, -(-backend.min_parallel_bytes // 8)))
 
 
 _rate = None

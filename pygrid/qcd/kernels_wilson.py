@@ -115,7 +115,7 @@ FAR_DISTANCE = 2
 
 #: fields (spinor in and out, links) of more bytes than this count as larger than the caches: the
 #: kernels prefetch only then, and stream their result past the caches.  On the
-#: AVX-512 machine (2 MB of L2 per core, 32 MB of L3) the prefetch cost 8-10% on 8 MB of fields and
+#: AVX-512 machine (1 MiB of L2 per core, 32 MiB of L3) the prefetch cost 8-10% on 8 MB of fields and
 #: gained 15-25% from 20 MB on; on AVX2 (512 KB of L2) streaming the result cost 20% on one thread
 #: on 4 MB and gained 17-19% on 15-20 MB
 FAR_BYTES = 12 << 20
@@ -129,13 +129,13 @@ REGISTER_BYTES = 24 << 20
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
 FLOPS_PER_SITE = 1320
 
-# The hopping kernel's outer sites are 4D, and its 5D fields hold Ls of them each: its launches
-# weigh an outer site by Ls (``backend.bind_kernel``'s ``weight``), so that on openmp the hop runs on
-# the threads exactly where the expression kernels on the same fields do.  A field then stays in
-# the caches of the cores that last wrote it: a Schur CG at 8^4 in single ran its iteration 1.4x
-# faster for domain wall Ls 8 with the hop on the threads like the vector updates (it had run on
-# the calling thread alone, 128 outer sites), and 2x slower for Wilson with its hop alone on the
-# threads and the updates on the calling thread.
+# A launch's first argument is its result (``out``): on openmp the result's bytes decide whether the
+# hop runs on the threads (``min_parallel_bytes``), as they do for the expression kernels writing
+# the same fields, although the hop counts 4D outer sites and its 5D fields hold Ls of them each.
+# A field then stays in the caches of the cores that last wrote it: a Schur CG at 8^4 in single
+# ran its iteration 1.4x faster for domain wall Ls 8 with the hop on the threads like the vector
+# updates, and 2x slower for Wilson with its hop alone on the threads and the updates on the
+# calling thread.
 
 
 def _phase(c):
@@ -874,7 +874,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     plan = stencil.plan
     if plan is None or not plan.nhalo:
         full = args + (st.sites, st.none, st.none)
-        st.launcher(backend, st.kernel[last], full, Ls)(st.n4, *full)
+        st.launcher(backend, st.kernel[last], full)(st.n4, *full)
         return
     if link_halo is None:
         link_halo = exchange_rows(plan, ub)
@@ -890,11 +890,11 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     plan.comm.stats.pack_s += time.perf_counter() - t
     tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1)))
     for part in st.pieces:
-        st.launcher(backend, st.kernel[last], args + (part,) + tail, Ls)(len(part), *args, part, *tail)
+        st.launcher(backend, st.kernel[last], args + (part,) + tail)(len(part), *args, part, *tail)
         exchange.test()
     exchange.wait()
     if len(st.boundary):
-        launch = st.launcher(backend, st.kernel_halo[last], args + (st.boundary,) + tail, Ls)
+        launch = st.launcher(backend, st.kernel_halo[last], args + (st.boundary,) + tail)
         launch(len(st.boundary), *args, st.boundary, *tail)
 
 
@@ -979,7 +979,7 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul) + (
         st.sites, st.none, st.none)
-    launch = backend.bind_kernel(st.kernel[_last(args)], *args, weight=int(Ls))
+    launch = backend.bind_kernel(st.kernel[_last(args)], *args)
     n4 = st.n4
     again = launch.again
 
@@ -1048,18 +1048,15 @@ class _LaunchState:
         self.pieces = [read_only(inner[c:c + step]) for c in range(0, len(inner), step)]
 
 
-    def launcher(self, backend, kernel, args, Ls=None):
+    def launcher(self, backend, kernel, args):
         """``launch(osites, *args)``: ``backend.bind_kernel(kernel, *args)``, kept per backend and
-        kernel; a hopping kernel on ``Ls`` slices (None: another kernel) weighs its outer sites by
-        Ls.  Every launch of a kernel here has arguments of the same
+        kernel.  Every launch of a kernel here has arguments of the same
         types (this state fixes its tables, :func:`run_unrolled` checks the buffers), and a lattice
         split over ranks launches each kernel about ten times a call: kept, a launch skips the
         lookup by the arguments' fingerprints, about 5 us of the kernel's 24."""
         hit = self._launchers.get((id(backend), kernel))
         if hit is None or hit[0] is not backend:
-            weight = 1 if Ls is None else int(Ls)
-            hit = self._launchers[(id(backend), kernel)] = (backend, backend.bind_kernel(kernel, *args,
-                                                                                          weight=weight))
+            hit = self._launchers[(id(backend), kernel)] = (backend, backend.bind_kernel(kernel, *args))
         return hit[1]
 
 
