@@ -37,7 +37,8 @@ run: $(STAMP_RUN)
 # rolls back the views of kernels that fail, and keeps memory shared through DLPack current.
 EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_axpy.py \
                    tests/test_lattice_io.py tests/test_failure_atomic.py tests/test_interop.py \
-                   tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py
+                   tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py \
+                   tests/test_kept_updates.py
 # The third pass runs the expression, shift, reduction, fused-update, Dirac operator, solver, propagator,
 # boundary-condition and interop suites on the real sycl backend (dpctl on the Intel CPU OpenCL device,
 # from the [sycl] extra), fields in USM device memory under a 2 MB watermark,
@@ -47,7 +48,7 @@ EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions
 SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_axpy.py \
                tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py \
                tests/test_failure_atomic.py tests/test_propagator.py tests/test_boundary_conditions.py \
-               tests/test_interop.py tests/test_dirac_backends.py
+               tests/test_interop.py tests/test_dirac_backends.py tests/test_kept_updates.py
 
 # The MPI passes run the collective suites of tests/mpi (expressions, shifts, reductions, RNG,
 # Wilson, domain wall, CG, gauge IO) as 2- and 4-rank jobs of MPICH (the [mpi] extra),

@@ -1,13 +1,16 @@
 """What the solver's fused steps save: the same CG with and without them, alternating in one process.
 
-    python benchmarks/bench_solver_fusions.py [--what updates|xp|dwf-schur|mobius-schur] [--grid 8.8.8.8]
+    python benchmarks/bench_solver_fusions.py [--what updates|xp|kept|dwf-schur|mobius-schur] [--grid 8.8.8.8]
         [--Ls 8] [--precision double] [--iterations 20] [--rounds 9]
 
 ``updates``: CG on the Wilson Schur operator's normal equations, its loop written once
 with the fused updates (``pg.axpy``, ``pg.axpy_norm2``, ``<p, A p>`` as ``|M p|^2`` from
 ``MdagMOperator.apply_and_norm``) and once with expression updates (``x @= x + a * p``) and
 the inner product, as the library's CG was written before them.  ``xp``: the fused loop
-with x and p updated by a kernel each and by one kernel (``pg.axpy_xpay``).  ``dwf-schur``: the library's
+with x and p updated by a kernel each and by one kernel (``pg.axpy_xpay``).  ``kept``: the library's CG
+on the Wilson (or, with ``--Ls`` above 1, domain-wall) Schur operator with the updates' and
+reductions' views kept for their fields (``pygrid.lattice.kept``) and opened afresh each call.
+``dwf-schur``: the library's
 CG on the domain-wall (Shamir) Schur operator, with its two fused hops and with the
 operator's hooks switched off (``MooeeInv`` and ``Mooee psi - t`` as kernels of their own).
 ``mobius-schur``: the same on the Möbius operator (b = 1.5, c = 0.5), whose fused hops also
@@ -71,7 +74,8 @@ def fused_xp_cg(A, b, n):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--what", choices=("updates", "xp", "dwf-schur", "mobius-schur"), default="updates")
+    ap.add_argument("--what", default="updates",
+                    choices=("updates", "xp", "kept", "dwf-schur", "mobius-schur"))
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--Ls", type=int, default=8)
     ap.add_argument("--precision", choices=("double", "single"), default="double")
@@ -82,8 +86,10 @@ def main(argv=None):
     dims = tuple(int(v) for v in args.grid.split("."))
     grid = pg.GridCartesian(dims, precision=args.precision)
     U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision=args.precision)
-    if args.what in ("updates", "xp"):
+    if args.what in ("updates", "xp") or (args.what == "kept" and args.Ls == 1):
         D = pg.qcd.WilsonFermion(U, 0.01)
+    elif args.what == "kept":
+        D = pg.qcd.DomainWallFermion(U, args.Ls, 0.01, 1.8)
     else:
         D = (pg.qcd.DomainWallFermion(U, args.Ls, 0.01, 1.8) if args.what == "dwf-schur" else
              pg.qcd.MobiusFermion(U, args.Ls, 0.01, 1.8, 1.5, 0.5))
@@ -99,6 +105,20 @@ def main(argv=None):
     elif args.what == "xp":
         variants = {"x, p apart": lambda: fused_cg(A, b, n)[0],
                     "x, p in one": lambda: fused_xp_cg(A, b, n)[0]}
+    elif args.what == "kept":
+        from pygrid.lattice import kept
+
+        found = kept.kept
+        cg = ConjugateGradient(1e-150, maxiter=n, verbose="error")
+
+        def solve(on):
+            kept.kept = found if on else (lambda key, fields: None)
+            try:
+                return cg(A, b)[0]
+            finally:
+                kept.kept = found
+
+        variants = {"views opened": lambda: solve(False), "views kept": lambda: solve(True)}
     else:
         hooks = (D._mpc_start, D._mpc_end)
         # a tolerance no run of this length reaches (the iterated residual falls by a factor of
@@ -126,6 +146,7 @@ def main(argv=None):
             times[k].append((time.perf_counter() - t0) / n * 1e3)
     (k0, t0), (k1, t1) = times.items()
     what = {"updates": "Wilson", "xp": "Wilson", "dwf-schur": f"domain wall Ls {args.Ls}",
+            "kept": "Wilson" if args.Ls == 1 else f"domain wall Ls {args.Ls}",
             "mobius-schur": f"Möbius domain wall Ls {args.Ls}"}[args.what]
     print(f"CG on the {what} Schur operator, {args.grid}, {args.precision}, {pg.get_backend().describe()}, "
           f"{time.strftime('%H:%M:%S', time.gmtime())} UTC; {args.rounds} alternating rounds of {n} "

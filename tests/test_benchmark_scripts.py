@@ -29,6 +29,8 @@ SCRIPTS = [
     ("bench_solvers.py", ["--grid", "4.4.4.8", "--Ls", "4", "--iterations", "3"], "per CG iteration"),
     ("bench_solver_fusions.py", ["--what", "mobius-schur", "--grid", "4.4.4.8", "--Ls", "4"], "ratio"),
     ("bench_solver_fusions.py", ["--what", "xp", "--grid", "4.4.4.8"], "ratio"),
+    ("bench_solver_fusions.py", ["--what", "kept", "--grid", "4.4.4.8", "--Ls", "1", "--iterations", "5",
+                                 "--rounds", "2"], "ratio"),
     ("bench_call_overhead.py", ["--operator", "schur", "--grid", "4.4.4.8", "--calls", "20"],
      "the call outside the launch"),
     ("bench_s_matrices.py", ["--grid", "4.4.4.8", "--Ls", "4"], "max rel. difference"),

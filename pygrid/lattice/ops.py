@@ -18,6 +18,7 @@ from ..expr.evaluate import evaluate
 from ..memory import ViewMode
 from ..tensors import algebra
 from ..tensors.sitetype import LEVELS
+from . import kept
 from .lattice import Lattice, kernel_views
 
 
@@ -165,13 +166,27 @@ def where(mask: Any, a: Any, b: Any) -> nodes.Expr:
 
 def norm2(x: Any) -> float:
     """sum over sites of |x|^2, as a float (accumulated in double precision)."""
+    k = kept.kept(("norm2", id(x)), (x,))
+    if k is not None:
+        fn, out = k.backend.norm2, []
+        if kept.run(k, lambda bufs: out.append(fn(bufs[0]))):
+            return x.grid.comm.sum(out[0])
     f = _field(x)
-    with f._kernel_view(ViewMode.AcceleratorRead) as a:
-        return f.grid.comm.sum(get_backend().norm2(a))
+    views = kernel_views((f, ViewMode.AcceleratorRead))
+    with views as (a,):
+        n = get_backend().norm2(a)
+    if f is x:
+        kept.keep_views(("norm2", id(x)), (x,), views, (a,))
+    return f.grid.comm.sum(n)
 
 
 def inner_product(a: Any, b: Any) -> complex:
     """sum over sites of conj(a) . b, as a complex (accumulated in double precision)."""
+    k = kept.kept(("inner_product", id(a), id(b)), (a, b))
+    if k is not None and a.checkerboard == b.checkerboard:
+        fn, out = k.backend.inner_product, []
+        if kept.run(k, lambda bufs: out.append(fn(bufs[0], bufs[1]))):
+            return a.grid.comm.sum(out[0])
     fa, fb = _field(a), _field(b)
     # one grid object, checkerboard and precision conform without the expression's checks, which
     # cost microseconds of a call that reads a field in 100-300 us
@@ -179,8 +194,12 @@ def inner_product(a: Any, b: Any) -> complex:
         nodes._conform("inner_product", nodes.Leaf(fa), nodes.Leaf(fb))
     if fa.site_type.levels != fb.site_type.levels:
         raise SiteTypeError(f"inner_product of a {fa.site_type} and a {fb.site_type}")
-    with kernel_views((fa, ViewMode.AcceleratorRead), (fb, ViewMode.AcceleratorRead)) as (x, y):
-        return fa.grid.comm.sum(get_backend().inner_product(x, y))
+    views = kernel_views((fa, ViewMode.AcceleratorRead), (fb, ViewMode.AcceleratorRead))
+    with views as bufs:
+        r = get_backend().inner_product(bufs[0], bufs[1])
+    if fa is a and fb is b:
+        kept.keep_views(("inner_product", id(a), id(b)), (a, b), views, bufs)
+    return fa.grid.comm.sum(r)
 
 
 def axpy(z: Lattice, a: Any, x: Any, y: Any) -> Lattice:
@@ -213,6 +232,15 @@ def axpy_xpay(x: Lattice, a: Any, p: Lattice, r: Lattice, b: Any) -> None:
             raise SiteTypeError(f"axpy_xpay: {name} must be a field, got {type(f).__name__}")
     if x is p or p is r or x is r:
         raise ConformabilityError("axpy_xpay: x, p and r must be three different fields")
+    fields = (x, p, r)
+    k = kept.kept(("axpy_xpay", id(x), id(p), id(r)), fields)
+    if (k is not None and _is_number(a) and _is_number(b)
+            and x.checkerboard == p.checkerboard == r.checkerboard):
+        a, b = complex(a), complex(b)
+        if not (k.data and (a.imag or b.imag)):
+            fn = k.backend.axpy_xpay
+            if kept.run(k, lambda bufs: fn(bufs[0], a, bufs[1], bufs[2], b)):
+                return
     fn = getattr(get_backend(), "axpy_xpay", None)
     g, st = x.grid, x.site_type
     if (fn is not None and _is_number(a) and _is_number(b) and p.grid is g and r.grid is g
@@ -220,9 +248,11 @@ def axpy_xpay(x: Lattice, a: Any, p: Lattice, r: Lattice, b: Any) -> None:
             and x.checkerboard == p.checkerboard == r.checkerboard
             and x.precision == p.precision == r.precision
             and not (st.is_real and (complex(a).imag or complex(b).imag))):
-        with kernel_views((x, ViewMode.AcceleratorWrite), (p, ViewMode.AcceleratorWrite),
-                          (r, ViewMode.AcceleratorRead)) as (xb, pb, rb):
-            fn(xb, complex(a), pb, rb, complex(b))
+        views = kernel_views((x, ViewMode.AcceleratorWrite), (p, ViewMode.AcceleratorWrite),
+                             (r, ViewMode.AcceleratorRead))
+        with views as bufs:
+            fn(bufs[0], complex(a), bufs[1], bufs[2], complex(b))
+        kept.keep_views(("axpy_xpay", id(x), id(p), id(r)), fields, views, bufs, st.is_real)
         return
     # both built (and so checked) before either runs; p is read by both and written by the second
     new_x, new_p = a * nodes.as_expr(p) + x, b * nodes.as_expr(p) + r
@@ -240,6 +270,15 @@ def _fused_update(z, a, x, y, name, norm):
     checkerboard, precision and site type (the float norm, or 0.0 for axpy); None where the
     expression path is to do it (another backend, expressions, other types: its checks give the
     errors)."""
+    key = (name, id(z), id(x), id(y))
+    k = kept.kept(key, (z, x, y))
+    if k is not None and _is_number(a) and x.checkerboard == z.checkerboard == y.checkerboard:
+        a = complex(a)
+        is_real, ix, iy = k.data
+        if not (a.imag and is_real):
+            fn, out = getattr(k.backend, name), []
+            if kept.run(k, lambda bufs: out.append(fn(bufs[0], a, bufs[ix], bufs[iy]))):
+                return z.grid.comm.sum(out[0]) if norm else 0.0
     if not isinstance(z, Lattice):
         raise SiteTypeError(f"{name} writes into a field, got {type(z).__name__}")
     fn = getattr(get_backend(), name, None)
@@ -256,9 +295,11 @@ def _fused_update(z, a, x, y, name, norm):
     # z written in place where it is also read; x and y read through z's view when they are z
     mode = ViewMode.AcceleratorWrite if (x is z or y is z) else ViewMode.AcceleratorWriteDiscard
     fields = [(z, mode)] + [(f, ViewMode.AcceleratorRead) for f in dict.fromkeys((x, y)) if f is not z]
-    with kernel_views(*fields) as bufs:
-        by = dict(zip(map(id, (f for f, _ in fields)), bufs))
-        r = fn(bufs[0], a, by[id(x)], by[id(y)])
+    views = kernel_views(*fields)
+    with views as bufs:
+        at = {id(f): i for i, (f, _) in enumerate(fields)}
+        r = fn(bufs[0], a, bufs[at[id(x)]], bufs[at[id(y)]])
+    kept.keep_views(key, (z, x, y), views, bufs, (st.is_real, at[id(x)], at[id(y)]))
     return g.comm.sum(r) if norm else 0.0
 
 
