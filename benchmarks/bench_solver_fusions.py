@@ -114,9 +114,12 @@ def main(argv=None):
         def solve(on):
             kept.kept = found if on else (lambda key, fields: None)
             try:
-                return cg(A, b)[0]
+                x, rec = cg(A, b)
             finally:
                 kept.kept = found
+            if rec.iterations != n:
+                raise SystemExit(f"CG stopped after {rec.iterations} of {n} iterations")
+            return x
 
         variants = {"views opened": lambda: solve(False), "views kept": lambda: solve(True)}
     else:
