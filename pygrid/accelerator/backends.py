@@ -65,5 +65,8 @@ def accelerator_for(osites: int, kernel: Callable, *args: Any) -> None:
 
     On the openmp backend the sites are split over the threads; ``kernel``
     should be a ``numba.njit(nogil=True)`` function so the blocks run in parallel.
+    ``args[0]`` is the array the kernel writes (or reduces): below 128 KiB
+    (``min_parallel_bytes``) the launch runs on the calling thread, where starting
+    the others would cost more than it saves.
     """
     get_backend().accelerator_for(osites, kernel, *args)
