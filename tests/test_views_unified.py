@@ -2,9 +2,10 @@
 
 On a unified device ``run_on`` does the views' bookkeeping inline
 (``MemoryManager.run_unified``), and a kept Dirac call's compiled launch takes only the opens'
-checks (``MemoryManager.launch_unified``).  Two managers on unified devices receive the same
-steps; one runs its views through those paths, the other through the general one (opens and
-closes one by one).  After every step both agree on what each step returned or raised, on every
+checks, and those only after a step that can change them (``memory.KeptLaunch``, kept from step
+to step here as a Dirac call keeps it).  Two managers on unified devices receive the same steps;
+one runs its views through those paths, the other through the general one (opens and closes one
+by one).  After every step both agree on what each step returned or raised, on every
 entry's view counts and write count, and on every statistic.
 """
 
@@ -49,6 +50,7 @@ class UnifiedViews(RuleBasedStateMachine):
         self.fast, self.general = MemoryManager("unified"), MemoryManager("unified")
         self.keys = []          # (fast key, general key, owner pair)
         self.cpu_open = []      # (index, mode) of CPU views held open in both
+        self.kept = {}          # (indices, modes, moved) -> the fast side's KeptLaunch
 
     def pair(self, i):
         return self.keys[i][0], self.keys[i][1]
@@ -124,29 +126,45 @@ class UnifiedViews(RuleBasedStateMachine):
     @rule(data=st.data(), fail=st.booleans(), moved=st.booleans())
     def launch(self, data, fail, moved):
         """A compiled launch (no Python inside, so nothing looks at the counts while it runs) as a kept
-        Dirac call takes it: ``launch_unified``, or the general path where that refuses."""
-        idx = data.draw(st.lists(st.integers(0, len(self.keys) - 1), min_size=1, max_size=4))
-        modes = [data.draw(st.sampled_from(ACC)) for _ in idx]
+        Dirac call takes it: its ``KeptLaunch`` (made at the first launch on these views), or the
+        general path where that refuses."""
+        idx = tuple(data.draw(st.lists(st.integers(0, len(self.keys) - 1), min_size=1, max_size=4)))
+        self.run_kept((idx, tuple(data.draw(st.sampled_from(ACC)) for _ in idx), moved), fail)
+
+    @precondition(lambda self: self.kept)
+    @rule(data=st.data(), fail=st.booleans())
+    def launch_again(self, data, fail):
+        """A kept launch run again, whatever steps came since the last time."""
+        self.run_kept(data.draw(st.sampled_from(sorted(self.kept, key=repr))), fail)
+
+    def run_kept(self, what, fail):
+        idx, modes, moved = what
+        self.ran, self.launch_fails = [], fail
         results = []
         for mgr, side in ((self.fast, 0), (self.general, 1)):
             keys = [self.keys[i][side] for i in idx]
             views, buffers = views_and_buffers(mgr, keys, modes, moved, general=False)
-            ran = []
+            del self.ran[:]
 
-            def go(ran=ran):
-                ran.append(1)
-                if fail:
-                    raise RuntimeError("the launch failed")
-
-            def call(mgr=mgr, views=views, buffers=buffers, go=go, side=side):
+            def call(mgr=mgr, views=views, buffers=buffers, side=side):
                 if side == 0:
-                    done = mgr.launch_unified(views.unified[1], buffers, go)
+                    kept = self.kept.get(what)
+                    if kept is None:
+                        kept = self.kept[what] = mgr.kept_launch(views.unified[1], buffers, self.go)
+                    done = kept()
                     if done is not None:
                         return done
-                return views.run_on(buffers, lambda arrays: go())
+                    buffers = kept.buffers
+                return views.run_on(buffers, lambda arrays: self.go())
 
-            results.append((outcome(call), ran))
+            results.append((outcome(call), list(self.ran)))
         assert results[0] == results[1]
+
+    def go(self):
+        """The launch: it reads the step's settings, as a kept one runs in later steps."""
+        self.ran.append(1)
+        if self.launch_fails:
+            raise RuntimeError("the launch failed")
 
     @invariant()
     def agree(self):

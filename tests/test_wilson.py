@@ -620,6 +620,8 @@ def test_a_kept_call_whose_views_give_other_buffers_takes_the_checked_path(monke
     D.Dhop(psi, out=out)
     (call,) = D._hop_calls.values()
     call.buffers = tuple(b.copy() for b in call.buffers)
+    if call.kept_launch is not None:        # a unified device's kept launch, checked again
+        call.kept_launch.buffers, call.kept_launch.epoch = call.buffers, None
     before = psi.to_numpy() * 0.5       # out written on the host: on a device its device copy is stale
     out.from_numpy(before)
 
@@ -637,6 +639,23 @@ def test_a_kept_call_whose_views_give_other_buffers_takes_the_checked_path(monke
     assert relerr(out.to_numpy(), dhop_ref(U.to_numpy(), psi.to_numpy())) < 1e-12
     (again,) = D._hop_calls.values()
     assert again is not call
+
+
+def test_a_kept_call_refuses_a_view_opened_after_its_last_check():
+    """A kept call checks its views again only after a step that can change the answer: a CPU view
+    opened since, of a field it reads or writes, gives the general path's conflict."""
+    grid, U, psi, D, out = unrolled_operator((4, 4, 4, 4))
+    for _ in range(3):
+        D.Dhop(psi, out=out)
+        gc.collect()
+    D.Dhop(psi, out=out)            # checked at the manager's present step
+    before = out.to_numpy()
+    for field, mode in ((out, pg.CpuRead), (psi, pg.CpuWrite)):
+        with field.view(mode):
+            with pytest.raises(pg.memory.ViewConflictError):
+                D.Dhop(psi, out=out)
+    np.testing.assert_array_equal(out.to_numpy(), before)
+    assert psi._manager.open_views() == []
 
 
 def test_a_kept_call_is_forgotten_with_its_fields():

@@ -11,7 +11,8 @@ device (openmp, numpy) are kept: there a buffer is the field's own memory, where
 kept buffer would hold device memory the cache evicted.  A field's grid, site type and precision
 do not change; its checkerboard can, so the caller checks it again.  The reductions
 (``pg.norm2``, ``pg.inner_product``) keep theirs the same way.  At 8^4 in single a fused update
-spent 14-16 us a call on the general path and 9-11 on the kept one.
+spent 14-16 us a call on the general path and 9-11 on the kept one.  A Dirac operator's kept call
+(:class:`pygrid.qcd.hop.HopCall`) is a KeptViews with a compiled launch bound to its buffers.
 """
 from __future__ import annotations
 
@@ -29,29 +30,36 @@ _kept: dict = {}
 
 
 class KeptViews:
-    """The views of an update run before on ``fields`` (held weakly), the buffers they gave, the
+    """The views of a call run before on ``fields`` (held weakly), the buffers they gave, the
     backend it ran on, and the caller's ``data`` (what it needs to run again, such as which
-    buffer is which field)."""
+    buffer is which field).  With ``launch``, a compiled launch bound to those buffers (a
+    backend's ``launch.prepared``, which runs no Python), ``kept_launch`` runs it with the views'
+    checks alone on a unified device (a ``memory.KeptLaunch``; None elsewhere)."""
 
-    __slots__ = ("refs", "views", "buffers", "backend", "data", "__weakref__")
+    __slots__ = ("refs", "views", "buffers", "backend", "data", "kept_launch", "__weakref__")
 
-    def __init__(self, views: Views, buffers, data) -> None:
+    def __init__(self, views: Views, buffers, data=None, launch=None) -> None:
         self.refs = ()  # the fields' weak references (host.keep)
         self.views, self.buffers, self.data = views, tuple(buffers), data
         self.backend = get_backend()
+        u = None if launch is None else views.unified
+        self.kept_launch = None if u is None else u[0].kept_launch(u[1], self.buffers, launch)
+
+    def holds(self, fields: tuple) -> bool:
+        """Whether these are the views of ``fields`` (the same objects, in order) on the current
+        backend."""
+        refs = self.refs
+        for i in range(len(refs)):
+            if refs[i]() is not fields[i]:
+                return False
+        return self.backend is get_backend()
 
 
 def kept(key, fields: tuple) -> KeptViews | None:
     """The views kept under ``key`` for ``fields`` (the same objects, in order) on the current
     backend; None where there are none, or another thread's call holds them."""
     k = _kept.get(key)
-    if k is None:
-        return None
-    refs = k.refs
-    for i in range(len(refs)):
-        if refs[i]() is not fields[i]:
-            return None
-    if k.backend is not get_backend() or k.views.is_open:
+    if k is None or not k.holds(fields) or k.views.is_open:
         return None
     return k
 

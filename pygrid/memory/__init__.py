@@ -22,14 +22,14 @@ from ..config import DEFAULT_DEVICE_MEM_MB
 from ..errors import ConfigError
 from . import interrupts
 from .devices import Device, EmulatedDevice, UnifiedDevice, make_device, register_device
-from .manager import MB, LeakedViewWarning, MemoryManager, ViewConflictError, live_managers
+from .manager import MB, KeptLaunch, LeakedViewWarning, MemoryManager, ViewConflictError, live_managers
 from .modes import Advise, State, ViewMode
 from .view import View, Views
 
 __all__ = [
     "ViewMode", "Advise", "State", "Device", "UnifiedDevice", "EmulatedDevice",
     "make_device", "register_device", "MemoryManager", "ViewConflictError", "LeakedViewWarning", "MB",
-    "View", "Views",
+    "View", "Views", "KeptLaunch",
     "get_manager", "configure", "memory_stats", "enable_debug_report",
 ]
 

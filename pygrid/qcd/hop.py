@@ -4,18 +4,20 @@ fields again.
 A solver applies its operator thousands of times to the same few fields.  The first call on a
 set of fields opens their kernel views as one (:func:`pygrid.lattice.lattice.kernel_views`),
 and :func:`pygrid.qcd.dslash.dhop` checks their buffers and binds its launch to them.  The call
-is kept (a :class:`HopCall` in a dict the operator owns); the next one on the same fields opens
-the same views and, when the MemoryManager hands out the same buffers, runs the bound launch
-directly (on a unified device the views' checks alone, ``MemoryManager.launch_unified``, and the
-launch prepared once, ``launch.prepared``).  Each layer skipped is Python that runs with the
-core's caches full of the fields the kernel has just streamed: a Wilson Dhop at 8^4 in single
-spends 7-10 us around its 40-60 us kernel (``benchmarks/bench_call_trace.py``).
+is kept (a :class:`HopCall`, the :class:`pygrid.lattice.kept.KeptViews` of the solvers' updates
+with a compiled launch, in a dict the operator owns); the next one on the same fields opens the
+same views and, when the MemoryManager hands out the same buffers, runs the bound launch directly
+(on a unified device a ``memory.KeptLaunch``: the views' checks alone, and those only after a
+step that can change them, and the launch prepared once, ``launch.prepared``).  Each layer
+skipped is Python that runs with the core's caches full of the fields the kernel has just
+streamed: a Wilson Dhop at 8^4 in single spends about 6 us around its 38-55 us kernel, 3 of them
+the launch itself (``benchmarks/bench_call_trace.py``).
 """
 from __future__ import annotations
 
-from ..accelerator.backends import get_backend
 from ..accelerator.host import keep
 from ..config import current
+from ..lattice.kept import KeptViews
 from ..lattice.lattice import kernel_views
 from ..memory import ViewMode
 from . import dslash
@@ -27,20 +29,16 @@ _DISCARD = ViewMode.AcceleratorWriteDiscard
 MAX_CALLS = 64
 
 
-class HopCall:
-    """A hop run before on the same fields (held weakly): their views (a ``memory.Views``, opened
-    again each call; on a unified device their checks alone, ``MemoryManager.launch_unified``),
-    the buffers those views gave, and the launch bound to them (a backend's ``launch.prepared``,
-    compiled code that runs no Python)."""
+class HopCall(KeptViews):
+    """A hop run before on the same fields: a ``lattice.kept.KeptViews`` whose launch is bound to
+    the buffers those views gave (a backend's ``launch.prepared``, compiled code that runs no
+    Python), made under the configuration and table of bound launches it checks again."""
 
-    __slots__ = ("refs", "views", "unified", "buffers", "launch", "run", "backend", "config", "table",
-                 "__weakref__")
+    __slots__ = ("config", "table")
 
     def __init__(self, views, buffers, launch):
-        self.refs = ()  # the fields' weak references (host.keep)
-        self.views, self.buffers, self.launch = views, tuple(buffers), launch
-        self.unified, self.run = views.unified, lambda _: launch()
-        self.backend, self.config = get_backend(), current()
+        super().__init__(views, buffers, lambda _: launch(), launch)
+        self.config = current()
         # the launch is one of dslash's bound launches: replacing dslash's table of them (to forget
         # every bound launch) retires the kept calls as well
         self.table = dslash._BOUND
@@ -48,23 +46,18 @@ class HopCall:
     def __call__(self, fields) -> bool:
         """Run on ``fields`` (the same objects, in order); False, with nothing done, where the call
         must take the checked path: other fields, backend or configuration, or other buffers."""
-        refs = self.refs
-        for i in range(len(refs)):
-            if refs[i]() is not fields[i]:
-                return False
-        if (self.backend is not get_backend() or self.config is not current()
-                or self.table is not dslash._BOUND):
+        if not self.holds(fields) or self.config is not current() or self.table is not dslash._BOUND:
             return False
-        unified = self.unified
-        if unified is not None:
-            done = unified[0].launch_unified(unified[1], self.buffers, self.launch)
+        kept = self.kept_launch
+        if kept is not None:
+            done = kept()
             if done is not None:
                 return done
         views = self.views
         # another thread's call on the same fields holds the kept views: this one opens its own
         if views.is_open:
             return False
-        return views.run_on(self.buffers, self.run)
+        return views.run_on(self.buffers, self.data)
 
 
 def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, halo_of=None,
