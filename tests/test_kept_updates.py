@@ -119,3 +119,50 @@ def test_a_dead_field_takes_its_entry_and_a_non_unified_device_keeps_none():
     del f
     gc.collect()
     assert key not in K._kept
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_the_backends_kept_launch_runs_with_nothing_between(name, monkeypatch):
+    """Where the backend kept the call's launch (``kept_update``, openmp), the next call on the same
+    fields runs that launch through a ``memory.KeptLaunch``: neither the views' opens nor the
+    backend's call, with the call's coefficients."""
+    if not hasattr(pg.get_backend(), "kept_update") or not pg.memory.get_manager().device.unified:
+        pytest.skip("a backend that keeps its launches, on a unified device")
+    g = grid((4, 4, 4, 8), (1, 1, 1, 4))
+    f = three(g)
+    check(name, f, 0.3)
+    (k,) = [v for key, v in K._kept.items() if key[0] == name]
+    assert k.bound is not None and k.kept_launch is not None
+    monkeypatch.setattr(pg.memory.Views, "run_on", lambda *a: pytest.fail("the views were opened"))
+    monkeypatch.setattr(pg.get_backend(), name, lambda *a: pytest.fail("the backend's call ran"))
+    for a in (-1.25 + 0.5j, 2.0, np.float32(0.5)):
+        check(name, f, a)
+
+
+def test_a_kept_launch_split_for_other_threads_is_not_run(monkeypatch):
+    """A reduction's partial sums are one per block of the launch that kept them: after the thread
+    count changes the kept launch is refused (the general path sums right), and a launch that
+    would be split otherwise now is not kept."""
+    b = pg.get_backend()
+    if b.name != "openmp" or b.threads() < 2 or not pg.memory.get_manager().device.unified:
+        pytest.skip("the openmp backend on two or more threads, on a unified device")
+    monkeypatch.setattr(b, "min_parallel_bytes", 0)
+    g = grid((4, 4, 4, 8), (1, 1, 1, 4))
+    f = three(g)
+    threads = b.threads()
+    try:
+        for name in ("norm2", "inner_product", "axpy_norm2"):
+            check(name, f, 0.3)
+            (k,) = [v for key, v in K._kept.items() if key[0] == name]
+            assert k.kept_launch is not None and k.bound.nblocks == threads
+            b.set_threads(1)
+            assert K.launch(k, (0.3, 0.0)) is None
+            check(name, f, 0.7)
+            b.set_threads(threads)
+        K._kept.clear()
+        check("norm2", f, 0.3)
+        b.set_threads(1)        # between the backend's call and the keeping of its launch
+        (k,) = [v for key, v in K._kept.items() if key[0] == "norm2"]
+        assert k.bound.prepared() is None
+    finally:
+        b.set_threads(threads)

@@ -143,9 +143,16 @@ class FusedUpdates(Protocol):
     def axpy_xpay(self, x: Buffer, a: complex, p: Buffer, r: Buffer, b: complex) -> None:
         """x = a p + x, then p = r + b p with the p before, in one pass (three distinct buffers)."""
 
+    def kept_update(self, name: str, *buffers: Buffer) -> Any:
+        """The launch the last call of ``name`` (``'norm2'``, ``'inner_product'`` or one of the
+        updates above) on ``buffers`` bound to them, for a caller that runs it again on the same
+        buffers: an object with ``prepared()`` (a function of no arguments that runs the kernel
+        and no Python) and ``again(gate, coefs)`` (the coefficients written where the kernel reads
+        them, ``gate()`` run, the partial sums' totals returned); None where none is kept."""
+
 
 #: the optional members of :class:`FusedUpdates`
-FUSED = ("axpy", "axpy_norm2", "axpy_xpay")
+FUSED = ("axpy", "axpy_norm2", "axpy_xpay", "kept_update")
 
 #: the members a backend must define, checked by the tests for every backend class
 MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for",

@@ -331,6 +331,9 @@ class OpenMPBackend:
     def axpy_xpay(self, x, a, p, r, b) -> None:
         _reductions().axpy_xpay(self, x, a, p, r, b)
 
+    def kept_update(self, name, *buffers):
+        return _reductions().kept_update(self, name, buffers)
+
     def site_sum(self, a) -> np.ndarray:
         return host.site_sum(a)
 

@@ -304,17 +304,61 @@ class _Kept:
     with partials of its own."""
 
     __slots__ = ("refs", "backend", "n", "nbytes", "nblocks", "launch", "head", "args", "partials", "lock",
-                 "__weakref__")
+                 "threads", "__weakref__")
 
-    def take(self, backend, buffers):
-        """True, holding the lock, when this launch serves ``buffers`` on ``backend`` now."""
+    def serves(self, backend, buffers):
+        """Whether this launch serves ``buffers`` on ``backend`` now."""
         refs = self.refs
         for i in range(len(buffers)):
             if refs[i]() is not buffers[i]:
                 return False
-        if self.backend is not backend or backend.blocks(self.nbytes) != self.nblocks:
-            return False
-        return self.lock.acquire(False)
+        return self.backend is backend and backend.blocks(self.nbytes) == self.nblocks
+
+    def take(self, backend, buffers):
+        """True, holding the lock, when this launch serves ``buffers`` on ``backend`` now."""
+        return self.serves(backend, buffers) and self.lock.acquire(False)
+
+    def prepared(self):
+        """The launch as a function of no arguments that runs the kernel and no Python
+        (``launch.prepared``): what a caller keeping it runs, through a ``memory.KeptLaunch``; None
+        where the backend would split it into other blocks now than the partial sums have."""
+        backend = self.backend
+        if backend.blocks(self.nbytes) != self.nblocks:
+            return None
+        self.threads = backend.threads()
+        return self.launch.prepared(self.n)
+
+    def again(self, gate, coefs=()):
+        """``coefs`` (reals) written where the kernel reads its coefficients, then ``gate()`` (a
+        ``memory.KeptLaunch`` of :meth:`prepared`); the totals of the partial sums, or None where
+        the gate refused, another thread's call holds this launch, or the thread count changed
+        since :meth:`prepared` (its blocks would no longer be the partial sums')."""
+        if self.backend.threads() != self.threads or not self.lock.acquire(False):
+            return None
+        try:
+            if coefs:
+                c = self.head[-1]
+                for i in range(len(coefs)):
+                    c[i] = coefs[i]
+            if gate() is None:
+                return None
+            return [_total(p) for p in self.partials]
+        finally:
+            self.lock.release()
+
+
+#: the keys of :data:`_KEPT` per call, from its buffers
+_KEYS = {"norm2": lambda b: (id(b[0]), 0), "inner_product": lambda b: (id(b[0]), id(b[1])),
+         "axpy": lambda b: (False, id(b[0]), id(b[1]), id(b[2])),
+         "axpy_norm2": lambda b: (True, id(b[0]), id(b[1]), id(b[2])),
+         "axpy_xpay": lambda b: ("xp", id(b[0]), id(b[1]), id(b[2]))}
+
+
+def kept_update(backend, name, buffers):
+    """The :class:`_Kept` launch of the last call of ``name`` on ``buffers`` (in the call's order),
+    where it serves them on ``backend``; else None."""
+    kept = _KEPT.get(_KEYS[name](buffers))
+    return kept if kept is not None and kept.serves(backend, buffers) else None
 
 
 def _keep(backend, kernel, args, partials, key, buffers, n=None, nhead=None):
