@@ -32,6 +32,7 @@ import inspect
 import weakref
 
 from ..errors import PyGridError
+from ..lattice import Lattice, eval as _eval, norm2
 
 __all__ = [
     "LinearOperator", "HermitianOperator", "MdagMOperator", "as_operator", "as_hermitian",
@@ -41,8 +42,6 @@ __all__ = [
 
 def _materialise(y, out):
     """Turn what a function returned (field or lazy expression) into a field, into ``out`` if given."""
-    from ..lattice import Lattice, eval as _eval
-
     if out is not None:
         if y is not out:
             out @= y
@@ -193,8 +192,6 @@ class MdagMOperator(HermitianOperator):
         """``(Mdag M x, |M x|^2)``: CG's ``<x, Mdag M x>`` as the norm of the intermediate ``M x``
         (one field read where the inner product reads two, as Grid's ``HermOpAndNorm``).  The
         intermediate is a field this operator keeps for the next call."""
-        from ..lattice import norm2
-
         op = self.op
         mid = getattr(self, "_mid", None)
         mid = self._mid = _call(op.M, x, mid)
