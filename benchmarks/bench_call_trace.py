@@ -1,6 +1,6 @@
 """Where a kept call's time goes, from the CPU's timestamp counter read inside the parallel launch.
 
-    python benchmarks/bench_call_trace.py [--operator wilson|dwf|schur] [--grid 8.8.8.8]
+    python benchmarks/bench_call_trace.py [--operator wilson|dwf|schur|cg] [--grid 8.8.8.8]
         [--precision single] [--calls 3000] [--rounds 3]
 
 The openmp backend's parallel driver is replaced, before the first launch, by one that reads
@@ -16,6 +16,12 @@ calls, per round; the counter's frequency is measured against ``time.perf_counte
 ``schur``: the Wilson even-odd hop ``Meooe(psi_e, out=chi_o)``.  Each round also gives the floor:
 an empty kernel's kept launch (``backend.bind_kernel(...).prepared(osites)``), the launch
 mechanism alone.
+
+``cg``: the Schur-preconditioned Wilson CG of ``bench_solvers.py``, ``--calls`` iterations a
+round: the time per iteration, the parallel launches in it, the time their blocks took (first
+start to last end of each launch, summed) and the rest (the Python of the solver, its operator
+and its updates, and each launch's start and join).  Launches on the calling thread count as
+the rest.
 """
 from __future__ import annotations
 
@@ -64,6 +70,36 @@ def _stamp(typingctx, address, index):
     return types.none(types.int64, types.int64), codegen
 
 
+@intrinsic
+def _load(typingctx, address, index):
+    """``((uint64 *) address)[index]``."""
+    def codegen(context, builder, sig, args):
+        import llvmlite.ir as ir
+
+        i64 = ir.IntType(64)
+        return builder.load(builder.gep(builder.inttoptr(args[0], i64.as_pointer()), [args[1]]))
+
+    return types.uint64(types.int64, types.int64), codegen
+
+
+@intrinsic
+def _store(typingctx, address, index, value):
+    """``((uint64 *) address)[index] = value``."""
+    def codegen(context, builder, sig, args):
+        import llvmlite.ir as ir
+
+        i64 = ir.IntType(64)
+        builder.store(args[2], builder.gep(builder.inttoptr(args[0], i64.as_pointer()), [args[1]]))
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64, types.uint64), codegen
+
+
+#: the launches so far and the counter ticks of their blocks (first start to last end), summed
+TOTALS = np.zeros(2, np.uint64)
+_TOTALS_AT = TOTALS.ctypes.data
+
+
 @njit(nogil=True)
 def now():
     return _rdtsc()
@@ -72,7 +108,7 @@ def now():
 @njit(parallel=True, nogil=True)
 def traced_drive(address, nblocks, osites, failed, words):
     """The generic driver of one packed argument (``parallel_numba.driver_source(1)``), each block's
-    start and end stamped into :data:`STAMPS`."""
+    start and end stamped into :data:`STAMPS`, the launch added to :data:`TOTALS`."""
     n = 0
     for b in prange(nblocks):
         if b < MAX_BLOCKS:
@@ -82,6 +118,12 @@ def traced_drive(address, nblocks, osites, failed, words):
             _stamp(_STAMPS_AT, 2 * b + 1)
         failed[b] = f
         n += f
+    first, last = _load(_STAMPS_AT, 0), _load(_STAMPS_AT, 1)
+    for b in range(1, min(nblocks, MAX_BLOCKS)):
+        first = min(first, _load(_STAMPS_AT, 2 * b))
+        last = max(last, _load(_STAMPS_AT, 2 * b + 1))
+    _store(_TOTALS_AT, 0, _load(_TOTALS_AT, 0) + np.uint64(1))
+    _store(_TOTALS_AT, 1, _load(_TOTALS_AT, 1) + (last - first))
     return n
 
 
@@ -117,9 +159,36 @@ def trace(fn, nblocks, calls, per_us):
     return np.median(rows, axis=0) / per_us
 
 
+def trace_cg(dims, precision, iterations, rounds, per_us):
+    """The ``cg`` mode: per round, the time per iteration and its launches' blocks."""
+    import pygrid as pg
+    import pygrid.qcd  # noqa: F401  (pg.qcd)
+    from pygrid.algorithms import ConjugateGradient, MdagMOperator
+    from pygrid.qcd.schur import SchurOperator
+
+    grid = pg.GridCartesian(list(dims), precision=precision)
+    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [3, 1, 4]), precision=precision)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    b = D.new_fermion()
+    pg.ParallelRNG(D.grid, [5]).gaussian(b)
+    S = SchurOperator(D, 1)
+    A, rhs = MdagMOperator(S), S.Mdag(S.prepare_source(b))
+    ConjugateGradient(1e-150, maxiter=3, verbose="error")(A, rhs)   # compiles every kernel
+    print(f"  {'':14s} {'per iteration':>14s} {'launches':>9s} {'blocks':>8s} {'rest':>8s}   (us)")
+    for _ in range(rounds):
+        TOTALS[:] = 0
+        t0 = time.perf_counter()
+        # a tolerance it does not reach: the iterations asked for, then the true residual
+        _, rec = ConjugateGradient(1e-150, maxiter=iterations, verbose="error")(A, rhs)
+        t = (time.perf_counter() - t0) * 1e6 / rec.iterations
+        blocks = int(TOTALS[1]) / per_us / rec.iterations
+        print(f"  {'Schur CG':14s} {t:14.1f} {int(TOTALS[0]) / rec.iterations:9.2f} {blocks:8.1f} "
+              f"{t - blocks:8.1f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--operator", default="wilson", choices=("wilson", "dwf", "schur"))
+    ap.add_argument("--operator", default="wilson", choices=("wilson", "dwf", "schur", "cg"))
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--precision", choices=("double", "single"), default="single")
     ap.add_argument("--calls", type=int, default=3000)
@@ -135,6 +204,12 @@ def main():
         raise SystemExit(f"the trace needs 2 to {MAX_BLOCKS} threads, not {nblocks}")
     parallel_numba._drivers[1] = traced_drive
     dims = tuple(int(x) for x in args.grid.split("."))
+    if args.operator == "cg":
+        per_us = tsc_per_us()
+        print(f"Wilson Schur CG on {args.grid}, {args.precision}, {backend.describe()}, {nblocks} blocks, "
+              f"timestamp counter {per_us / 1e3:.3f} GHz; {args.calls} iterations a round")
+        trace_cg(dims, args.precision, args.calls, args.rounds, per_us)
+        return
     call = operator_call(args.operator, dims, args.precision)
     # the launch's first argument decides the split: as large as the backend's threshold
     a = np.zeros(-(-backend.min_parallel_bytes // 8))
