@@ -311,7 +311,11 @@ def test_openmp_kept_runs_follow_contents_and_coefficients(monkeypatch):
         (key, kept), = [(k, v) for k, v in be._kept_runs.items() if v.refs[0]() is not None
                         and v.osites == x.grid.osites and len(v.refs) == 3]
         calls = []
-        monkeypatch.setattr(kept, "launch", lambda *args, _l=kept.launch: calls.append(1) or _l(*args))
+        # the kept launch writes its coefficients before it runs, whoever runs it (the backend's run,
+        # or a kept evaluation through its memory.KeptLaunch)
+        cls, ref = type(kept), weakref.ref(kept)
+        monkeypatch.setattr(cls, "set_coefficients", lambda self, c, _s=cls.set_coefficients: (
+            calls.append(1) if self is ref() else None) or _s(self, c))
         want = x.to_numpy() + 0.75 * p.to_numpy()
         x @= x + 0.75 * p
         np.testing.assert_allclose(x.to_numpy(), want, rtol=1e-13, atol=1e-13)
@@ -386,6 +390,40 @@ def test_kept_evaluations_follow_contents_coefficients_and_checkerboards(monkeyp
     assert_close(o.to_numpy(), want)
 
 
+def test_a_kept_evaluation_runs_the_backends_kept_launch_with_nothing_between(monkeypatch):
+    """On a unified device with a backend that keeps its runs (``kept_run``, openmp), an expression
+    evaluated again into the same field runs that launch through a ``memory.KeptLaunch``: neither
+    the views' opens nor the backend's run, with each evaluation's coefficients; after the thread
+    count changes the launch is refused and the checked paths give the same results."""
+    from pygrid.expr import evaluate as ev
+
+    b = pg.get_backend()
+    if not hasattr(b, "kept_run") or not pg.memory.get_manager().device.unified:
+        pytest.skip("a backend that keeps its runs, on a unified device")
+    g = grid((4, 4, 4, 8))
+    x, y = random_field(g, pg.SpinColourVector(), seed=31), random_field(g, pg.SpinColourVector(), seed=32)
+    z = pg.LatticeFermion(g)
+    z @= 0.3 * x + y
+    (kept,) = [k for k in ev._kept.values() if k.refs[0]() is z]
+    assert kept.gate is not None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pg.memory.Views, "run_on", lambda *a: pytest.fail("the views were opened"))
+        mp.setattr(b, "run", lambda *a, **k: pytest.fail("the backend's run ran"))
+        for a in (-1.25 + 0.5j, 2.0, np.float32(0.5)):
+            z @= a * x + y
+            assert_close(z.to_numpy(), a * x.to_numpy() + y.to_numpy())
+    threads = b.threads()
+    if threads > 1:
+        monkeypatch.setattr(b, "min_parallel_bytes", 0)
+        try:
+            b.set_threads(1)
+            assert kept.bound.again(kept.gate, (0.7,)) is None
+            z @= 0.7 * x + y
+            assert_close(z.to_numpy(), 0.7 * x.to_numpy() + y.to_numpy())
+        finally:
+            b.set_threads(threads)
+
+
 def test_a_kept_evaluation_whose_views_give_other_buffers_takes_the_checked_path(monkeypatch):
     """Where the views hand out other buffers than the kept ones (a device cache that moved a
     field), the kept path writes nothing, and its views close as after a failure, so that a
@@ -398,6 +436,8 @@ def test_a_kept_evaluation_whose_views_give_other_buffers_takes_the_checked_path
     z @= 3.0 * x
     (kept,) = [k for k in ev._kept.values() if k.refs[0]() is z]
     kept.buffers = tuple(np.empty_like(b) for b in kept.buffers)
+    if kept.gate is not None:               # a unified device's kept launch, checked again
+        kept.gate.buffers, kept.gate.epoch = kept.buffers, None
     # out written on the host since: on a device, its device copy is stale
     before = x.to_numpy() - 1.0
     z.from_numpy(before)
@@ -427,18 +467,24 @@ def test_a_kept_evaluation_that_fails_leaves_out_as_it_was(monkeypatch):
     z @= 3.0 * x + z       # out read as well: a write view
     z @= 3.0 * x           # out only written: a write view that discards its contents
     before = z.to_numpy()
-    backend, run = pg.get_backend(), pg.get_backend().run
+    from pygrid.expr import evaluate as ev
+
+    backend = pg.get_backend()
     for exc in (RuntimeError, KeyboardInterrupt):
         def failing_run(*args, _exc=exc, **kwargs):
             raise _exc("injected in the launch")
 
-        monkeypatch.setattr(backend, "run", failing_run)
-        for build in (lambda: 0.5 * x + z, lambda: 0.5 * x):
-            with pytest.raises(exc, match="injected"):
-                z @= build()
-            np.testing.assert_array_equal(z.to_numpy(), before)
-            assert z._manager.open_views() == []
-        monkeypatch.setattr(backend, "run", run)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(backend, "run", failing_run)
+            # on a unified device the kept evaluations run the backend's kept launch themselves
+            for k in ev._kept.values():
+                if k.refs[0]() is z and k.gate is not None:
+                    mp.setattr(k.gate, "launch", failing_run)
+            for build in (lambda: 0.5 * x + z, lambda: 0.5 * x):
+                with pytest.raises(exc, match="injected"):
+                    z @= build()
+                np.testing.assert_array_equal(z.to_numpy(), before)
+                assert z._manager.open_views() == []
     assert hits == [1, 1, 1, 1]
     z @= 0.5 * x + z
     assert_close(z.to_numpy(), 0.5 * x.to_numpy() + before)

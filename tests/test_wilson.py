@@ -706,11 +706,12 @@ def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatc
         seen.clear()
         o = D.Meooe(e)
         D.Meooe(e, out=o)
-        assert seen == [1 if isinstance(D, pg.qcd.WilsonFermion) else b.threads()]
+        # the hop's launch, and any other kept on the way (an expression's), on one split
+        assert seen and set(seen) == {1 if isinstance(D, pg.qcd.WilsonFermion) else b.threads()}
         decided.clear()
         o2 = o.new_like()
         o2 @= 0.5 * o   # an expression kernel writing a field like the hop's result
-        assert decided[-1:] == seen
+        assert decided[-1:] == seen[:1]
         before = b.threads()
         try:
             b.set_threads(1)

@@ -61,6 +61,10 @@ class Backend(Protocol):
         ``out`` is also an input.
         """
 
+    # optional: ``kept_run(ir, alias, out, inputs, shifts)``, the launch the last :meth:`run` on these
+    # buffers kept (a ``host.KeptBinding``: ``prepared()``, ``again(gate, coefs)``), or None; an
+    # expression evaluated again into the same field runs it through a ``memory.KeptLaunch``
+
     def prepare(self, ir: Any, shifts: list[tuple[np.ndarray, ...]], coefs: np.ndarray, nsimd: int,
                 alias: bool, dtype: Any, osites: int | None = None) -> None:
         """Compile (or load from the cache) the kernel :meth:`run` will take for these arguments,
@@ -146,9 +150,9 @@ class FusedUpdates(Protocol):
     def kept_update(self, name: str, *buffers: Buffer) -> Any:
         """The launch the last call of ``name`` (``'norm2'``, ``'inner_product'`` or one of the
         updates above) on ``buffers`` bound to them, for a caller that runs it again on the same
-        buffers: an object with ``prepared()`` (a function of no arguments that runs the kernel
-        and no Python) and ``again(gate, coefs)`` (the coefficients written where the kernel reads
-        them, ``gate()`` run, the partial sums' totals returned); None where none is kept."""
+        buffers (a ``host.KeptBinding``: ``prepared()``, a function of no arguments that runs the
+        kernel and no Python, and ``again(gate, coefs)``, the coefficients written where the kernel
+        reads them, ``gate()`` run, the partial sums' totals returned); None where none is kept."""
 
 
 #: the optional members of :class:`FusedUpdates`

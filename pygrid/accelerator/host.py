@@ -145,3 +145,48 @@ def keep(table: dict, key, entry, objects, limit: int = 256) -> None:
 
     entry.refs = tuple(weakref.ref(x, forget) for x in objects)
     table[key] = entry
+
+
+class KeptBinding:
+    """A kernel's launch bound to the buffers of a call (``bound``: a backend's ``kept_launch``
+    on ``args``), kept for the next call on the same buffers (``refs``, weak: :func:`keep`), with
+    what the launch writes its results into and reads its coefficients from.  ``lock`` is held
+    while a call uses it: another thread's call on the same buffers meanwhile takes the unkept path.
+    A caller that keeps it in turn runs :meth:`prepared` through a ``memory.KeptLaunch``, each time
+    with :meth:`again`."""
+
+    __slots__ = ("refs", "backend", "osites", "nbytes", "nblocks", "bound", "args", "lock", "threads",
+                 "__weakref__")
+
+    def set_coefficients(self, coefs) -> None:
+        """Write ``coefs`` where the kernel reads its coefficients."""
+        raise NotImplementedError
+
+    def totals(self) -> list:
+        """What the launch computed besides its output: the totals of its partial sums."""
+        return []
+
+    def prepared(self):
+        """The launch as a function of no arguments that runs the kernel and no Python
+        (``launch.prepared``); None where the backend would split it into other blocks now than
+        the launch was bound for (its partial sums are one per block)."""
+        backend = self.backend
+        if backend.blocks(self.nbytes) != self.nblocks:
+            return None
+        self.threads = backend.threads()
+        return self.bound.prepared(self.osites)
+
+    def again(self, gate, coefs=()):
+        """``coefs`` written (:meth:`set_coefficients`), then ``gate()`` (a ``memory.KeptLaunch`` of
+        :meth:`prepared`): :meth:`totals`, or None where the gate refused, another thread's call
+        holds this launch, or the thread count changed since :meth:`prepared`."""
+        if self.backend.threads() != self.threads or not self.lock.acquire(False):
+            return None
+        try:
+            if len(coefs):
+                self.set_coefficients(coefs)
+            if gate() is None:
+                return None
+            return self.totals()
+        finally:
+            self.lock.release()

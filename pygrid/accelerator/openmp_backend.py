@@ -97,18 +97,17 @@ def numba_threads() -> int:
     return _numba_threads
 
 
-class _KeptRun:
-    """An expression kernel's launch bound to the flat aliases of its buffers (held weakly) and a
-    coefficient array written before each launch.  ``lock`` is held while a run uses it: another
-    thread's run on the same buffers meanwhile takes the unkept path."""
+class _KeptRun(host.KeptBinding):
+    """An expression kernel's launch bound to the flat aliases of its buffers and a coefficient
+    array written before each launch."""
 
-    __slots__ = ("refs", "ir", "shifts", "osites", "nbytes", "nblocks", "coef", "args", "launch", "lock",
-                 "__weakref__")
+    __slots__ = ("ir", "shifts", "coef")
 
-    def take(self, backend, ir, out, inputs, shifts):
-        """True, holding the lock, when this launch serves a run of ``ir`` on these buffers now."""
+    def serves(self, backend, ir, out, inputs, shifts):
+        """Whether this launch serves a run of ``ir`` on these buffers now."""
         refs = self.refs
-        if self.ir is not ir or refs[0]() is not out or backend.blocks(self.nbytes) != self.nblocks:
+        if (self.ir is not ir or refs[0]() is not out or self.backend is not backend
+                or backend.blocks(self.nbytes) != self.nblocks):
             return False
         for i in range(len(inputs)):
             if refs[i + 1]() is not inputs[i]:
@@ -119,7 +118,15 @@ class _KeptRun:
                 if j >= len(kept) or x is not kept[j]:
                     return False
                 j += 1
-        return j == len(kept) and self.lock.acquire(False)
+        return j == len(kept)
+
+    def take(self, backend, ir, out, inputs, shifts):
+        """True, holding the lock, when this launch serves a run of ``ir`` on these buffers now."""
+        return self.serves(backend, ir, out, inputs, shifts) and self.lock.acquire(False)
+
+    def set_coefficients(self, coefs):
+        # (re, im) interleaved, as the complex128 array holds them: one copy
+        self.coef[:2 * len(coefs)] = np.ascontiguousarray(coefs, np.complex128).view(np.float64)
 
 
 class OpenMPBackend:
@@ -246,9 +253,8 @@ class OpenMPBackend:
         kept = self._kept_runs.get((id(ir), alias, id(out), *map(id, inputs)))
         if kept is not None and kept.take(self, ir, out, inputs, shifts):
             try:
-                # (re, im) interleaved, as the complex128 array holds them: one copy
-                kept.coef[:2 * len(coefs)] = np.ascontiguousarray(coefs, np.complex128).view(np.float64)
-                kept.launch(kept.osites)
+                kept.set_coefficients(coefs)
+                kept.bound.again(kept.osites)
             finally:
                 kept.lock.release()
             return
@@ -269,14 +275,22 @@ class OpenMPBackend:
         if host.holds_a_buffer(args, buffers):
             return
         kept = _KeptRun()
+        kept.backend = self
         kept.ir, kept.shifts, kept.osites = ir, [x for s in shifts for x in s], out.shape[0]
         kept.nbytes = out.nbytes
         kept.nblocks = self.blocks(kept.nbytes)
         kept.coef = np.array(args[-1])  # writable: the coefficients change from run to run
         kept.args = (*args[:-1], host.read_only(kept.coef))
         # the launch on kept.args themselves (held here), packed once
-        kept.launch, kept.lock = self.kept_launch(k, kept.args, kept.nblocks).again, threading.Lock()
+        kept.bound, kept.lock = self.kept_launch(k, kept.args, kept.nblocks), threading.Lock()
         host.keep(self._kept_runs, (id(ir), alias, id(out), *map(id, inputs)), kept, buffers)
+
+    def kept_run(self, ir, alias, out, inputs, shifts):
+        """The launch the last :meth:`run` of ``ir`` on these buffers kept, for a caller that runs it
+        again on them (``prepared()``, ``again(gate, coefs)``: ``host.KeptBinding``); None where none
+        serves them now."""
+        kept = self._kept_runs.get((id(ir), alias, id(out), *map(id, inputs)))
+        return kept if kept is not None and kept.serves(self, ir, out, inputs, shifts) else None
 
     def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None) -> None:
         # numba compiles at the first call for the argument types: an empty site range on empty

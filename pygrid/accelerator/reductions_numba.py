@@ -30,7 +30,7 @@ import numpy as np
 
 from . import simd_numba
 from .compile_cache import load_module
-from .host import holds_a_buffer, keep, launch_bytes, read_only
+from .host import KeptBinding, holds_a_buffer, keep, launch_bytes, read_only
 
 _modules: dict = {}
 
@@ -202,7 +202,7 @@ def norm2(backend, a):
     kept = _KEPT.get((id(a), 0))
     if kept is not None and kept.take(backend, (a,)):
         try:
-            kept.launch.again(kept.n)
+            kept.bound.again(kept.osites)
             return _total(kept.partials[0])
         finally:
             kept.lock.release()
@@ -219,7 +219,7 @@ def inner_product(backend, a, b):
     kept = _KEPT.get((id(a), id(b)))
     if kept is not None and kept.take(backend, (a, b)):
         try:
-            kept.launch.again(kept.n)
+            kept.bound.again(kept.osites)
             return complex(_total(kept.partials[0]), _total(kept.partials[1]))
         finally:
             kept.lock.release()
@@ -250,7 +250,7 @@ def _axpy(backend, z, a, x, y, norm):
         try:
             coef = kept.head[-1]   # the coefficient, written where the bound launch reads it
             coef[0], coef[1] = a.real, a.imag
-            kept.launch.again(kept.n)
+            kept.bound.again(kept.osites)
             return _total(kept.partials[0]) if norm else None
         finally:
             kept.lock.release()
@@ -278,7 +278,7 @@ def axpy_xpay(backend, x, a, p, r, b):
         try:
             coef = kept.head[-1]
             coef[0], coef[1], coef[2], coef[3] = a.real, a.imag, b.real, b.imag
-            kept.launch.again(kept.n)
+            kept.bound.again(kept.osites)
             return
         finally:
             kept.lock.release()
@@ -296,15 +296,12 @@ _KEPT: dict = {}
 MAX_KEPT = 64
 
 
-class _Kept:
-    """A kernel's launch bound to the flat aliases of its buffers (held weakly) and the partial
-    sums it writes: ``launch.again(n)`` on ``args`` (axpy's coefficient written into the last array
-    of ``head`` first).  ``lock`` is held while a
-    call uses them: another thread's call on the same buffers meanwhile takes the unkept path,
-    with partials of its own."""
+class _Kept(KeptBinding):
+    """A reduction's or update's launch on the flat aliases of its buffers and the partial sums it
+    writes: ``bound.again(osites)`` on ``args`` (the update's coefficients written into the last
+    array of ``head`` first)."""
 
-    __slots__ = ("refs", "backend", "n", "nbytes", "nblocks", "launch", "head", "args", "partials", "lock",
-                 "threads", "__weakref__")
+    __slots__ = ("head", "partials")
 
     def serves(self, backend, buffers):
         """Whether this launch serves ``buffers`` on ``backend`` now."""
@@ -318,33 +315,13 @@ class _Kept:
         """True, holding the lock, when this launch serves ``buffers`` on ``backend`` now."""
         return self.serves(backend, buffers) and self.lock.acquire(False)
 
-    def prepared(self):
-        """The launch as a function of no arguments that runs the kernel and no Python
-        (``launch.prepared``): what a caller keeping it runs, through a ``memory.KeptLaunch``; None
-        where the backend would split it into other blocks now than the partial sums have."""
-        backend = self.backend
-        if backend.blocks(self.nbytes) != self.nblocks:
-            return None
-        self.threads = backend.threads()
-        return self.launch.prepared(self.n)
+    def set_coefficients(self, coefs):
+        c = self.head[-1]
+        for i in range(len(coefs)):
+            c[i] = coefs[i]
 
-    def again(self, gate, coefs=()):
-        """``coefs`` (reals) written where the kernel reads its coefficients, then ``gate()`` (a
-        ``memory.KeptLaunch`` of :meth:`prepared`); the totals of the partial sums, or None where
-        the gate refused, another thread's call holds this launch, or the thread count changed
-        since :meth:`prepared` (its blocks would no longer be the partial sums')."""
-        if self.backend.threads() != self.threads or not self.lock.acquire(False):
-            return None
-        try:
-            if coefs:
-                c = self.head[-1]
-                for i in range(len(coefs)):
-                    c[i] = coefs[i]
-            if gate() is None:
-                return None
-            return [_total(p) for p in self.partials]
-        finally:
-            self.lock.release()
+    def totals(self):
+        return [_total(p) for p in self.partials]
 
 
 #: the keys of :data:`_KEPT` per call, from its buffers
@@ -370,10 +347,10 @@ def _keep(backend, kernel, args, partials, key, buffers, n=None, nhead=None):
         return
     kept = _Kept()
     kept.backend = backend
-    kept.n = args[-len(partials) - 1] if n is None else n
+    kept.osites = args[-len(partials) - 1] if n is None else n
     kept.nbytes = launch_bytes(args)
     kept.nblocks = backend.blocks(kept.nbytes)
-    kept.launch, kept.partials = bind(kernel, args, kept.nblocks), partials
+    kept.bound, kept.partials = bind(kernel, args, kept.nblocks), partials
     kept.head = args if nhead is None else args[:nhead]
     kept.args = args   # held: the bound launch holds its arguments weakly
     kept.lock = threading.Lock()

@@ -94,7 +94,7 @@ class KeptEvaluation:
     kernel itself."""
 
     __slots__ = ("refs", "backend", "ir", "tables", "alias", "nsimd", "views", "buffers", "order",
-                 "grid", "checkerboards", "__weakref__")
+                 "grid", "checkerboards", "bound", "gate", "__weakref__")
 
     def __init__(self, backend, launch, out, tables, alias, views, buffers):
         self.refs = ()  # out's and the fields' weak references (host.keep)
@@ -106,6 +106,16 @@ class KeptEvaluation:
         self.order = tuple(len(others) if f is out else others.index(f) for f in launch.fields)
         # the shift tables were made for the checkerboards the shifted fields had
         self.checkerboards = tuple((s, launch.fields[s].checkerboard) for s, _ in launch.shifts)
+        # on a unified device, the backend's launch kept on these buffers (its kept_run), run with
+        # the views' checks alone (a memory.KeptLaunch), as a kept Dirac call runs its launch
+        self.bound = self.gate = None
+        find, u = getattr(backend, "kept_run", None), views.unified
+        if find is not None and u is not None:
+            b = self.buffers
+            bound = find(launch.ir, alias, b[-1], [b[k] for k in self.order], tables)
+            run = None if bound is None else bound.prepared()
+            if run is not None:
+                self.bound, self.gate = bound, u[0].kept_launch(u[1], self.buffers, run)
 
     def __call__(self, backend, out, fields, coefs) -> bool:
         """Evaluate again into ``out`` from ``fields`` (the same objects, in slot order) with
@@ -123,6 +133,9 @@ class KeptEvaluation:
         for slot, cb in self.checkerboards:
             if fields[slot].checkerboard != cb:
                 return False
+        gate = self.gate
+        if gate is not None and self.bound.again(gate, coefs) is not None:
+            return True
         order = self.order
         return views.run_on(self.buffers, lambda a: backend.run(
             self.ir, a[-1], [a[k] for k in order], self.tables, coefs, self.nsimd, self.alias))
