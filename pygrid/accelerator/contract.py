@@ -61,10 +61,6 @@ class Backend(Protocol):
         ``out`` is also an input.
         """
 
-    # optional: ``kept_run(ir, alias, out, inputs, shifts)``, the launch the last :meth:`run` on these
-    # buffers kept (a ``host.KeptBinding``: ``prepared()``, ``again(gate, coefs)``), or None; an
-    # expression evaluated again into the same field runs it through a ``memory.KeptLaunch``
-
     def prepare(self, ir: Any, shifts: list[tuple[np.ndarray, ...]], coefs: np.ndarray, nsimd: int,
                 alias: bool, dtype: Any, osites: int | None = None) -> None:
         """Compile (or load from the cache) the kernel :meth:`run` will take for these arguments,
@@ -153,6 +149,17 @@ class FusedUpdates(Protocol):
         buffers (a ``host.KeptBinding``: ``prepared()``, a function of no arguments that runs the
         kernel and no Python, and ``again(gate, coefs)``, the coefficients written where the kernel
         reads them, ``gate()`` run, the partial sums' totals returned); None where none is kept."""
+
+
+class KeptRuns(Protocol):
+    """A member a backend may add (the openmp backend has it): where it is missing, an expression
+    evaluated again into the same field takes :meth:`Backend.run` through its views."""
+
+    def kept_run(self, ir: Any, alias: bool, out: Buffer, inputs: list[Buffer],
+                 shifts: list[tuple[np.ndarray, ...]]) -> Any:
+        """The launch the last :meth:`Backend.run` of ``ir`` on these buffers kept (a
+        ``host.KeptBinding``: ``prepared()``, ``again(gate, coefs)``), for a kept evaluation to run
+        through a ``memory.KeptLaunch``; None where none serves them now."""
 
 
 #: the optional members of :class:`FusedUpdates`

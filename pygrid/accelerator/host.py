@@ -166,6 +166,17 @@ class KeptBinding:
         """What the launch computed besides its output: the totals of its partial sums."""
         return []
 
+    def run_held(self, coefs=()):
+        """For a call that took the lock: ``coefs`` written, the bound launch run on its own
+        arguments, the lock released; :meth:`totals`."""
+        try:
+            if len(coefs):
+                self.set_coefficients(coefs)
+            self.bound.again(self.osites)
+            return self.totals()
+        finally:
+            self.lock.release()
+
     def prepared(self):
         """The launch as a function of no arguments that runs the kernel and no Python
         (``launch.prepared``); None where the backend would split it into other blocks now than

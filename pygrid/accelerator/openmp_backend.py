@@ -252,11 +252,7 @@ class OpenMPBackend:
     def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
         kept = self._kept_runs.get((id(ir), alias, id(out), *map(id, inputs)))
         if kept is not None and kept.take(self, ir, out, inputs, shifts):
-            try:
-                kept.set_coefficients(coefs)
-                kept.bound.again(kept.osites)
-            finally:
-                kept.lock.release()
+            kept.run_held(coefs)
             return
         rdt = out.dtype
         k = self.kernel(ir, nsimd, alias, _name(rdt))

@@ -199,37 +199,32 @@ def kernels(nsimd: int, dtype):
 # full of the field just read, several microseconds each.
 
 def norm2(backend, a):
-    kept = _KEPT.get((id(a), 0))
+    key = _KEYS["norm2"]((a,))
+    kept = _KEPT.get(key)
     if kept is not None and kept.take(backend, (a,)):
-        try:
-            kept.bound.again(kept.osites)
-            return _total(kept.partials[0])
-        finally:
-            kept.lock.release()
+        return kept.run_held()[0]
     n = a.shape[0]
     partial = np.zeros(backend.blocks(a.nbytes))
     args = (read_only(a.reshape(-1)), a.shape[1], n, partial)
     kernel = kernels(a.shape[3], a.dtype).norm2_block
     backend.accelerator_for(n, kernel, *args)
-    _keep(backend, kernel, args, (partial,), (id(a), 0), (a,))
+    _keep(backend, kernel, args, (partial,), key, (a,))
     return _total(partial)
 
 
 def inner_product(backend, a, b):
-    kept = _KEPT.get((id(a), id(b)))
+    key = _KEYS["inner_product"]((a, b))
+    kept = _KEPT.get(key)
     if kept is not None and kept.take(backend, (a, b)):
-        try:
-            kept.bound.again(kept.osites)
-            return complex(_total(kept.partials[0]), _total(kept.partials[1]))
-        finally:
-            kept.lock.release()
+        re, im = kept.run_held()
+        return complex(re, im)
     n = a.shape[0]
     nb = backend.blocks(a.nbytes)
     pr, pi = np.zeros(nb), np.zeros(nb)
     args = (read_only(a.reshape(-1)), read_only(b.reshape(-1)), a.shape[1], n, pr, pi)
     kernel = kernels(a.shape[3], a.dtype).inner_block
     backend.accelerator_for(n, kernel, *args)
-    _keep(backend, kernel, args, (pr, pi), (id(a), id(b)), (a, b))
+    _keep(backend, kernel, args, (pr, pi), key, (a, b))
     return complex(_total(pr), _total(pi))
 
 
@@ -244,16 +239,11 @@ def axpy_norm2(backend, z, a, x, y):
 
 
 def _axpy(backend, z, a, x, y, norm):
-    key = (norm, id(z), id(x), id(y))
+    key = _KEYS["axpy_norm2" if norm else "axpy"]((z, x, y))
     kept = _KEPT.get(key)
     if kept is not None and kept.take(backend, (z, x, y)):
-        try:
-            coef = kept.head[-1]   # the coefficient, written where the bound launch reads it
-            coef[0], coef[1] = a.real, a.imag
-            kept.bound.again(kept.osites)
-            return _total(kept.partials[0]) if norm else None
-        finally:
-            kept.lock.release()
+        r = kept.run_held((a.real, a.imag))
+        return r[0] if norm else None
     n = z.shape[0]
     # z's flat alias writable, x's and y's read-only even where they are z (the same memory: each
     # component is read before it is written)
@@ -271,17 +261,12 @@ def _axpy(backend, z, a, x, y, norm):
 def axpy_xpay(backend, x, a, p, r, b):
     """x = a p + x, then p = r + b p with the p before (a, b complex), on three distinct buffers of
     one shape and dtype, in one pass."""
-    key = ("xp", id(x), id(p), id(r))
+    key = _KEYS["axpy_xpay"]((x, p, r))
     a, b = complex(a), complex(b)
     kept = _KEPT.get(key)
     if kept is not None and kept.take(backend, (x, p, r)):
-        try:
-            coef = kept.head[-1]
-            coef[0], coef[1], coef[2], coef[3] = a.real, a.imag, b.real, b.imag
-            kept.bound.again(kept.osites)
-            return
-        finally:
-            kept.lock.release()
+        kept.run_held((a.real, a.imag, b.real, b.imag))
+        return
     n = x.shape[0]
     args = (x.reshape(-1), p.reshape(-1), read_only(r.reshape(-1)), x.shape[1],
             np.array([a.real, a.imag, b.real, b.imag]))
@@ -290,8 +275,7 @@ def axpy_xpay(backend, x, a, p, r, b):
     _keep(backend, kernel, args, (), key, (x, p, r), n=n)
 
 
-#: (id of a buffer, id of the second or 0) for reductions, (norm, ids of z, x, y) for axpy,
-#: ("xp", ids of x, p, r) for axpy_xpay -> _Kept
+#: :data:`_KEYS` of a call's buffers -> _Kept
 _KEPT: dict = {}
 MAX_KEPT = 64
 
@@ -316,7 +300,7 @@ class _Kept(KeptBinding):
         return self.serves(backend, buffers) and self.lock.acquire(False)
 
     def set_coefficients(self, coefs):
-        c = self.head[-1]
+        c = self.head[-1]   # the coefficients' array, where the bound launch reads them
         for i in range(len(coefs)):
             c[i] = coefs[i]
 
