@@ -250,6 +250,39 @@ def test_blocked_site_order_against_numpy(monkeypatch):
     check_5d_hop(grid, U, D)
 
 
+def test_site_order_gives_each_thread_a_slab_of_a_large_4d_field():
+    """4D fields beyond the caches on several threads: one z slab per thread, each over all t."""
+    order = kw.site_order((16, 8, 8, 8), 1, 8, "float64", threads=2, far=True)
+    assert sorted(order.tolist()) == list(range(8192))
+    z, t = order // 128 % 8, order // 1024
+    assert set(z[:4096]) == {0, 1, 2, 3} and set(z[4096:]) == {4, 5, 6, 7}
+    assert set(t[:4096]) == set(range(8)) and (order[:512] == np.arange(512)).all()
+    natural = np.arange(8192)
+    assert (kw.site_order((16, 8, 8, 8), 1, 8, "float64", threads=1, far=True) == natural).all()
+    assert (kw.site_order((16, 8, 8, 8), 1, 8, "float64", threads=2, far=False) == natural).all()
+    assert (kw.site_order((16, 8, 7, 8), 1, 8, "float64", threads=2, far=True) == np.arange(7168)).all()
+
+
+def test_slab_site_order_against_numpy(monkeypatch):
+    """The Dhop kernel visiting the sites in one slab per thread gives the numpy reference, full
+    grid and checkerboards."""
+    if dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    monkeypatch.setattr(kw, "FAR_BYTES", 0)
+    monkeypatch.setattr(kw, "_threads", lambda: 2)
+    monkeypatch.setattr(kw, "_states", {})
+    grid, rng, U, psi = setup((4, 4, 8, 8), None, "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    st = kw._launch_state(D.stencil, 1, grid.nsimd, np.dtype("float64"))
+    assert st.far and not (st.sites == np.arange(len(st.sites))).all()
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
+    dh = D.Dhop(psi)
+    pe, po = pg.pick_checkerboard(0, psi), pg.pick_checkerboard(1, psi)
+    assert relerr(D.DhopEO(po).to_numpy(), pg.pick_checkerboard(0, dh).to_numpy()) < 1e-12
+    assert relerr(D.DhopOE(pe).to_numpy(), pg.pick_checkerboard(1, dh).to_numpy()) < 1e-12
+
+
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_gamma5_hermiticity_and_adjoint(prec):
     grid, rng, U, psi = setup((4, 4, 4, 8), None, prec)

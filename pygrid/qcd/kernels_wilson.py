@@ -816,7 +816,7 @@ def _tile(Ls, nsimd, dtype):
 COLUMN_BYTES = 6 << 20
 
 
-def site_order(rdims, Ls, nsimd, dtype):
+def site_order(rdims, Ls, nsimd, dtype, threads=1, far=False):
     """The order the kernel visits the 4D outer sites in (``rdims`` x fastest, t slowest).
 
     In natural order a site's t-neighbour is read again one whole time-slice
@@ -824,12 +824,24 @@ def site_order(rdims, Ls, nsimd, dtype):
     slice is larger than :data:`COLUMN_BYTES`, the (y, z) plane is cut into b x b
     columns of every x (b the widest that keeps a column's slice under the budget,
     dividing y and z where possible), each walked over all t, so the reuse distance
-    is one column's slice.  Any order gives the same result; only the cache sees it.
+    is one column's slice.
+
+    4D fields larger than the caches (``far``) on several ``threads`` are cut in z into one
+    slab per thread instead (full x-y planes, each walked over all t; the launch gives each
+    thread one contiguous block of this order): split by t, as in natural order, each
+    thread would hold a window of a whole slice in the shared L3, twice the bytes on two
+    threads.  Any order gives the same result; only the cache sees it.
     """
     X, Y, Z, T = (int(d) for d in rdims)
     n4 = X * Y * Z * T
     site_bytes = (int(Ls) * 24 + 4 * 18) * int(nsimd) * np.dtype(dtype).itemsize
     natural = np.arange(n4, dtype=np.int32)
+    idx = natural.reshape(T, Z, Y, X)
+    threads = int(threads)
+    if (int(Ls) == 1 and far and threads > 1 and Z % threads == 0
+            and X * Y * Z * site_bytes <= threads * COLUMN_BYTES):
+        b = Z // threads
+        return np.ascontiguousarray(np.concatenate([idx[:, z0:z0 + b].reshape(-1) for z0 in range(0, Z, b)]))
     if X * Y * Z * site_bytes <= COLUMN_BYTES:
         return natural
     widest = max(2, int((COLUMN_BYTES / (X * site_bytes)) ** 0.5))
@@ -838,7 +850,6 @@ def site_order(rdims, Ls, nsimd, dtype):
     b = max(even) if even else widest
     if b >= max(Y, Z):
         return natural
-    idx = natural.reshape(T, Z, Y, X)
     cols = [idx[:, z0:z0 + b, y0:y0 + b, :].reshape(-1) for z0 in range(0, Z, b) for y0 in range(0, Y, b)]
     return np.ascontiguousarray(np.concatenate(cols))
 
@@ -1018,7 +1029,7 @@ class _LaunchState:
         self.tile = _tile(Ls, nsimd, dtype)
         self.none = read_only(np.zeros(1, dtype))
         rdims = stencil.grid.rdims
-        self.sites = read_only(site_order(rdims, Ls, nsimd, dtype)
+        self.sites = read_only(site_order(rdims, Ls, nsimd, dtype, _threads(), self.far)
                                if len(rdims) == 4 and int(np.prod(rdims)) == self.n4 else stencil.sites)
         self.boundary = read_only(stencil.boundary)
         self._launchers = {}
