@@ -386,7 +386,7 @@ def _register_body(nls, nlg, nlu, halo, itemsize):
     at the end.  With ``far`` (fields larger than the caches) it prefetches into L2, ``FAR_DISTANCE``
     sites ahead, the site's links, its eight neighbours and their backward links, and writes the
     result with non-temporal stores (1.10-1.20x at 16^4 and 24^4, same-process A/B; the x and y
-    neighbours too, against the z and t alone: 1.00-1.17x on two threads at 12^4-24^4, where a
+    neighbours too, against the z and t alone: 0.98-1.17x on two threads at 12^4-24^4, where a
     thread's slab edges and the backward links bring them late)."""
     body = [
         "sc = vsplat(coef[0], W)",
