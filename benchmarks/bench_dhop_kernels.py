@@ -126,7 +126,8 @@ def main():
         with hop.view(pg.CpuRead) as want:
             err = np.abs(want - ref).max() / np.abs(want).max()
         if err > (1e-12 if prec == "double" else 1e-5):
-            raise SystemExit(f"{variants[0][0]} disagrees with the operator's hop: max rel. difference {err:.2e}")
+            raise SystemExit(f"{variants[0][0]} disagrees with the operator's hop: "
+                             f"max rel. difference {err:.2e}")
     for v in variants[1:]:
         err = np.abs(v[3] - ref).max() / np.abs(ref).max()
         if err > (1e-12 if prec == "double" else 1e-5):
