@@ -4,10 +4,12 @@
         [--precision single] [--calls 3000] [--rounds 3]
 
 The openmp backend's parallel driver is replaced, before the first launch, by one that reads
-the timestamp counter (``rdtsc``) as each block starts and ends; the call reads it before and
-after.  So each call splits into: the time before the first block starts (the call's Python,
-the driver's entry and OpenMP starting the threads), the blocks themselves (first start to last
-end), and the time after the last block ends (the threads joining, the Python unwinding).  The
+the timestamp counter (``rdtsc``) as each block starts and ends (libgomp's region with its body
+calling :mod:`call_trace_stamps`, or where that is not the driver, the ``prange`` one); the
+call reads it before and after.  So each call splits into: the time before the first block
+starts (the call's Python, the driver's entry and OpenMP starting the threads), the blocks
+themselves (first start to last end), and the time after the last block ends (the threads
+joining, the Python unwinding).  The
 overhead, before plus after, does not include the kernel, so it is steady across the virtual
 machine's slow and fast phases, which move the blocks by up to 1.5x.  Medians over ``--calls``
 calls, per round; the counter's frequency is measured against ``time.perf_counter``.
@@ -30,100 +32,27 @@ import time
 
 import numpy as np
 from bench_call_overhead import operator_call  # the same calls, built the same way
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from call_trace_stamps import MAX_BLOCKS, STAMPS, TOTALS, block_end, block_start, launch_end, now
+from numba import njit, prange
 
-from pygrid.accelerator import parallel_numba
+from pygrid.accelerator import gomp_team, parallel_numba
 from pygrid.accelerator.backends import get_backend
 from pygrid.accelerator.parallel_numba import call_kernel
-
-#: the stamps of the last launch: each block's start and end (uint64 counter values)
-MAX_BLOCKS = 64
-STAMPS = np.zeros(2 * MAX_BLOCKS, np.uint64)
-_STAMPS_AT = STAMPS.ctypes.data
-
-
-@intrinsic
-def _rdtsc(typingctx):
-    def codegen(context, builder, sig, args):
-        import llvmlite.ir as ir
-
-        fnty = ir.FunctionType(ir.IntType(64), [])
-        fn = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=fnty)
-        return builder.call(fn, [])
-
-    return types.uint64(), codegen
-
-
-@intrinsic
-def _stamp(typingctx, address, index):
-    """Store the counter at ``((uint64 *) address)[index]``."""
-    def codegen(context, builder, sig, args):
-        import llvmlite.ir as ir
-
-        i64 = ir.IntType(64)
-        fn = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=ir.FunctionType(i64, []))
-        ptr = builder.gep(builder.inttoptr(args[0], i64.as_pointer()), [args[1]])
-        builder.store(builder.call(fn, []), ptr)
-        return context.get_dummy_value()
-
-    return types.none(types.int64, types.int64), codegen
-
-
-@intrinsic
-def _load(typingctx, address, index):
-    """``((uint64 *) address)[index]``."""
-    def codegen(context, builder, sig, args):
-        import llvmlite.ir as ir
-
-        i64 = ir.IntType(64)
-        return builder.load(builder.gep(builder.inttoptr(args[0], i64.as_pointer()), [args[1]]))
-
-    return types.uint64(types.int64, types.int64), codegen
-
-
-@intrinsic
-def _store(typingctx, address, index, value):
-    """``((uint64 *) address)[index] = value``."""
-    def codegen(context, builder, sig, args):
-        import llvmlite.ir as ir
-
-        i64 = ir.IntType(64)
-        builder.store(args[2], builder.gep(builder.inttoptr(args[0], i64.as_pointer()), [args[1]]))
-        return context.get_dummy_value()
-
-    return types.none(types.int64, types.int64, types.uint64), codegen
-
-
-#: the launches so far and the counter ticks of their blocks (first start to last end), summed
-TOTALS = np.zeros(2, np.uint64)
-_TOTALS_AT = TOTALS.ctypes.data
-
-
-@njit(nogil=True)
-def now():
-    return _rdtsc()
 
 
 @njit(parallel=True, nogil=True)
 def traced_drive(address, nblocks, osites, failed, words):
-    """The generic driver of one packed argument (``parallel_numba.driver_source(1)``), each block's
-    start and end stamped into :data:`STAMPS`, the launch added to :data:`TOTALS`."""
+    """The generic ``prange`` driver of one packed argument (``parallel_numba.driver_source(1)``),
+    for where libgomp's region is not the driver: each block's start and end stamped into
+    :data:`STAMPS`, the launch added to :data:`TOTALS`."""
     n = 0
     for b in prange(nblocks):
-        if b < MAX_BLOCKS:
-            _stamp(_STAMPS_AT, 2 * b)
+        block_start(b)
         f = call_kernel(address, b * osites // nblocks, (b + 1) * osites // nblocks, (words,))
-        if b < MAX_BLOCKS:
-            _stamp(_STAMPS_AT, 2 * b + 1)
+        block_end(b)
         failed[b] = f
         n += f
-    first, last = _load(_STAMPS_AT, 0), _load(_STAMPS_AT, 1)
-    for b in range(1, min(nblocks, MAX_BLOCKS)):
-        first = min(first, _load(_STAMPS_AT, 2 * b))
-        last = max(last, _load(_STAMPS_AT, 2 * b + 1))
-    _store(_TOTALS_AT, 0, _load(_TOTALS_AT, 0) + np.uint64(1))
-    _store(_TOTALS_AT, 1, _load(_TOTALS_AT, 1) + (last - first))
+    launch_end(nblocks)
     return n
 
 
@@ -197,12 +126,14 @@ def main():
     backend = get_backend()
     if backend.name != "openmp":
         raise SystemExit("this benchmark traces the openmp backend's parallel launches")
-    if 1 in parallel_numba._drivers:
+    if 1 in parallel_numba._drivers or gomp_team._state:
         raise SystemExit("the parallel driver was loaded before the trace could replace it")
     nblocks = backend.threads()
     if not 2 <= nblocks <= MAX_BLOCKS:
         raise SystemExit(f"the trace needs 2 to {MAX_BLOCKS} threads, not {nblocks}")
-    parallel_numba._drivers[1] = traced_drive
+    # the driver launches take: libgomp's region (its body calling the stamps), else the prange one
+    if not gomp_team.install("call_trace_stamps"):
+        parallel_numba._drivers[1] = traced_drive
     dims = tuple(int(x) for x in args.grid.split("."))
     if args.operator == "cg":
         per_us = tsc_per_us()

@@ -727,7 +727,7 @@ def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatc
     seen, decided = [], []
     runner = parallel_numba.Bound.runner
     monkeypatch.setattr(parallel_numba.Bound, "runner",
-                        lambda self, n, osites: seen.append(n) or runner(self, n, osites))
+                        lambda self, n, osites, *a: seen.append(n) or runner(self, n, osites, *a))
     blocks = b.blocks
     monkeypatch.setattr(b, "blocks", lambda nbytes: decided.append(blocks(nbytes)) or decided[-1])
     grid = pg.GridCartesian([4, 4, 8, 8], precision="single")

@@ -153,6 +153,8 @@ class OpenMPBackend:
         self._tables: dict = {}    # (IR digest, dtype) -> its tables as the kernel takes them
         self._kept_runs: dict = {}  # (IR, alias, buffers' ids) -> _KeptRun
         self._nthreads: int | None = None
+        # the thread count as a kept launch checks it (parallel_numba.Bound.runner)
+        self._thread_cell: list = [None]
         self.set_threads(default_threads())
 
     def describe(self) -> str:
@@ -164,6 +166,7 @@ class OpenMPBackend:
             if int(n) < 1:
                 raise BackendError(f"thread count must be positive, got {n}")
             self._nthreads = int(n)
+            self._thread_cell[0] = self._nthreads
         import numba
 
         numba.set_num_threads(self._blocks())
@@ -219,16 +222,7 @@ class OpenMPBackend:
             bound.again(self.blocks(nbytes), osites)
 
         def prepared(osites: int) -> Callable[[], None]:
-            nthreads, nblocks = self._nthreads, self.blocks(nbytes)
-            run = bound.runner(nblocks, osites)
-
-            def go() -> None:
-                if self._nthreads == nthreads:
-                    run()
-                else:
-                    again(osites)
-
-            return go
+            return bound.runner(self.blocks(nbytes), osites, self._thread_cell, lambda: again(osites))
 
         launch.again, launch.prepared = again, prepared
         return launch

@@ -50,6 +50,7 @@ from numba.core.extending import intrinsic
 from numba.core.registry import CPUDispatcher
 from numba.np import numpy_support
 
+from . import gomp_team
 from .host import weak_args
 
 _drivers: dict = {}     # number of kernel arguments -> generic driver
@@ -136,6 +137,13 @@ def driver(nargs: int):
                 d = _drivers[nargs] = load_module(driver_source(nargs), "pygrid_par",
                                                   label=f"the parallel driver of {nargs} arguments").drive
     return d
+
+
+def packed_driver():
+    """The driver of kernels whose arguments come packed: one libgomp region entered from compiled
+    code where numba's threads are libgomp's (:mod:`.gomp_team`), else the ``prange`` driver of one
+    argument.  Both take ``(address, nblocks, osites, failed, words)``."""
+    return gomp_team.driver() or driver(1)
 
 
 def _address(kernel, args) -> int | None:
@@ -377,7 +385,7 @@ def _launch(kernel, args):
             if None in codes:
                 hit = _Launch(driver(len(args)), addr)
             else:
-                hit = _Launch(driver(1), addr, _packing(";".join(codes)))
+                hit = _Launch(packed_driver(), addr, _packing(";".join(codes)))
         if key is not None:
             _launches[key] = hit
     return hit, key
@@ -451,20 +459,36 @@ class Bound:
         else:
             self._launch.run(nblocks, osites, args, self.kernel, self._failed)
 
-    def runner(self, nblocks, osites):
+    def runner(self, nblocks, osites, cell=None, fallback=None):
         """``run()``: ``again(nblocks, osites)`` with everything it looks up each time looked up
         now, down to the driver's compiled entry point (once a launch has compiled it): what a
-        caller repeating one launch on the same buffers keeps."""
-        launch = self._launch
+        caller repeating one launch on the same buffers keeps.  With ``cell`` (a list) and
+        ``fallback``: ``fallback()`` instead where ``cell[0]`` has changed since (a backend's thread
+        count, checked in the one function a kept launch runs)."""
+        launch, now = self._launch, None if cell is None else cell[0]
         if (launch is None or launch.packing is None or nblocks == 1
                 or isinstance(launch.drive, CPUDispatcher)):
-            return lambda: self.again(nblocks, osites)
+            return lambda: self.again(nblocks, osites) if cell is None or cell[0] == now else fallback()
         if self._words is None:
             self._words = launch.words(self.args())
         drive, address, failed, words = launch.drive, launch.packing.tramp_address, self._failed, self._words
+        task = gomp_team.task(address, nblocks, osites, failed, words)
+        if task is not None:
+            # the launch's words built once: the region's entry unboxes one integer
+            go, at = gomp_team.runner(), task.ctypes.data
+
+            def run(_task=task):
+                if cell is not None and cell[0] != now:
+                    fallback()
+                elif go(at):
+                    _raise_failed(self.kernel, nblocks, osites, self.args(), failed)
+
+            return run
 
         def run():
-            if drive(address, nblocks, osites, failed, words):
+            if cell is not None and cell[0] != now:
+                fallback()
+            elif drive(address, nblocks, osites, failed, words):
                 _raise_failed(self.kernel, nblocks, osites, self.args(), failed)
 
         return run
