@@ -46,7 +46,7 @@ class committing:
 
     def __enter__(self) -> Lattice:
         res = self.res
-        self.old = res.checkerboard
+        self.old = res._cb   # the checkerboard property's value, without its call
         if self.cb is not None and self.cb != self.old:
             res.checkerboard = self.cb
         return res
@@ -170,9 +170,9 @@ class FermionOperator:
     def _dhop_cb(self, psi: Lattice, out: Lattice | None, dag: bool, name: str) -> Lattice:
         """The hopping term from psi's checkerboard to the other one."""
         if out is not None and out is not psi and isinstance(psi, Lattice) and isinstance(out, Lattice):
-            cb_in = psi.checkerboard
+            cb_in = psi._cb   # checkerboards, without the property's call
             # a kept call writes out as it is: its checkerboard already the one the result gets
-            if (cb_in is not None and out.checkerboard == 1 - cb_in
+            if (cb_in is not None and out._cb == 1 - cb_in
                     and self._hop_cb(psi, out, dag, kept_only=True) is not None):
                 return out
         self._check(psi, True, name)

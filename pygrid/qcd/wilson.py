@@ -106,7 +106,7 @@ class WilsonFermion(FermionOperator):
     def _hop_cb(self, psi, tgt, dag, kept_only=False):
         """tgt's buffer = the hopping term from psi's checkerboard to the other one (tgt does not alias
         psi; its checkerboard is the caller's).  ``kept_only``: see :func:`pygrid.qcd.hop.hop`."""
-        cb_in = psi.checkerboard
+        cb_in = psi._cb  # the checkerboard property's value, without its call
         return hop_fields(self._hop_calls, psi, self.U_cb[1 - cb_in], self.U_cb[cb_in], tgt,
                           self.stencil_cb[cb_in], dag=dag, halo_of=self, kept_only=kept_only,
                           key=("cb", cb_in, dag, id(psi), id(tgt)))
@@ -166,9 +166,10 @@ class WilsonFermion(FermionOperator):
         Schur operator's application ends.  The diagonal is the scalar 4 + m, so its inverse folds
         into the hop's coefficient and Mooee psi into the kernel's diagonal term; with the hop
         before it, the Schur operator is two kernels where it was four."""
-        cb_in = t.checkerboard
+        cb_in, diag = t._cb, self.diag
         return hop_fields(self._hop_calls, t, self.U_cb[1 - cb_in], self.U_cb[cb_in], res,
-                          self.stencil_cb[cb_in], 1, 0.5 / self.diag, self.diag, psi, dag, halo_of=self)
+                          self.stencil_cb[cb_in], 1, 0.5 / diag, diag, psi, dag, halo_of=self,
+                          key=("finish", cb_in, dag, diag, id(t), id(res), id(psi)))
 
 
 class SchurDiagMooeeOperator:
@@ -199,11 +200,12 @@ class SchurDiagMooeeOperator:
         f = self._scratch_fields.get(slot)
         if f is None:
             f = self._scratch_fields[slot] = self.op.new_fermion(cb)
-        f.checkerboard = cb
+        if f._cb != cb:
+            f.checkerboard = cb
         return f
 
     def _check_in(self, psi, out, name):
-        if psi.checkerboard != self.cb:
+        if psi._cb != self.cb:
             raise ConformabilityError(
                 f"SchurDiagMooeeOperator works on checkerboard {self.cb}, got {psi.checkerboard}"
             )
