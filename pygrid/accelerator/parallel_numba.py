@@ -1,8 +1,10 @@
 """Numba kernels over blocks of outer sites on OpenMP threads: the openmp backend's ``accelerator_for``.
 
 A kernel ``kernel(lo, hi, *args)`` (a numba dispatcher, ``nogil``) runs as one
-block of outer sites per thread inside a ``prange`` of a small driver,
-``drive(address, nblocks, osites, *args)``.  Why OpenMP and not a Python thread
+block of outer sites per thread inside a small driver, ``drive(address, nblocks, osites,
+*args)``: for kernels whose arguments come packed (below), one libgomp parallel region
+entered from compiled code where numba's threads are libgomp's (:mod:`.gomp_team`), else a
+``prange``.  Why OpenMP and not a Python thread
 pool: handing a block to a pool thread costs 40-60 us on a virtual machine (the
 thread is woken through the GIL and a futex), which is a quarter of a Wilson Dhop
 at 8^4 and more than a whole kernel on small fields; OpenMP's threads spin for a
@@ -18,7 +20,8 @@ a small function per combination of argument types stores them into an array of
 64-bit words after the kernel's address (``pack``), and another loads them and calls
 the kernel (``tramp``, :func:`call_stored`); the one driver of a single argument runs
 ``tramp`` by address over the blocks.  So one parallel driver, compiled once and kept
-in numba's disk cache, serves every kernel: a driver typed by each kernel's arguments
+in numba's disk cache (the libgomp region's or the ``prange`` one, :func:`packed_driver`), serves
+every kernel: a driver typed by each kernel's arguments
 compiled for 1.5-2.3 s per combination of types, the two small functions take a
 fraction of a second.  A kernel with arguments of other types runs through a driver of
 its argument count typed by them (:func:`driver`).  The kernel's address and the
