@@ -753,3 +753,25 @@ def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatc
             b.set_threads(before)
         np.testing.assert_array_equal(o.to_numpy(), one.to_numpy())
         np.testing.assert_array_equal(o2.to_numpy(), 0.5 * one.to_numpy())
+
+
+def test_kept_calls_of_m_mdag_and_dhopdag_skip_the_checks_and_agree(monkeypatch):
+    """Each of M, Mdag and DhopDag keeps its own call on the same fields (its key holds dag and the
+    diagonal coefficient): the second call skips the checks and gives what the checked one gave."""
+    from pygrid.qcd import fermion, hop
+
+    grid, U, psi, D, out = unrolled_operator((4, 4, 4, 8))
+    first = {}
+    for name in ("M", "Mdag", "DhopDag", "Dhop"):
+        first[name] = getattr(D, name)(psi, out=out).to_numpy()
+    assert len(D._hop_calls) == 4
+    slow = []
+    for module, name in ((hop, "dhop"), (fermion.FermionOperator, "_check")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _o=original, **k: slow.append(1) or _o(*a, **k))
+    for name in ("Dhop", "DhopDag", "Mdag", "M"):
+        out.assign(0 * psi)
+        assert getattr(D, name)(psi, out=out) is out
+        np.testing.assert_array_equal(out.to_numpy(), first[name])
+    assert slow == []
+    np.testing.assert_allclose(first["M"], first["Dhop"] + D.diag * psi.to_numpy(), rtol=1e-13, atol=1e-13)

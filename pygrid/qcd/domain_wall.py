@@ -263,15 +263,17 @@ class MobiusFermion(FermionOperator):
         ``kept_only``: see :func:`pygrid.qcd.hop.hop`."""
         w = self._w
         return hop_fields(w._hop_calls, psi, w.links, w.links, tgt, w.stencil, self.Ls, scale, alpha, diag,
-                          dag, halo_of=w, kept_only=kept_only)
+                          dag, halo_of=w, kept_only=kept_only,
+                          key=("5d", dag, alpha, scale, id(diag), id(psi), id(tgt)))
 
     def _hop_cb(self, psi, tgt, dag, kept_only=False):
         """tgt's buffer = Dhop from psi's checkerboard to the other one (tgt must not alias psi; its
         checkerboard is the caller's): one kernel.  ``kept_only``: see :func:`pygrid.qcd.hop.hop`."""
         w = self._w
-        cb_in = psi.checkerboard
+        cb_in = psi._cb   # the checkerboard property's value, without its call
         return hop_fields(w._hop_calls, psi, w.U_cb[1 - cb_in], w.U_cb[cb_in], tgt, w.stencil_cb[cb_in],
-                          self.Ls, dag=dag, halo_of=w, kept_only=kept_only)
+                          self.Ls, dag=dag, halo_of=w, kept_only=kept_only,
+                          key=("5d cb", cb_in, dag, id(psi), id(tgt)))
 
     # ---- full-grid operators --------------------------------------------------------
     def Dhop(self, psi: Lattice, out: Lattice | None = None, dag: bool = False) -> Lattice:
