@@ -46,7 +46,8 @@ def _resolve() -> bool:
 
 def _source(symbol: str = "pygrid_gomp_body", hooks: str | None = None) -> str:
     """The module's source: ``body`` (the region's function, known to the linker as ``symbol``),
-    ``run(task)`` and ``drive(...)``.  ``hooks``: the name of an importable module whose numba
+    ``region(t)`` (the region on the task words ``t``), ``run(task)`` (on the words at the address
+    ``task``) and ``drive(...)``.  ``hooks``: the name of an importable module whose numba
     functions ``block_start(b)`` and ``block_end(b)`` the body calls around each block and
     ``launch_end(nblocks)`` ``run`` calls after the region (a benchmark's timestamps)."""
     from .parallel_numba import _own_digest
@@ -82,10 +83,10 @@ def _source(symbol: str = "pygrid_gomp_body", hooks: str | None = None) -> str:
         "",
         "",
         f"@njit(nogil=True, cache={cache})",
-        "def run(task):",
-        "    t = carray(as_pointer(task), W, np.int64)",
+        "def region(t):",
+        "    \"\"\"The task ``t``'s blocks in one region; the number that raised.\"\"\"",
         "    nb = t[1]",
-        f'    gomp_parallel("{symbol}", task, nb)',
+        f'    gomp_parallel("{symbol}", t.ctypes.data, nb)',
         *(["    launch_end(nb)"] if hooks else []),
         "    failed = carray(as_pointer(t[3]), nb, np.uint8)",
         "    n = 0",
@@ -95,11 +96,17 @@ def _source(symbol: str = "pygrid_gomp_body", hooks: str | None = None) -> str:
         "",
         "",
         f"@njit(nogil=True, cache={cache})",
+        "def run(task):",
+        "    return region(carray(as_pointer(task), W, np.int64))",
+        "",
+        "",
+        f"@njit(nogil=True, cache={cache})",
         "def drive(address, nblocks, osites, failed, words):",
+        "    # t is read after the region (its failed flags' address), so it lives through it",
         "    t = np.empty(W, np.int64)",
         "    t[0], t[1], t[2] = address, nblocks, osites",
         "    t[3], t[4], t[5] = failed.ctypes.data, words.ctypes.data, len(words)",
-        "    return run(t.ctypes.data)",
+        "    return region(t)",
         "",
     ])
 
