@@ -17,10 +17,17 @@ def which_thread(lo, hi, owner, team):
         team[i] = team_size()
 
 
+def _numbas_threads_are_libgomps():
+    from numba.np.ufunc import omppool
+
+    return numba.threading_layer() == "omp" and omppool.openmp_vendor == "GNU"
+
+
 def test_packed_launches_take_libgomps_region_where_numbas_threads_are_libgomps():
     get_backend()   # starts numba's threads, which picks the threading layer
     d = parallel_numba.packed_driver()
-    if numba.threading_layer() == "omp":
+    if _numbas_threads_are_libgomps():
+        assert "libgomp" in gomp_team._loaded_libgomp()
         assert d is gomp_team.driver() and d.__module__.startswith("pygrid_gomp_")
         src = gomp_team._source()
         # a driver cached by another version of either module is never loaded: the source names both
@@ -87,3 +94,32 @@ def test_the_backends_kept_launch_takes_the_new_thread_count():
         assert (team == min(2, b._blocks())).all()
     finally:
         b.set_threads(threads)
+
+
+def test_another_threading_layer_keeps_the_prange_driver():
+    """Under numba's workqueue layer the region is not used: launches run through the prange
+    driver, every site once, in a process of their own (the layer is fixed per process)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, numba\n"
+        "from numba import njit\n"
+        "from pygrid.accelerator import gomp_team, parallel_numba\n"
+        "from pygrid.accelerator.backends import get_backend\n"
+        "get_backend()\n"
+        "@njit(nogil=True)\n"
+        "def mark(lo, hi, a):\n"
+        "    for i in range(lo, hi):\n"
+        "        a[i] += 1\n"
+        "a = np.zeros(50)\n"
+        "parallel_numba.parallel_for(3, 50, mark, a)\n"
+        "assert numba.threading_layer() == 'workqueue'\n"
+        "assert gomp_team.driver() is None and parallel_numba.packed_driver() is parallel_numba.driver(1)\n"
+        "assert (a == 1).all()\n"
+        "print('ok')\n")
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith("ok")

@@ -26,9 +26,24 @@ _state: dict = {}
 _lock = threading.Lock()
 
 
+def _loaded_libgomp() -> str | None:
+    """The path of the libgomp this process has loaded (numba's OpenMP pool's), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if "/libgomp" in path and ".so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 def _resolve() -> bool:
-    """Make libgomp's entry points and the region's body known to the JIT's linker; False where
-    numba's threads are not libgomp's (another threading layer) or libgomp cannot be found."""
+    """Make libgomp's entry points known to the JIT's linker; False where numba's threads are not
+    libgomp's: another threading layer, numba's OpenMP layer built on another vendor's runtime
+    (Intel's or LLVM's, as conda's numba is), or no libgomp loaded.  The entry points come from
+    the very file numba's pool loaded, so both drivers start the same threads."""
     import llvmlite.binding as ll
     import numba
 
@@ -36,10 +51,15 @@ def _resolve() -> bool:
         numba.get_num_threads()  # starts numba's threads, which picks its threading layer
         if numba.threading_layer() != "omp":
             return False
-        lib = ctypes.CDLL("libgomp.so.1")
+        from numba.np.ufunc import omppool
+
+        path = _loaded_libgomp()
+        if getattr(omppool, "openmp_vendor", None) != "GNU" or path is None:
+            return False
+        lib = ctypes.CDLL(path)
         for name in _SYMBOLS:
             ll.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
-    except (OSError, AttributeError, ValueError):
+    except (OSError, AttributeError, ValueError, ImportError):
         return False
     return True
 
