@@ -35,3 +35,20 @@ def test_machine_names_the_simd_width():
 def test_a_missing_grid_build_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit, match="Benchmark_wilson not found"):
         vs_grid.main(["--grid-build", str(tmp_path), "--cases", "wilson-double", "--quick"])
+
+
+def test_a_round_is_busy_where_a_probe_reads_under_the_threshold():
+    quiet = ((1.97, 1.78), (1.95, 1.77), (1.99, 1.80))
+    assert not vs_grid.busy(quiet, 2, 0.85)
+    assert vs_grid.busy(((1.97, 1.78), (1.64, 1.44), (1.99, 1.80)), 2, 0.85)
+    assert not vs_grid.busy(((None, None),) * 3, 1, 0.85)      # one thread: no probe
+    assert not vs_grid.busy(((1.64, 1.44),), 2, 0.0)            # 0: never busy
+    # the short-launch figure alone does not make a round busy
+    assert not vs_grid.busy(((1.97, 1.20),), 2, 0.85)
+
+
+def test_the_medians_come_from_the_quiet_rounds():
+    runs = [(57.0, 46.0, True), (61.0, 64.0, False), (62.0, 65.0, False), (55.0, 45.0, True)]
+    assert vs_grid.quiet_rounds(runs) == [(61.0, 64.0), (62.0, 65.0)]
+    every = [(57.0, 46.0, True), (55.0, 45.0, True)]
+    assert vs_grid.quiet_rounds(every) == [(57.0, 46.0), (55.0, 45.0)]
