@@ -7,7 +7,7 @@ from numba import njit
 
 from pygrid.accelerator import gomp_team, parallel_numba
 from pygrid.accelerator.backends import get_backend
-from pygrid.accelerator.gomp_team_ops import team_size, thread_num
+from pygrid.accelerator.gomp_team_ops import fetch_add, team_size, thread_num
 
 
 @njit(nogil=True)
@@ -123,3 +123,100 @@ def test_another_threading_layer_keeps_the_prange_driver():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().endswith("ok")
+
+
+@njit(nogil=True)
+def log_pieces(lo, hi, count, log, spin, out):
+    """Each site counted; each call's (lo, hi, thread) appended to ``log`` (row 0, column 0 the
+    next free row); thread 1 works ``spin`` steps a site, so it runs slower than thread 0."""
+    r = fetch_add(log.ctypes.data, 1) + 1
+    log[r, 0], log[r, 1], log[r, 2] = lo, hi, thread_num()
+    for i in range(lo, hi):
+        count[i] += 1
+        if thread_num() == 1:
+            acc = 0.0
+            for j in range(spin):
+                acc += np.sin(j * 1e-3 + i)
+            out[i] = acc
+
+
+def _balanced_run(n, nblocks, piece_sites, spin):
+    count, out = np.zeros(n, np.int64), np.zeros(n)
+    log = np.zeros((n + 1, 3), np.int64)
+    bound = parallel_numba.Bound(log_pieces, (count, log, spin, out))
+    bound.again(nblocks, n)     # compiles the driver and keeps its entry point
+    count[:], log[:] = 0, 0
+    bound.runner(nblocks, n, piece_sites=piece_sites)()
+    return count, log[1:log[0, 0] + 1]
+
+
+@pytest.mark.skipif(gomp_team.driver() is None, reason="numba's threads are not libgomp's here")
+@pytest.mark.parametrize("n, nblocks, piece_sites", [(400, 2, 10), (1001, 3, 7), (64, 2, 16), (50, 2, 30)])
+def test_a_balanced_launch_cuts_each_block_into_halving_pieces_that_cover_it_once(n, nblocks, piece_sites):
+    count, log = _balanced_run(n, nblocks, piece_sites, 0)
+    assert (count == 1).all()
+    k = gomp_team.pieces(n, nblocks, piece_sites)
+    assert k == (1 if n // nblocks < 2 * piece_sites else int(np.log2(n // nblocks // piece_sites)) + 1)
+    for b in range(nblocks):
+        lo, hi = b * n // nblocks, (b + 1) * n // nblocks
+        mine = sorted((int(a), int(e)) for a, e, _ in log if lo <= a < hi)
+        assert len(mine) == k and mine[0][0] == lo and mine[-1][1] == hi
+        assert all(mine[i][1] == mine[i + 1][0] for i in range(k - 1))
+        sizes = [e - a for a, e in mine]
+        # the first half of the block, then halves of what is left; the last at least piece_sites
+        assert sizes[0] == ((hi - lo) - (hi - lo) // 2 if k > 1 else hi - lo)
+        assert all(sizes[i] >= sizes[i + 1] for i in range(k - 2))
+        assert k == 1 or sizes[-1] >= piece_sites
+
+
+@pytest.mark.skipif(gomp_team.driver() is None or get_backend("openmp")._blocks() < 2,
+                    reason="needs libgomp's team of two threads")
+def test_the_faster_thread_takes_the_slower_threads_last_pieces():
+    n = 400
+    count, log = _balanced_run(n, 2, 10, 20000)
+    assert (count == 1).all()
+    # thread 1 is slow: thread 0 ran its own block and pieces of block 1 after it
+    assert all(t == 0 for a, _, t in log if a < n // 2)
+    assert any(t == 0 for a, _, t in log if a >= n // 2)
+    whole_count, whole_log = _balanced_run(n, 2, 0, 20000)
+    assert (whole_count == 1).all() and all((a >= n // 2) == (t == 1) for a, _, t in whole_log)
+
+
+@njit(nogil=True)
+def fail_at(lo, hi, a, at):
+    for i in range(lo, hi):
+        if i == at[0]:
+            raise ValueError("site failed")
+        a[i] += 1
+
+
+@pytest.mark.skipif(gomp_team.driver() is None, reason="numba's threads are not libgomp's here")
+def test_a_balanced_launch_raises_a_pieces_exception_and_the_next_launch_starts_clean():
+    a, at = np.zeros(300), np.array([250])
+    bound = parallel_numba.Bound(fail_at, (a, at))
+    at[0] = -1
+    bound.again(2, 300)
+    run = bound.runner(2, 300, piece_sites=8)
+    at[0] = 250
+    with pytest.raises(ValueError, match="site failed"):
+        run()
+    at[0] = -1
+    a[:] = 0
+    run()   # the flags and counters of the failed launch are reset: nothing raised, every site once
+    assert (a == 1).all()
+
+
+def test_the_backends_balanced_launch_takes_pieces_of_min_piece_bytes():
+    b = get_backend("openmp")
+    if gomp_team.driver() is None or b._blocks() < 2:
+        pytest.skip("needs libgomp's team of two threads")
+    n = 64 * 1024
+    count, out, log = np.zeros(n, np.int64), np.zeros(n), np.zeros((n + 1, 3), np.int64)
+    launch = b.bind_kernel(log_pieces, count, log, 0, out, balance=True)
+    launch(n, count, log, 0, out)
+    go = launch.prepared(n)
+    count[:], log[:] = 0, 0
+    go()
+    blocks = b.blocks(count.nbytes)
+    piece = -(-b.min_piece_bytes * n // count.nbytes)
+    assert (count == 1).all() and log[0, 0] == blocks * gomp_team.pieces(n, blocks, piece) > blocks

@@ -775,3 +775,41 @@ def test_kept_calls_of_m_mdag_and_dhopdag_skip_the_checks_and_agree(monkeypatch)
         np.testing.assert_array_equal(out.to_numpy(), first[name])
     assert slow == []
     np.testing.assert_allclose(first["M"], first["Dhop"] + D.diag * psi.to_numpy(), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("Ls", [1, 4])
+def test_balanced_kept_hops_give_what_whole_blocks_give(monkeypatch, Ls):
+    """A kept Dirac call hands the threads pieces of its blocks (``bind_kernel(..., balance=True)``):
+    whichever thread runs a site, the result is the one whole blocks give, bit for bit, and the
+    numpy reference (4D)."""
+    from pygrid.accelerator import gomp_team
+    from pygrid.accelerator.backends import get_backend
+    from pygrid.accelerator.openmp_backend import OpenMPBackend
+
+    b = get_backend()
+    if dslash.variant() != "unroll" or b.name != "openmp" or gomp_team.driver() is None or b._blocks() < 2:
+        pytest.skip("balanced launches run on the openmp backend's libgomp region, two threads")
+    tasks, task = [], gomp_team.task
+    monkeypatch.setattr(gomp_team, "task", lambda *a, **k: tasks.append(task(*a, **k)) or tasks[-1])
+    grid, rng, U, psi = setup((8, 8, 8, 8), None, "double")
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    results = []
+    for piece_bytes in (4096, 1 << 40):   # pieces of 4 KiB; one piece a block (whole blocks)
+        monkeypatch.setattr(OpenMPBackend, "min_piece_bytes", piece_bytes)
+        if Ls == 1:
+            D, src = pg.qcd.WilsonFermion(U, MASS), psi
+        else:
+            D = pg.qcd.DomainWallFermion(U, Ls, MASS, 1.8)
+            src = D.new_fermion()
+            pg.ParallelRNG(D.grid, [7]).gaussian(src)
+        out = D.new_fermion() if Ls > 1 else pg.LatticeFermion(grid)
+        del tasks[:]
+        D.Dhop(src, out=out)    # binds the launch, its task words made once
+        most = max(t[6] for t in tasks)
+        assert most > 2 if piece_bytes == 4096 else most == 1
+        out.assign(0 * src)
+        D.Dhop(src, out=out)    # the kept call
+        results.append(out.to_numpy())
+    np.testing.assert_array_equal(results[0], results[1])
+    if Ls == 1:
+        assert relerr(results[0], dhop_ref(Un, pn)) < 1e-12

@@ -87,7 +87,7 @@ class Backend(Protocol):
         buffers are not host arrays raise :class:`pygrid.errors.BackendError`.
         """
 
-    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
+    def bind_kernel(self, kernel: Callable, *args: Any, balance: bool = False) -> Callable[..., None]:
         """``launch(osites, *args)``: :meth:`accelerator_for` of ``kernel`` for arguments of the
         types of ``args``, with what can be looked up once looked up here (openmp: the parallel
         driver's entry point for those types).  ``launch.again(osites)`` runs it on ``args``
@@ -95,7 +95,10 @@ class Backend(Protocol):
         ``launch.prepared(osites)`` gives a function of no arguments that does the same with what
         it can look up once looked up (the Python around a kept Dirac call at 8^4 is a tenth of it).
         A caller that launches the same kernel on the same buffers over and over keeps it; backends
-        that refuse host kernels refuse here.
+        that refuse host kernels refuse here.  ``balance``: the kernel's outer sites are independent
+        (each writes its own results, nothing indexed by its block, as a reduction's partial sums
+        are), so a backend running blocks on threads may hand their pieces to whichever thread is
+        free (openmp's prepared launch; the serial backends have nothing to balance).
         """
 
     # ---- reductions, accumulated in double (single on a device without double) -----

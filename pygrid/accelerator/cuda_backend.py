@@ -250,7 +250,7 @@ class CudaBackend:
             f"hand-written numba kernels (accelerator_for) do not run on the {self.name} backend"
         )
 
-    def bind_kernel(self, kernel, *args):
+    def bind_kernel(self, kernel, *args, balance=False):
         raise BackendError(
             f"hand-written numba kernels (bind_kernel) do not run on the {self.name} backend"
         )

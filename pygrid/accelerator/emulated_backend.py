@@ -131,7 +131,7 @@ class EmulatedSIMTBackend:
     def accelerator_for(self, osites, kernel, *args):
         host.serial_for(osites, kernel, *args)
 
-    def bind_kernel(self, kernel, *args):
+    def bind_kernel(self, kernel, *args, balance=False):
         return host.serial_launcher(kernel, args)
 
     # ---- reductions: the device kernels of pygrid.accelerator.reduction_kernels ----

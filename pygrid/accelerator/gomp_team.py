@@ -9,9 +9,19 @@ on, so the two drivers share one team of threads.
 
 A launch is described by :data:`TASK_WORDS` 64-bit words: the address of the ``tramp`` that
 unpacks the kernel's arguments (:mod:`.parallel_numba`), the number of blocks, the outer sites,
-the addresses of the per-block failure flags and of the packed words, and the number of those
-words.  Block ``b`` is ``[b * osites // nblocks, (b + 1) * osites // nblocks)`` and runs on
-thread ``b`` of the team (the calling thread is thread 0), as in the ``prange`` driver.
+the addresses of the per-block failure flags and of the packed words, the number of those
+words, the number of pieces a block is cut into, and the address of the blocks' counters.
+Block ``b`` is ``[b * osites // nblocks, (b + 1) * osites // nblocks)`` and runs on thread ``b``
+of the team (the calling thread is thread 0), as in the ``prange`` driver.
+
+A balanced launch (more than one piece a block, :func:`task`'s ``piece_sites``, for kernels whose
+sites are independent) cuts each block into pieces of halving size: the first half of the block,
+then a quarter, an eighth, down to the smallest piece.  A thread takes its own block's pieces in
+order from an atomic counter, then the pieces left in the other blocks.  Where the threads run
+at one speed each runs its own block as before, one counter add a piece more; where one runs
+slower (on a virtual machine, another tenant on its core's second hardware thread slows an
+AVX-512 kernel by up to 2x while the clock stays), the other takes its last pieces, and the
+launch ends near the time the two threads' summed speed gives instead of the slow thread's.
 """
 from __future__ import annotations
 
@@ -20,7 +30,9 @@ import threading
 
 import numpy as np
 
-TASK_WORDS = 6
+TASK_WORDS = 8
+#: the blocks' counters of a balanced launch, one 64-byte line each
+_LINE_WORDS = 8
 _SYMBOLS = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
 _state: dict = {}
 _lock = threading.Lock()
@@ -68,12 +80,13 @@ def _source(symbol: str = "pygrid_gomp_body", hooks: str | None = None) -> str:
     """The module's source: ``body`` (the region's function, known to the linker as ``symbol``),
     ``region(t)`` (the region on the task words ``t``), ``run(task)`` (on the words at the address
     ``task``) and ``drive(...)``.  ``hooks``: the name of an importable module whose numba
-    functions ``block_start(b)`` and ``block_end(b)`` the body calls around each block and
+    functions ``block_start(b)`` and ``block_end(b)`` the body calls around each block (around each
+thread's part, ``b`` its number, in a balanced launch) and
     ``launch_end(nblocks)`` ``region`` calls after the region (a benchmark's timestamps)."""
     from .parallel_numba import _own_digest
 
-    def hook(call):
-        return [f"        {call}"] if hooks else []
+    def hook(call, indent=8):
+        return [" " * indent + call] if hooks else []
 
     # a hook may hold this process's addresses as constants: not for numba's disk cache
     cache = hooks is None
@@ -83,7 +96,8 @@ def _source(symbol: str = "pygrid_gomp_body", hooks: str | None = None) -> str:
         f"# (pygrid/accelerator/parallel_numba.py digest {_own_digest()}, gomp_team {_digest()})",
         "import numpy as np",
         "from numba import carray, cfunc, njit, types",
-        "from pygrid.accelerator.gomp_team_ops import as_pointer, gomp_parallel, team_size, thread_num",
+        "from pygrid.accelerator.gomp_team_ops import (as_pointer, fetch_add, gomp_parallel, team_size,",
+        "                                              thread_num)",
         "from pygrid.accelerator.parallel_numba import call_kernel",
         *([f"from {hooks} import block_end, block_start, launch_end"] if hooks else []),
         "",
@@ -93,22 +107,44 @@ def _source(symbol: str = "pygrid_gomp_body", hooks: str | None = None) -> str:
         f"@cfunc(types.void(types.voidptr), nopython=True, cache={cache})",
         "def body(data):",
         "    t = carray(data, W, np.int64)",
-        "    nb, n = t[1], t[2]",
+        "    nb, n, pieces = t[1], t[2], t[6]",
         "    failed = carray(as_pointer(t[3]), nb, np.uint8)",
         "    words = carray(as_pointer(t[4]), t[5], np.uint64)",
-        "    for b in range(thread_num(), nb, team_size()):",
-        *hook("block_start(b)"),
-        "        failed[b] = call_kernel(t[0], b * n // nb, (b + 1) * n // nb, (words,))",
-        *hook("block_end(b)"),
+        "    me, team = thread_num(), team_size()",
+        "    if pieces <= 1:",
+        "        for b in range(me, nb, team):",
+        *hook("block_start(b)", 12),
+        "            failed[b] = call_kernel(t[0], b * n // nb, (b + 1) * n // nb, (words,))",
+        *hook("block_end(b)", 12),
+        "        return",
+        *hook("block_start(me)", 4),
+        "    # its own block first, then what is left of the others; piece k of a block of m sites",
+        "    # starts m >> k sites before its end",
+        "    for j in range(nb):",
+        "        b = (me + j) % nb",
+        "        lo, hi = b * n // nb, (b + 1) * n // nb",
+        "        m, at = hi - lo, t[7] + 64 * b",
+        "        k = fetch_add(at, 1)",
+        "        while k < pieces:",
+        "            end = hi if k == pieces - 1 else hi - (m >> (k + 1))",
+        "            if call_kernel(t[0], hi - (m >> k), end, (words,)):",
+        "                failed[b] = 1",
+        "            k = fetch_add(at, 1)",
+        *hook("block_end(me)", 4),
         "",
         "",
         f"@njit(nogil=True, cache={cache})",
         "def region(t):",
         "    \"\"\"The task ``t``'s blocks in one region; the number that raised.\"\"\"",
         "    nb = t[1]",
+        "    failed = carray(as_pointer(t[3]), nb, np.uint8)",
+        "    if t[6] > 1:",
+        f"        counters = carray(as_pointer(t[7]), nb * {_LINE_WORDS}, np.int64)",
+        "        for b in range(nb):",
+        "            failed[b] = 0",
+        f"            counters[{_LINE_WORDS} * b] = 0",
         f'    gomp_parallel("{symbol}", t.ctypes.data, nb)',
         *(["    launch_end(nb)"] if hooks else []),
-        "    failed = carray(as_pointer(t[3]), nb, np.uint8)",
         "    n = 0",
         "    for b in range(nb):",
         "        n += failed[b]",
@@ -126,6 +162,7 @@ def _source(symbol: str = "pygrid_gomp_body", hooks: str | None = None) -> str:
         "    t = np.empty(W, np.int64)",
         "    t[0], t[1], t[2] = address, nblocks, osites",
         "    t[3], t[4], t[5] = failed.ctypes.data, words.ctypes.data, len(words)",
+        "    t[6], t[7] = 1, 0",
         "    return region(t)",
         "",
     ])
@@ -183,12 +220,30 @@ def driver():
     return None if mod is None else mod.drive
 
 
-def task(address: int, nblocks: int, osites: int, failed: np.ndarray, words: np.ndarray) -> np.ndarray | None:
+def pieces(osites: int, nblocks: int, piece_sites: int) -> int:
+    """How many pieces of halving size a block of ``osites // nblocks`` sites is cut into, the last at
+    least ``piece_sites`` sites (1, the whole block, for ``piece_sites`` 0)."""
+    m = osites // max(nblocks, 1)
+    if piece_sites <= 0 or m < 2 * piece_sites:
+        return 1
+    return (m // piece_sites).bit_length()
+
+
+def task(address: int, nblocks: int, osites: int, failed: np.ndarray, words: np.ndarray,
+         piece_sites: int = 0) -> np.ndarray | None:
     """The task words of one launch of the ``tramp`` at ``address`` on ``words`` (kept by the caller
-    with ``failed`` and ``words`` as long as it runs the task), or None without libgomp's team."""
+    with ``failed`` and ``words`` as long as it runs the task), or None without libgomp's team.
+    ``piece_sites``: balance the launch (see the module's notes), its smallest piece at least this
+    many outer sites; only for a kernel whose outer sites are independent (each writes its own
+    results, nothing indexed by its block such as a reduction's partial sums).  The blocks'
+    counters follow the words in the same array."""
     if _module() is None:
         return None
-    return np.array([address, nblocks, osites, failed.ctypes.data, words.ctypes.data, len(words)], np.int64)
+    t = np.zeros(TASK_WORDS + _LINE_WORDS * (nblocks + 1), np.int64)
+    t[:6] = address, nblocks, osites, failed.ctypes.data, words.ctypes.data, len(words)
+    t[6] = pieces(osites, nblocks, piece_sites)
+    t[7] = (t.ctypes.data + 8 * TASK_WORDS + 63) // 64 * 64
+    return t
 
 
 def runner():

@@ -1,6 +1,7 @@
-"""numba intrinsics for :mod:`.gomp_team`: libgomp's region and thread numbers, and an address as a
-pointer.  The symbols are external to the compiled code; :mod:`.gomp_team` gives their addresses
-to the JIT's linker before anything using them is compiled or loaded from numba's cache."""
+"""numba intrinsics for :mod:`.gomp_team`: libgomp's region and thread numbers, an address as a
+pointer, and an atomic counter.  The symbols are external to the compiled code; :mod:`.gomp_team`
+gives their addresses to the JIT's linker before anything using them is compiled or loaded from
+numba's cache."""
 from __future__ import annotations
 
 from llvmlite import ir
@@ -10,6 +11,7 @@ from numba.core.extending import intrinsic
 
 _I8P = ir.IntType(8).as_pointer()
 _I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
 
 
 @intrinsic
@@ -62,3 +64,19 @@ def _omp_int(name):
 thread_num = _omp_int("omp_get_thread_num")
 #: ``omp_get_num_threads()`` inside the region
 team_size = _omp_int("omp_get_num_threads")
+
+
+@intrinsic
+def fetch_add(typingctx, address, value):
+    """``__atomic_fetch_add((int64_t *) address, value, relaxed)``: the value before the add.  Relaxed
+    order: the counters hand out pieces of work, each value once; the region's end orders the
+    data the pieces wrote."""
+    if not isinstance(address, types.Integer) or not isinstance(value, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = builder.inttoptr(args[0], _I64.as_pointer())
+        return builder.atomic_rmw("add", ptr, context.cast(builder, args[1], sig.args[1], types.int64),
+                                  "monotonic")
+
+    return types.int64(address, value), codegen

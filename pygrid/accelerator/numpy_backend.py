@@ -42,7 +42,7 @@ class NumpyBackend:
     def accelerator_for(self, osites: int, kernel: Callable, *args: Any) -> None:
         host.serial_for(osites, kernel, *args)
 
-    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
+    def bind_kernel(self, kernel: Callable, *args: Any, balance: bool = False) -> Callable[..., None]:
         return host.serial_launcher(kernel, args)
 
     def norm2(self, a) -> float:

@@ -141,6 +141,10 @@ class OpenMPBackend:
     #: a field runs where the others on that field do, and the field stays in those cores'
     #: caches (docs/performance.md, "Which thread runs a small launch").
     min_parallel_bytes = 128 * 1024
+    #: the smallest piece of a balanced launch (``bind_kernel(..., balance=True)``) writes at least
+    #: this many bytes of its first argument: each piece costs a counter add and a call of the
+    #: kernel, about 0.1 us, and the last pieces are what a thread running faster takes over
+    min_piece_bytes = 16 * 1024
 
     def __init__(self) -> None:
         try:
@@ -205,11 +209,13 @@ class OpenMPBackend:
             return self.bind_kernel(kernel, *args)
         return host.serial_launcher(kernel, args)
 
-    def bind_kernel(self, kernel: Callable, *args: Any) -> Callable[..., None]:
+    def bind_kernel(self, kernel: Callable, *args: Any, balance: bool = False) -> Callable[..., None]:
         """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through
         the parallel driver's entry point (``parallel_numba.Bound``); ``launch.again(osites)``
         runs it on ``args`` themselves, packed once, and ``launch.prepared(osites)()`` too, through
-        the driver's entry point looked up once (while the thread count stays)."""
+        the driver's entry point looked up once (while the thread count stays).  ``balance``: the
+        prepared launch hands the threads pieces of the blocks as they come free, in pieces of at
+        least :attr:`min_piece_bytes` of ``args[0]`` (:mod:`.gomp_team`; libgomp's region only)."""
         from .parallel_numba import Bound
 
         bound = Bound(kernel, args)
@@ -222,7 +228,8 @@ class OpenMPBackend:
             bound.again(self.blocks(nbytes), osites)
 
         def prepared(osites: int) -> Callable[[], None]:
-            return bound.runner(self.blocks(nbytes), osites, self._thread_cell, lambda: again(osites))
+            piece = -(-self.min_piece_bytes * osites // max(nbytes, 1)) if balance and osites else 0
+            return bound.runner(self.blocks(nbytes), osites, self._thread_cell, lambda: again(osites), piece)
 
         launch.again, launch.prepared = again, prepared
         return launch

@@ -462,12 +462,14 @@ class Bound:
         else:
             self._launch.run(nblocks, osites, args, self.kernel, self._failed)
 
-    def runner(self, nblocks, osites, cell=None, fallback=None):
+    def runner(self, nblocks, osites, cell=None, fallback=None, piece_sites=0):
         """``run()``: ``again(nblocks, osites)`` with everything it looks up each time looked up
         now, down to the driver's compiled entry point (once a launch has compiled it): what a
         caller repeating one launch on the same buffers keeps.  With ``cell`` (a list) and
         ``fallback``: ``fallback()`` instead where ``cell[0]`` has changed since (a backend's thread
-        count, checked in the one function a kept launch runs)."""
+        count, checked in the one function a kept launch runs).  ``piece_sites``: a kernel whose
+        outer sites are independent, balanced over the threads in pieces of at least this many
+        sites where the driver is libgomp's region (:func:`.gomp_team.task`)."""
         launch, now = self._launch, None if cell is None else cell[0]
         if (launch is None or launch.packing is None or nblocks == 1
                 or isinstance(launch.drive, CPUDispatcher)):
@@ -475,7 +477,7 @@ class Bound:
         if self._words is None:
             self._words = launch.words(self.args())
         drive, address, failed, words = launch.drive, launch.packing.tramp_address, self._failed, self._words
-        task = gomp_team.task(address, nblocks, osites, failed, words)
+        task = gomp_team.task(address, nblocks, osites, failed, words, piece_sites)
         if task is not None:
             # the launch's words built once: the region's entry unboxes one integer
             go, at = gomp_team.runner(), task.ctypes.data

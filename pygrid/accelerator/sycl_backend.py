@@ -505,5 +505,5 @@ class SyclBackend:
     def accelerator_for(self, osites, kernel, *args):
         raise BackendError("hand-written numba kernels (accelerator_for) do not run on the sycl backend")
 
-    def bind_kernel(self, kernel, *args):
+    def bind_kernel(self, kernel, *args, balance=False):
         raise BackendError("hand-written numba kernels (bind_kernel) do not run on the sycl backend")

@@ -991,7 +991,8 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul) + (
         st.sites, st.none, st.none)
-    launch = backend.bind_kernel(st.kernel[_last(args)], *args)
+    # each outer site writes its own result: the threads may share out the blocks' pieces
+    launch = backend.bind_kernel(st.kernel[_last(args)], *args, balance=True)
     n4 = st.n4
     again = launch.again
 
