@@ -220,3 +220,41 @@ def test_the_backends_balanced_launch_takes_pieces_of_min_piece_bytes():
     blocks = b.blocks(count.nbytes)
     piece = -(-b.min_piece_bytes * n // count.nbytes)
     assert (count == 1).all() and log[0, 0] == blocks * gomp_team.pieces(n, blocks, piece) > blocks
+
+
+def test_kept_expressions_and_updates_take_balanced_launches_and_reductions_whole_blocks(monkeypatch):
+    """An expression's kernel and the updates without partial sums (axpy) hand out pieces; a
+    reduction (norm2, axpy_norm2), whose partial sums are indexed by block, runs whole blocks.
+    The results are numpy's."""
+    import pygrid as pg
+    from pygrid.accelerator.openmp_backend import OpenMPBackend
+
+    b = get_backend()
+    if b.name != "openmp" or gomp_team.driver() is None or b._blocks() < 2:
+        pytest.skip("balanced launches run on the openmp backend's libgomp region, two threads")
+    monkeypatch.setattr(OpenMPBackend, "min_piece_bytes", 4096)
+    tasks, task = [], gomp_team.task
+    monkeypatch.setattr(gomp_team, "task", lambda *a, **k: tasks.append(task(*a, **k)) or tasks[-1])
+    grid = pg.GridCartesian([8, 8, 8, 8])
+    x, y, z = (pg.LatticeFermion(grid) for _ in range(3))
+    pg.ParallelRNG(grid, [1, 2]).gaussian(x)
+    pg.ParallelRNG(grid, [3, 4]).gaussian(y)
+    xn, yn = x.to_numpy(), y.to_numpy()
+
+    def pieces_of(call):
+        del tasks[:]
+        call()                  # checked: the launch is kept, its task words made
+        call()                  # kept
+        return [int(t[6]) for t in tasks]
+
+    ks = pieces_of(lambda: z.assign(0.5 * x + y))
+    assert ks and all(k > 2 for k in ks)
+    np.testing.assert_allclose(z.to_numpy(), 0.5 * xn + yn, rtol=1e-14)
+    ks = pieces_of(lambda: pg.axpy(z, 0.25, x, y))
+    assert ks and all(k > 2 for k in ks)
+    np.testing.assert_allclose(z.to_numpy(), 0.25 * xn + yn, rtol=1e-14)
+    ks = pieces_of(lambda: pg.norm2(x))
+    assert ks and all(k == 1 for k in ks)
+    assert pg.norm2(x) == pytest.approx(float(np.sum(np.abs(xn) ** 2)), rel=1e-12)
+    ks = pieces_of(lambda: pg.axpy_norm2(z, 0.5, x, y))
+    assert ks and all(k == 1 for k in ks)

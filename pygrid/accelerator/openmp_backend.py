@@ -201,12 +201,13 @@ class OpenMPBackend:
             return
         _parallel()(n, osites, kernel, *args)
 
-    def kept_launch(self, kernel: Callable, args: tuple, nblocks: int) -> Callable[..., None]:
+    def kept_launch(self, kernel: Callable, args: tuple, nblocks: int,
+                    balance: bool = False) -> Callable[..., None]:
         """``launch(osites, *args)`` for a kept launch of ``nblocks`` blocks: :meth:`bind_kernel`, or
         the kernel itself on the calling thread for one block (binding would load, or compile for
-        seconds, a parallel driver that launch never uses)."""
+        seconds, a parallel driver that launch never uses).  ``balance``: see :meth:`bind_kernel`."""
         if nblocks > 1:
-            return self.bind_kernel(kernel, *args)
+            return self.bind_kernel(kernel, *args, balance=balance)
         return host.serial_launcher(kernel, args)
 
     def bind_kernel(self, kernel: Callable, *args: Any, balance: bool = False) -> Callable[..., None]:
@@ -279,7 +280,8 @@ class OpenMPBackend:
         kept.coef = np.array(args[-1])  # writable: the coefficients change from run to run
         kept.args = (*args[:-1], host.read_only(kept.coef))
         # the launch on kept.args themselves (held here), packed once
-        kept.bound, kept.lock = self.kept_launch(k, kept.args, kept.nblocks), threading.Lock()
+        # an expression's kernel writes each outer site from that site's inputs and its neighbours'
+        kept.bound, kept.lock = self.kept_launch(k, kept.args, kept.nblocks, balance=True), threading.Lock()
         host.keep(self._kept_runs, (id(ir), alias, id(out), *map(id, inputs)), kept, buffers)
 
     def kept_run(self, ir, alias, out, inputs, shifts):

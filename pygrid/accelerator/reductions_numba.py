@@ -334,7 +334,8 @@ def _keep(backend, kernel, args, partials, key, buffers, n=None, nhead=None):
     kept.osites = args[-len(partials) - 1] if n is None else n
     kept.nbytes = launch_bytes(args)
     kept.nblocks = backend.blocks(kept.nbytes)
-    kept.bound, kept.partials = bind(kernel, args, kept.nblocks), partials
+    # the updates without partial sums write each outer site alone: their pieces may go to any thread
+    kept.bound, kept.partials = bind(kernel, args, kept.nblocks, balance=not partials), partials
     kept.head = args if nhead is None else args[:nhead]
     kept.args = args   # held: the bound launch holds its arguments weakly
     kept.lock = threading.Lock()
