@@ -38,6 +38,10 @@ SCRIPTS = [
     ("bench_call_trace.py", ["--grid", "8.8.8.8", "--calls", "20", "--rounds", "1"], "the call"),
     ("bench_call_trace.py", ["--operator", "cg", "--grid", "8.8.8.8", "--calls", "5", "--rounds", "1"],
      "Schur CG"),
+    ("bench_balance.py", ["--grid", "8.8.8.8", "--seconds", "1"], "whole / balanced"),
+    ("bench_balance.py", ["--operator", "cg", "--grid", "8.8.8.8", "--iterations", "3", "--seconds", "1"],
+     "whole / balanced"),
+    ("bench_core_sharing.py", ["--rounds", "2", "--pause", "0"], "rounds below 0.85"),
 ]
 
 
