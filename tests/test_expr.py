@@ -519,3 +519,21 @@ def test_an_evaluation_while_its_kept_views_are_open_opens_its_own(monkeypatch):
         z @= -x
     assert hits == [0] and not kept.views.is_open and z._manager.open_views() == []
     assert_close(z.to_numpy(), -x.to_numpy())
+
+
+@pytest.mark.parametrize("case", ["x + y", "x - y", "-x + y", "-x - y", "a*x + y", "a*x - y", "y + a*x",
+                                  "-y + a*x", "x + y + w", "x - y - w", "a*x + y - w", "a*x + b*y + w",
+                                  "-x", "x + 0*y"])
+def test_unit_coefficient_terms_take_their_own_ops(fields, case):
+    """A term of coefficient +-1 runs an op without its multiply (codegen_numba._lincomb_calls):
+    each shape of sum against numpy, and assigned into one of its own terms."""
+    g, _, psi, chi = fields
+    w = random_field(g, pg.SpinColourVector())
+    a, b = 0.3 - 0.7j, -1.25 + 0.5j
+    env = {"x": psi, "y": chi, "w": w, "a": a, "b": b}
+    want = eval(case, {}, {"x": psi.to_numpy(), "y": chi.to_numpy(), "w": w.to_numpy(), "a": a, "b": b})
+    assert_close(pg.eval(eval(case, {}, env)).to_numpy(), want)
+    out = w.copy()
+    env["w"] = out
+    out @= eval(case, {}, env)     # out is one of the terms where the case reads w
+    assert_close(out.to_numpy(), want)

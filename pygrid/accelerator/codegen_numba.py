@@ -100,14 +100,8 @@ def kernel_source(ir, nsimd, alias, dtype="float64"):
             emit(2, f"remap({d}, {n}, {', '.join(loc[op.a])}, T{op.start}, T{op.ia}, T{op.coef}, "
                     f"{-1.0 if op.conj else 1.0})")
         elif isinstance(op, IR.LinComb):
-            x = [", ".join(loc[t.value]) for t in op.terms]
-            k = [f"k{v}_{j}r, k{v}_{j}i" for j in range(len(op.terms))]
-            if len(x) == 1:
-                emit(2, f"scale({d}, {x[0]}, {k[0]}, {n})")
-            else:
-                emit(2, f"axpby({d}, {x[0]}, {k[0]}, {x[1]}, {k[1]}, {n})")
-                for j in range(2, len(x)):
-                    emit(2, f"axpy({d}, {x[j]}, {k[j]}, {n})")
+            for call in _lincomb_calls(v, op, d, [", ".join(loc[t.value]) for t in op.terms], n):
+                emit(2, call)
         elif isinstance(op, IR.Where):
             emit(
                 2,
@@ -121,3 +115,32 @@ def kernel_source(ir, nsimd, alias, dtype="float64"):
     if not direct:
         emit(2, f"copy(out, bo, {', '.join(loc[res])}, {ir.out_ncomp})")
     return "\n".join(lines) + "\n"
+
+
+def _lincomb_calls(v, op, d, x, n):
+    """The ops computing the linear combination ``op`` (value ``v``, written at ``d``) of the tensors
+    at ``x``: a term of coefficient +-1 (``coef`` None) takes an op without its multiply."""
+    terms = op.terms
+    unit = [t.coef is None for t in terms]
+    k = [f"k{v}_{j}r, k{v}_{j}i" for j in range(len(terms))]
+    if len(terms) == 1:
+        if unit[0]:
+            return [f"{'copy' if terms[0].sign > 0 else 'neg'}({d}, {x[0]}, {n})"]
+        return [f"scale({d}, {x[0]}, {k[0]}, {n})"]
+    s0, s1 = terms[0].sign > 0, terms[1].sign > 0
+    if unit[0] and unit[1] and (s0 or s1):
+        first = f"add({d}, {x[0]}, {x[1]}, {n})" if s0 and s1 else \
+            f"sub({d}, {x[0]}, {x[1]}, {n})" if s0 else f"sub({d}, {x[1]}, {x[0]}, {n})"
+    elif unit[1] and not unit[0]:
+        first = f"axpy_{'add' if s1 else 'sub'}({d}, {x[0]}, {k[0]}, {x[1]}, {n})"
+    elif unit[0] and not unit[1]:
+        first = f"axpy_{'add' if s0 else 'sub'}({d}, {x[1]}, {k[1]}, {x[0]}, {n})"
+    else:
+        first = f"axpby({d}, {x[0]}, {k[0]}, {x[1]}, {k[1]}, {n})"
+    calls = [first]
+    for j in range(2, len(terms)):
+        if unit[j]:
+            calls.append(f"acc_{'add' if terms[j].sign > 0 else 'sub'}({d}, {x[j]}, {n})")
+        else:
+            calls.append(f"axpy({d}, {x[j]}, {k[j]}, {n})")
+    return calls

@@ -147,6 +147,18 @@ def ops_source(nsimd, dtype="float64"):
                 "ar * xr{l} - ai * xi{l} + br * yr{l} - bi * yi{l}",
                 "ar * xi{l} + ai * xr{l} + br * yi{l} + bi * yr{l}", "d = a x + b y.")
     elementwise("copy", "d, doff, x, xoff, n", ["x"], "xr{l}", "xi{l}", "d = x.")
+    # terms of coefficient +-1 (``y`` in ``a*x + y``): no multiply by a coefficient known to be one,
+    # which numba cannot fold across the call (four FMAs a complex number of eight, in a kernel that
+    # streams from L3)
+    elementwise("neg", "d, doff, x, xoff, n", ["x"], "-xr{l}", "-xi{l}", "d = -x.")
+    for name, op in (("add", "+"), ("sub", "-")):
+        elementwise(name, "d, doff, x, xoff, y, yoff, n", ["x", "y"], f"xr{{l}} {op} yr{{l}}",
+                    f"xi{{l}} {op} yi{{l}}", f"d = x {op} y.")
+        elementwise(f"axpy_{name}", "d, doff, x, xoff, ar, ai, y, yoff, n", ["x", "y"],
+                    f"ar * xr{{l}} - ai * xi{{l}} {op} yr{{l}}", f"ar * xi{{l}} + ai * xr{{l}} {op} yi{{l}}",
+                    f"d = a x {op} y.")
+        elementwise(f"acc_{name}", "d, doff, x, xoff, n", ["x", "d"], f"dr{{l}} {op} xr{{l}}",
+                    f"di{{l}} {op} xi{{l}}", f"d {op}= x.")
 
     fn("select(d, doff, m, moff, a, aoff, b, boff, n)", [
         "M = U(moff)",
@@ -178,4 +190,5 @@ def ops_source(nsimd, dtype="float64"):
     return "\n".join(out) + "\n"
 
 
-OP_NAMES = ("Z", "load", "fill", "contract", "remap", "scale", "axpy", "axpby", "select", "compare", "copy")
+OP_NAMES = ("Z", "load", "fill", "contract", "remap", "scale", "axpy", "axpby", "select", "compare", "copy",
+            "neg", "add", "sub", "axpy_add", "axpy_sub", "acc_add", "acc_sub")
