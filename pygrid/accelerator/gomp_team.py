@@ -81,8 +81,8 @@ def _source(symbol: str = "pygrid_gomp_body", hooks: str | None = None) -> str:
     ``region(t)`` (the region on the task words ``t``), ``run(task)`` (on the words at the address
     ``task``) and ``drive(...)``.  ``hooks``: the name of an importable module whose numba
     functions ``block_start(b)`` and ``block_end(b)`` the body calls around each block (around each
-thread's part, ``b`` its number, in a balanced launch) and
-    ``launch_end(nblocks)`` ``region`` calls after the region (a benchmark's timestamps)."""
+    thread's part in a balanced launch, ``b`` the thread's number) and ``launch_end(nblocks)``
+    ``region`` calls after the region (a benchmark's timestamps)."""
     from .parallel_numba import _own_digest
 
     def hook(call, indent=8):
