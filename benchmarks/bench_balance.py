@@ -21,25 +21,16 @@ import argparse
 import time
 
 import numpy as np
-from bench_call_overhead import operator_call
+from bench_call_overhead import operator_call, wilson_schur_system
 
 from pygrid.accelerator import gomp_team
 from pygrid.accelerator.backends import get_backend
 
 
 def cg_call(dims, precision, iterations):
-    import pygrid as pg
-    import pygrid.qcd  # noqa: F401  (pg.qcd)
-    from pygrid.algorithms import ConjugateGradient, MdagMOperator
-    from pygrid.qcd.schur import SchurOperator
+    from pygrid.algorithms import ConjugateGradient
 
-    grid = pg.GridCartesian(list(dims), precision=precision)
-    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [3, 1, 4]), precision=precision)
-    D = pg.qcd.WilsonFermion(U, 0.1)
-    b = D.new_fermion()
-    pg.ParallelRNG(D.grid, [5]).gaussian(b)
-    S = SchurOperator(D, 1)
-    A, rhs = MdagMOperator(S), S.Mdag(S.prepare_source(b))
+    A, rhs = wilson_schur_system(dims, precision)
     cg = ConjugateGradient(1e-150, maxiter=iterations, verbose="error")
     return lambda: cg(A, rhs)
 

@@ -56,6 +56,22 @@ def operator_call(kind, dims, prec):
     return lambda: D.Dhop(psi, out=out)
 
 
+def wilson_schur_system(dims, prec):
+    """``(A, rhs)``: the normal equations of the Schur-preconditioned Wilson operator of
+    ``bench_solvers.py`` on a random gauge field, for the benchmarks that time its CG."""
+    import pygrid.qcd  # noqa: F401  (pg.qcd)
+    from pygrid.algorithms import MdagMOperator
+    from pygrid.qcd.schur import SchurOperator
+
+    grid = pg.GridCartesian(list(dims), precision=prec)
+    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [3, 1, 4]), precision=prec)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    b = D.new_fermion()
+    pg.ParallelRNG(D.grid, [5]).gaussian(b)
+    S = SchurOperator(D, 1)
+    return MdagMOperator(S), S.Mdag(S.prepare_source(b))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--operator", default="wilson",

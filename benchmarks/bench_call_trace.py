@@ -31,7 +31,7 @@ import argparse
 import time
 
 import numpy as np
-from bench_call_overhead import operator_call  # the same calls, built the same way
+from bench_call_overhead import operator_call, wilson_schur_system  # the same calls, built the same way
 from call_trace_stamps import MAX_BLOCKS, STAMPS, TOTALS, block_end, block_start, launch_end, now
 from numba import njit, prange
 
@@ -90,18 +90,9 @@ def trace(fn, nblocks, calls, per_us):
 
 def trace_cg(dims, precision, iterations, rounds, per_us):
     """The ``cg`` mode: per round, the time per iteration and its launches' blocks."""
-    import pygrid as pg
-    import pygrid.qcd  # noqa: F401  (pg.qcd)
-    from pygrid.algorithms import ConjugateGradient, MdagMOperator
-    from pygrid.qcd.schur import SchurOperator
+    from pygrid.algorithms import ConjugateGradient
 
-    grid = pg.GridCartesian(list(dims), precision=precision)
-    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [3, 1, 4]), precision=precision)
-    D = pg.qcd.WilsonFermion(U, 0.1)
-    b = D.new_fermion()
-    pg.ParallelRNG(D.grid, [5]).gaussian(b)
-    S = SchurOperator(D, 1)
-    A, rhs = MdagMOperator(S), S.Mdag(S.prepare_source(b))
+    A, rhs = wilson_schur_system(dims, precision)
     ConjugateGradient(1e-150, maxiter=3, verbose="error")(A, rhs)   # compiles every kernel
     print(f"  {'':14s} {'per iteration':>14s} {'launches':>9s} {'blocks':>8s} {'rest':>8s}   (us)")
     for _ in range(rounds):
