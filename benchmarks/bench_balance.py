@@ -45,8 +45,13 @@ def main():
     ap.add_argument("--iterations", type=int, default=50, help="cg: iterations a solve")
     args = ap.parse_args()
     backend = get_backend()
-    if backend.name != "openmp" or gomp_team.driver() is None or backend.threads() < 2:
-        raise SystemExit("balanced launches run on the openmp backend's libgomp region, two threads or more")
+    if backend.name != "openmp" or gomp_team.driver() is None or backend._blocks() < 2:
+        import numba
+
+        raise SystemExit("balanced launches run on the openmp backend's libgomp region, two threads or more: "
+                         f"here {backend.describe()}, numba's threading layer "
+                         f"{numba.threading_layer() if backend.name == 'openmp' else '-'}, "
+                         f"{backend._blocks() if backend.name == 'openmp' else 0} blocks")
     tasks, make = [], gomp_team.task
 
     def task(*a, **k):
