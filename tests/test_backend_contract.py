@@ -144,3 +144,29 @@ def test_the_benchmark_timer_waits_for_each_call(monkeypatch):
     monkeypatch.setattr(pg.get_backend(), "synchronize", lambda: events.append("sync"))
     _, _, n = time_kernel(lambda: events.append("call"), iterations=3, warmup=2)
     assert n == 3 and events == ["call", "sync"] * 5
+
+
+LAYER = """
+import numba
+import pygrid as pg
+pg.get_backend("openmp")
+numba.get_num_threads()
+print(numba.threading_layer())
+"""
+
+
+def test_numba_takes_openmp_threads_where_a_tbb_library_is_on_the_loader_path():
+    """numba's own order tries TBB first; with a TBB library on LD_LIBRARY_PATH (Intel's OpenCL
+    runtime beside the interpreter, which the sycl backend puts there for child processes) it
+    would take TBB and the launches would lose libgomp's region.  The backend asks for OpenMP
+    first, unless the user chose."""
+    lib = os.path.join(sys.prefix, "lib")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_THREADING_LAYER")}
+    rest = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([lib] + rest)
+    run = lambda e: subprocess.run([sys.executable, "-c", LAYER], env=e, capture_output=True,  # noqa: E731
+                                   text=True, timeout=300).stdout.strip()
+    users = run(dict(env, NUMBA_THREADING_LAYER_PRIORITY="tbb omp workqueue"))
+    if users != "tbb":
+        pytest.skip(f"no TBB layer here (numba took {users or 'none'} when asked for TBB first)")
+    assert run(env) == "omp"

@@ -4,14 +4,24 @@ Kernels are numba functions over a block of outer sites, released from the
 GIL; ``accelerator_for`` splits the outer sites into one block per thread and
 runs the blocks on numba's OpenMP threads (:mod:`.parallel_numba`).
 
-Process setting
----------------
-pygrid changes one process-wide setting, when the first backend starts
+Process settings
+----------------
+pygrid changes two process-wide settings, when the first backend starts
 (:func:`apply_process_settings`, called by ``backends.get_backend``), never at
-import, and not when the user has set it: ``numba.config.SLP_VECTORIZE = 1``
-(unless ``NUMBA_SLP_VECTORIZE`` is set).  numba leaves LLVM's SLP vectoriser
-off, and the fixed-length lane loops of the generated kernels need it to
-become vector instructions.  It applies to kernels compiled after it is set.
+import, and not when the user has set them:
+
+- ``numba.config.SLP_VECTORIZE = 1`` (unless ``NUMBA_SLP_VECTORIZE`` is set).  numba
+  leaves LLVM's SLP vectoriser off, and the fixed-length lane loops of the generated
+  kernels need it to become vector instructions.  It applies to kernels compiled after
+  it is set.
+- numba's threading layers tried in the order OpenMP, TBB, workqueue (unless
+  ``NUMBA_THREADING_LAYER`` or ``NUMBA_THREADING_LAYER_PRIORITY`` is set; numba's own
+  order puts TBB first).  A launch on OpenMP's threads is one libgomp region
+  (:mod:`.gomp_team`), half the cost of numba's parallel loop, and balances its blocks;
+  where a TBB library is on the loader's path (Intel's OpenCL runtime, a oneAPI
+  environment) numba would otherwise take TBB.  It applies where numba has not started
+  its threads yet.
+
 OpenMP's wait policy is left to the user (``OMP_WAIT_POLICY``): libgomp's
 default, a short spin after each parallel region, is what lets one launch
 follow another in microseconds.
@@ -28,13 +38,18 @@ import numpy as np
 from ..errors import BackendError
 from . import host
 
+#: numba's threading layers in the order pygrid tries them (see "Process settings")
+THREADING_LAYERS = ["omp", "tbb", "workqueue"]
+
 
 def apply_process_settings() -> None:
-    """Apply the process setting above (idempotent)."""
-    if "NUMBA_SLP_VECTORIZE" not in os.environ:
-        import numba
+    """Apply the process settings above (idempotent)."""
+    import numba
 
+    if "NUMBA_SLP_VECTORIZE" not in os.environ:
         numba.config.SLP_VECTORIZE = 1
+    if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
+        numba.config.THREADING_LAYER_PRIORITY = list(THREADING_LAYERS)
 
 
 def default_threads() -> int:
