@@ -521,6 +521,32 @@ def test_an_evaluation_while_its_kept_views_are_open_opens_its_own(monkeypatch):
     assert_close(z.to_numpy(), -x.to_numpy())
 
 
+def test_kept_evaluations_of_other_shapes_on_the_same_fields_stay_apart(monkeypatch):
+    """The kept evaluations are keyed by the expression's shape: statements that alternate into one
+    field from the same fields (other signs, other shifts, the fields in another order, a product
+    in place of a sum) each take a kept path of their own from their second run on, never another
+    shape's kernel, and a new coefficient reaches the kernel (against numpy)."""
+    hits = _kept_hits(monkeypatch)
+    g = grid((4, 4, 4, 8))
+    x, y = random_field(g, pg.SpinColourVector(), seed=41), random_field(g, pg.SpinColourVector(), seed=42)
+    U = random_field(g, pg.ColourMatrix(), seed=43)
+    z = pg.LatticeFermion(g)
+    X, Y, Uh = x.to_numpy(), y.to_numpy(), U.to_numpy()
+    cases = [
+        (lambda a: a * x + y, lambda a: a * X + Y),
+        (lambda a: a * x - y, lambda a: a * X - Y),
+        (lambda a: a * y + x, lambda a: a * Y + X),
+        (lambda a: a * x + pg.cshift(y, 0, 1), lambda a: a * X + roll(Y, 0, 1)),
+        (lambda a: a * x + pg.cshift(y, 0, -1), lambda a: a * X + roll(Y, 0, -1)),
+        (lambda a: a * (U * x), lambda a: a * np.einsum("...ab,...sb->...sa", Uh, X)),
+    ]
+    for a in (0.5, -1.5 + 0.25j, 2.0):
+        for build, want in cases:
+            z @= build(a)
+            assert_close(z.to_numpy(), want(a))
+    assert hits == [1] * (2 * len(cases))
+
+
 @pytest.mark.parametrize("case", ["x + y", "x - y", "-x + y", "-x - y", "a*x + y", "a*x - y", "y + a*x",
                                   "-y + a*x", "x + y + w", "x - y - w", "a*x + y - w", "a*x + b*y + w",
                                   "-x", "x + 0*y"])

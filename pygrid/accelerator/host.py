@@ -27,15 +27,18 @@ def launch_bytes(args: tuple) -> int:
     return getattr(args[0], "nbytes", 0) if args else 0
 
 
-def serial_launcher(kernel: Callable, args: tuple = ()) -> Callable[..., None]:
+def serial_launcher(kernel: Callable, args: tuple = (), entry: Callable | None = None) -> Callable[..., None]:
     """``launch(osites, *args)``, :func:`serial_for` of ``kernel``, and ``launch.again(osites)`` and
-    ``launch.prepared(osites)()`` on ``args`` (held weakly): the serial backends' ``bind_kernel``."""
+    ``launch.prepared(osites)()`` on ``args`` (held weakly): the serial backends' ``bind_kernel``.
+    ``entry``: ``kernel`` for arguments of exactly the types of ``args`` (a compiled entry point,
+    which skips the dispatch on the types of each argument), for those two to run."""
     def launch(osites: int, *a: Any) -> None:
         kernel(0, osites, *a)
 
     bound = weak_args(args)
-    launch.again = lambda osites: kernel(0, osites, *bound())
-    launch.prepared = lambda osites: lambda: kernel(0, osites, *bound())
+    run = kernel if entry is None else entry
+    launch.again = lambda osites: run(0, osites, *bound())
+    launch.prepared = lambda osites: lambda: run(0, osites, *bound())
     return launch
 
 

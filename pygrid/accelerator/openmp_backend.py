@@ -223,7 +223,13 @@ class OpenMPBackend:
         seconds, a parallel driver that launch never uses).  ``balance``: see :meth:`bind_kernel`."""
         if nblocks > 1:
             return self.bind_kernel(kernel, *args, balance=balance)
-        return host.serial_launcher(kernel, args)
+        from numba.core.registry import CPUDispatcher
+
+        from .parallel_numba import entry_point
+
+        # numba's dispatch on the types of a kernel's 8-20 arguments takes 1-3 us of each run
+        entry = entry_point(kernel, (0, 0, *args)) if isinstance(kernel, CPUDispatcher) else None
+        return host.serial_launcher(kernel, args, entry)
 
     def bind_kernel(self, kernel: Callable, *args: Any, balance: bool = False) -> Callable[..., None]:
         """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through

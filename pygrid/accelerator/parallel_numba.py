@@ -161,7 +161,7 @@ def _address(kernel, args) -> int | None:
     return int(addr) if addr else None
 
 
-def _entry(dispatcher, args):
+def entry_point(dispatcher, args):
     """The compiled entry point of ``dispatcher``'s overload for these arguments' types, once numba
     has it (it unboxes them without numba's dispatch, a few microseconds of a launch), else the
     dispatcher."""
@@ -326,7 +326,7 @@ def _packing(spec: str) -> _Packing:
             hit = _Packing()
             hit.pack = mod.pack
             hit.tramp_address = _address(mod.tramp, (_WORDS,))
-            hit.tramp = _entry(mod.tramp, (0, 0, _WORDS))
+            hit.tramp = entry_point(mod.tramp, (0, 0, _WORDS))
             hit.nwords = _word_offsets(cpu_target.target_context, _spec_types(spec))[1]
             _packings[spec] = hit
     return hit
@@ -349,7 +349,7 @@ class _Launch:
         pack = packing.pack
         pack(words, self.address, *args)
         if isinstance(pack, CPUDispatcher):  # compiled (or loaded) now: its entry point from here on
-            packing.pack = _entry(pack, (words, self.address, *args))
+            packing.pack = entry_point(pack, (words, self.address, *args))
         return words
 
     def run(self, nblocks, osites, args, kernel, failed=None, words=None):
@@ -409,7 +409,7 @@ def _run(launch, nblocks, osites, dargs, kernel, failed=None, kargs=None):
     if drive(address, nblocks, osites, failed, *dargs):
         _raise_failed(kernel, nblocks, osites, dargs if kargs is None else kargs, failed)
     if isinstance(drive, CPUDispatcher):
-        launch.drive = _entry(drive, (address, nblocks, osites, _FAILED, *dargs))
+        launch.drive = entry_point(drive, (address, nblocks, osites, _FAILED, *dargs))
 
 
 def _raise_failed(kernel, nblocks, osites, args, failed):
@@ -454,7 +454,7 @@ class Bound:
         self.args = weak_args(args)
         # one block: the kernel's entry point for these types (compiled by _launch), unboxing its
         # arguments without numba's dispatch of 20-odd of them
-        self._serial = kernel if self._launch is None else _entry(kernel, (0, 0, *args))
+        self._serial = kernel if self._launch is None else entry_point(kernel, (0, 0, *args))
 
     def __call__(self, nblocks, osites, *args):
         if self._launch is None or nblocks == 1:
@@ -513,4 +513,4 @@ class Bound:
         if drive(address, nblocks, osites, self._failed, words):
             _raise_failed(self.kernel, nblocks, osites, self.args(), self._failed)
         if isinstance(drive, CPUDispatcher):
-            launch.drive = _entry(drive, (address, nblocks, osites, _FAILED, words))
+            launch.drive = entry_point(drive, (address, nblocks, osites, _FAILED, words))

@@ -10,14 +10,14 @@ from ..cartesian.shift import shift_table
 from ..errors import ConformabilityError, SiteTypeError
 from ..memory import ViewMode, Views
 from ..stencil.halo import exchange_rows, halo_plan
-from .lower import lower, lower_cached
+from .lower import lower, lower_signed, signature
 from .nodes import Leaf, as_expr
 
 
 def check_assignable(e, out):
     if e.grid is None:
         raise SiteTypeError("an expression without any field cannot be evaluated on a lattice")
-    if e.grid != out.grid:
+    if e.grid is not out.grid and e.grid != out.grid:
         raise ConformabilityError(f"cannot assign an expression on {e.grid} to a field on {out.grid}")
     if e.checkerboard != out.checkerboard:
         names = {None: "full grid", 0: "even", 1: "odd"}
@@ -29,7 +29,7 @@ def check_assignable(e, out):
         raise ConformabilityError(
             f"cannot assign a {e.precision} precision expression to a {out.precision} field; use pg.convert"
         )
-    if e.site_type.levels != out.site_type.levels:
+    if e.site_type.levels_key != out.site_type.levels_key:
         raise SiteTypeError(f"cannot assign a {e.site_type} expression to a {out.site_type} field")
     if out.site_type.is_real and not e.site_type.is_real:
         raise SiteTypeError(f"cannot assign a complex expression to the Real field {out}")
@@ -39,12 +39,16 @@ def evaluate(expr, out, backend=None):
     """out = expr, as one kernel.  Checks everything before touching ``out``."""
     e = as_expr(expr)
     check_assignable(e, out)
-    launch = lower_cached(e, out.site_type.ncomp)
     backend = backend or get_backend()
-    fields = launch.fields
-    kept = _kept.get((id(launch.ir), id(out), *map(id, fields)))
-    if kept is not None and kept(backend, out, fields, launch.coefs):
+    sig, fields, coefs = signature(e, out.site_type.ncomp)
+    # the shape's signature, not its IR, keys the kept evaluation: a statement run again finds it
+    # without the IR's lookup and the launch's coefficient array
+    key = (sig, id(out), *map(id, fields))
+    kept = _kept.get(key)
+    if kept is not None and kept(backend, out, fields, coefs):
         return out
+    launch, known = lower_signed(e, sig, fields, coefs)
+    fields = launch.fields
     grid = out.grid
     tables = []
     halos = []  # (shift index, slot, HaloPlan) of shifts that read other ranks
@@ -73,16 +77,16 @@ def evaluate(expr, out, backend=None):
         _run(backend, lower(Leaf(tmp), out.site_type.ncomp), out, [], False)
         return out
     views, buffers = _run(backend, launch, out, tables, alias, halos)
-    if not halos:
+    if not halos and known:
         entry = KeptEvaluation(backend, launch, out, tables, alias, views, buffers)
-        keep(_kept, (id(launch.ir), id(out), *map(id, fields)), entry, (out, *fields), MAX_KEPT)
+        keep(_kept, key, entry, (out, *fields), MAX_KEPT)
     return out
 
 
 #: evaluations kept for the next one of the same expression shape into the same field from the same
 #: fields; a program evaluates a handful of expressions over and over on a handful of fields
 MAX_KEPT = 256
-_kept: dict = {}  # (IR, out, the fields read, by id) -> KeptEvaluation
+_kept: dict = {}  # (shape signature, out, the fields read, by id) -> KeptEvaluation
 
 
 class KeptEvaluation:
@@ -119,7 +123,8 @@ class KeptEvaluation:
 
     def __call__(self, backend, out, fields, coefs) -> bool:
         """Evaluate again into ``out`` from ``fields`` (the same objects, in slot order) with
-        ``coefs``; False, with nothing done, where the evaluation must take the checked path."""
+        ``coefs`` (complex numbers, a sequence); False, with nothing done, where the evaluation must
+        take the checked path."""
         refs = self.refs
         if refs[0]() is not out:
             return False
@@ -136,9 +141,9 @@ class KeptEvaluation:
         gate = self.gate
         if gate is not None and self.bound.again(gate, coefs) is not None:
             return True
-        order = self.order
+        order, c = self.order, np.asarray(coefs, dtype=np.complex128)
         return views.run_on(self.buffers, lambda a: backend.run(
-            self.ir, a[-1], [a[k] for k in order], self.tables, coefs, self.nsimd, self.alias))
+            self.ir, a[-1], [a[k] for k in order], self.tables, c, self.nsimd, self.alias))
 
 
 def _with_halos(inputs, tables, halos):

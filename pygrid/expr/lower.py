@@ -180,7 +180,7 @@ def _shape(e, fields, slot_of, coefs):
         if s is None:
             s = slot_of[id(e.field)] = len(fields)
             fields.append(e.field)
-        return ("L", s, e.disp, e.field.site_type)
+        return ("L", s, e.disp, e.field.site_type.key)
     if isinstance(e, LinComb):
         terms = []
         for t, scale, sign in e.terms:
@@ -190,13 +190,13 @@ def _shape(e, fields, slot_of, coefs):
                 ts = ("S",)
             elif isinstance(t, Const):
                 coefs.extend(t.const.values)
-                ts = ("C", t.site_type)
+                ts = ("C", t.site_type.key)
             else:
                 ts = _shape(t, fields, slot_of, coefs)
             if scale is not None:
                 coefs.append(complex(scale))
             terms.append((ts, scale is None, sign))
-        return ("+", e.site_type, tuple(terms))
+        return ("+", e.site_type.key, tuple(terms))
     if isinstance(e, Mul):
         a, b = e.children
         if isinstance(a, Const) or isinstance(b, Const):
@@ -209,7 +209,7 @@ def _shape(e, fields, slot_of, coefs):
         a, b = e.children
         return ("K", e.kind, _shape(a, fields, slot_of, coefs), _shape(b, fields, slot_of, coefs))
     if isinstance(e, Where):
-        return ("W", e.site_type) + tuple(_shape(c, fields, slot_of, coefs) for c in e.children)
+        return ("W", e.site_type.key) + tuple(_shape(c, fields, slot_of, coefs) for c in e.children)
     if isinstance(e, Compare):
         a, b = e.children
         return ("<", e.op, _shape(a, fields, slot_of, coefs), _shape(b, fields, slot_of, coefs))
@@ -218,25 +218,37 @@ def _shape(e, fields, slot_of, coefs):
         return ("S",)
     if isinstance(e, Const):
         coefs.extend(e.const.values)
-        return ("C", e.site_type)
+        return ("C", e.site_type.key)
     raise TypeError(f"cannot lower {type(e).__name__}")
 
 
-def lower_cached(expr, out_ncomp):
-    """:func:`lower`, with the IR of an expression shape seen before taken from the cache.
-
-    A shape is cached only when lowering gave the same fields and coefficients as the
-    signature pass, so a signature that missed something can cost time, never a wrong kernel.
-    """
+def signature(expr, out_ncomp):
+    """``(signature, fields, coefs)`` of ``expr`` evaluated into a field of ``out_ncomp``
+    components: the key of its shape, the fields it reads (first read first) and its coefficients,
+    in the order :func:`lower` gives them."""
     fields, coefs = [], []
-    sig = (_shape(expr, fields, {}, coefs), out_ncomp)
+    return (_shape(expr, fields, {}, coefs), out_ncomp), fields, coefs
+
+
+def lower_signed(expr, sig, fields, coefs):
+    """:func:`lower` of ``expr``, whose :func:`signature` is ``(sig, fields, coefs)``, with the IR
+    of a shape seen before taken from the cache; ``(launch, known)``, ``known`` whether the shape
+    is in the cache now (a shape whose lowering read other fields or coefficients than its
+    signature pass is not, so a signature that missed something costs time, never a wrong kernel:
+    a caller keeping anything under ``sig`` keeps it only when ``known``)."""
     hit = _shapes.get(sig)
     if hit is not None:
-        return IR.Launch(hit[0], fields, hit[1], np.asarray(coefs, dtype=np.complex128))
-    launch = lower(expr, out_ncomp)
-    if (len(launch.fields) == len(fields) and all(a is b for a, b in zip(launch.fields, fields))
-            and np.array_equal(launch.coefs, np.asarray(coefs, dtype=np.complex128))):
+        return IR.Launch(hit[0], fields, hit[1], np.asarray(coefs, dtype=np.complex128)), True
+    launch = lower(expr, sig[1])
+    known = (len(launch.fields) == len(fields) and all(a is b for a, b in zip(launch.fields, fields))
+             and np.array_equal(launch.coefs, np.asarray(coefs, dtype=np.complex128)))
+    if known:
         if len(_shapes) >= SHAPES_MAX:
             _shapes.clear()
         _shapes[sig] = (launch.ir, launch.shifts)
-    return launch
+    return launch, known
+
+
+def lower_cached(expr, out_ncomp):
+    """:func:`lower`, with the IR of an expression shape seen before taken from the cache."""
+    return lower_signed(expr, *signature(expr, out_ncomp))[0]

@@ -102,6 +102,8 @@ def _conform(name, *nodes):
         if first is None:
             first, grid, cb, prec = n, n.grid, n.checkerboard, n.precision
             continue
+        if n.grid is grid and n.checkerboard == cb and n.precision == prec:
+            continue
         if n.grid != grid:
             raise ConformabilityError(f"{name}: operands live on different grids, {grid} and {n.grid}")
         if n.checkerboard != cb:
@@ -126,20 +128,28 @@ class Leaf(Expr):
 
     def __init__(self, field, disp=None):
         self.field = field
-        self.grid = field.grid
-        nd = field.grid.nd
-        self.disp = tuple(disp) if disp is not None else (0,) * nd
+        self.grid = grid = field.grid
         self.site_type = field.site_type
         self.precision = field.precision
-        self.checkerboard = shifted_checkerboard(field.grid, field.checkerboard, self.disp) \
-            if any(self.disp) else field.checkerboard
+        if disp is None or not any(disp):
+            self.disp = _ZEROS[grid.nd] if grid.nd < len(_ZEROS) else (0,) * grid.nd
+            self.checkerboard = field.checkerboard
+        else:
+            self.disp = tuple(disp)
+            self.checkerboard = shifted_checkerboard(grid, field.checkerboard, self.disp)
+
+
+#: the displacement of a plain read, by the number of dimensions
+_ZEROS = tuple((0,) * nd for nd in range(9))
+#: the number types a Scalar takes without the abstract base class's (slower) check
+_NUMBERS = (float, int, complex)
 
 
 class Scalar(Expr):
     """A Python number in an expression (passed to the kernel at run time)."""
 
     def __init__(self, value):
-        if not isinstance(value, numbers.Number) or isinstance(value, bool):
+        if type(value) not in _NUMBERS and (not isinstance(value, numbers.Number) or isinstance(value, bool)):
             raise SiteTypeError(f"cannot use {value!r} in a field expression")
         self.value = complex(value)
         self.site_type = Real if self.value.imag == 0 else Complex
@@ -179,7 +189,7 @@ class LinComb(Expr):
                 numbers_ = True  # numbers become multiples of the unit tensor below
             elif ref is None:
                 ref = st
-            elif st.levels != ref.levels:
+            elif st is not ref and st.levels_key != ref.levels_key:
                 raise SiteTypeError(f"cannot add {ref} and {st}: site types differ")
             if real and not (st.is_real and (scale is None or complex(scale).imag == 0)):
                 real = False
@@ -249,6 +259,8 @@ def as_expr(x):
         return x
     if isinstance(x, FieldBase):
         return Leaf(x)
+    if type(x) in _NUMBERS:
+        return Scalar(x)
     if isinstance(x, ConstTensor):
         return Const(x)
     if isinstance(x, numbers.Number) and not isinstance(x, bool):

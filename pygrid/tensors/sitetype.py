@@ -67,6 +67,18 @@ class SiteType:
         return (self.lorentz, self.spin, self.colour)
 
     @cached_property
+    def key(self):
+        """The site type as a tuple of strings and numbers: equal for equal site types, and
+        compared without the dataclasses' ``__eq__`` (an expression's signature holds it, and is
+        compared at every evaluation)."""
+        return (*(x for lv in self.levels for x in (lv.kind, lv.n)), self.is_real)
+
+    @cached_property
+    def levels_key(self):
+        """:attr:`key` without the realness: equal where :attr:`levels` are."""
+        return self.key[:-1]
+
+    @cached_property
     def shape(self):
         return self.lorentz.shape + self.spin.shape + self.colour.shape
 
