@@ -298,6 +298,12 @@ def _const_value(e):
 
 
 def mul(a, b):
+    # a number times a field or expression, the commonest product: no Scalar node for the number
+    if type(a) in _NUMBERS or type(b) in _NUMBERS:
+        n, e = (a, b) if type(a) in _NUMBERS else (b, a)
+        e = as_expr(e)
+        if not isinstance(e, (Scalar, Const)):
+            return LinComb(_terms(e, 1, complex(n)))
     a, b = as_expr(a), as_expr(b)
     if isinstance(a, (Scalar, Const)) and isinstance(b, (Scalar, Const)):
         return as_expr(_const_value(a) * _const_value(b))
