@@ -1,7 +1,7 @@
 """What a library call spends around its kernel: Dirac operators and reductions.
 
     python benchmarks/bench_call_overhead.py [--operator wilson|dwf|schur|norm2|inner|expr|axpy|build]
-        [--grid 8.8.8.8] [--precision double] [--calls 1000]
+        [--grid 8.8.8.8] [--precision double] [--calls 1000] [--whole]
 
 ``wilson``: ``WilsonFermion.Dhop(psi, out=out)`` on the full grid; ``dwf``: the domain-wall
 ``Dhop`` (Ls 8); ``schur``: the Wilson even-odd hop ``Meooe(psi_e, out=chi_o)`` a Schur
@@ -15,6 +15,10 @@ of ``Bound.runner`` that a Dirac call on fields seen before keeps: the driver's 
 and the kernel); the difference is
 the time the call spends outside the launch (checks, views, the launch lookup, and
 Python that runs with the caches full of the fields the kernel has just streamed).
+With ``--whole`` the calls are timed whole, nothing inside them: for fields small enough that
+the launch runs on the calling thread (under the backend's ``min_parallel_bytes``), where it
+takes none of the timed paths (``--grid 4.4.4.8``: the expression statement against
+``pg.axpy`` and the build alone).
 The two halves come from the same call, so the machine's slow and fast phases, which
 move a whole call by more than this difference on a virtual machine, cancel; the
 median and quartiles over the calls are printed.  The timer around the launch adds
@@ -79,10 +83,14 @@ def main():
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--precision", choices=("double", "single"), default="double")
     ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--whole", action="store_true", help="time whole calls only (launches on the calling thread)")
     args = ap.parse_args()
     if get_backend().name != "openmp":
         raise SystemExit("this benchmark times the openmp backend's launch path")
     dims = tuple(int(x) for x in args.grid.split("."))
+    if args.whole:
+        whole_calls(args, dims)
+        return
     clock, inside, depth, on = time.perf_counter_ns, [], [0], [False]
     run, again, runner = parallel_numba._run, parallel_numba.Bound.again, parallel_numba.Bound.runner
 
@@ -130,6 +138,22 @@ def main():
     print(f"  the launch (driver and kernel)   median {launch[n // 2]:8.1f} us")
     print(f"  the call outside the launch      median {outside[n // 2]:8.1f} us "
           f"(quartiles {outside[n // 4]:.1f} to {outside[3 * n // 4]:.1f})")
+
+
+def whole_calls(args, dims):
+    call = operator_call(args.operator, dims, args.precision)
+    for _ in range(30):
+        call()
+    clock, times = time.perf_counter_ns, []
+    for _ in range(args.calls):
+        t = clock()
+        call()
+        times.append((clock() - t) / 1e3)
+    times.sort()
+    n = len(times)
+    print(f"{args.operator} on {args.grid}, {args.precision}, {get_backend().describe()}, {n} calls")
+    print(f"  the whole call                   median {times[n // 2]:8.1f} us "
+          f"(quartiles {times[n // 4]:.1f} to {times[3 * n // 4]:.1f})")
 
 
 if __name__ == "__main__":
