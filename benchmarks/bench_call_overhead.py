@@ -83,7 +83,8 @@ def main():
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--precision", choices=("double", "single"), default="double")
     ap.add_argument("--calls", type=int, default=1000)
-    ap.add_argument("--whole", action="store_true", help="time whole calls only (launches on the calling thread)")
+    ap.add_argument("--whole", action="store_true",
+                    help="time whole calls only (launches on the calling thread)")
     args = ap.parse_args()
     if get_backend().name != "openmp":
         raise SystemExit("this benchmark times the openmp backend's launch path")

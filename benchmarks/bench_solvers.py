@@ -12,9 +12,12 @@ operator's ``Meooe`` / ``MeooeDag`` calls and the hops with pieces of the diagon
 (Wilson's ``_mpc_finish``, domain wall's ``_mpc_start`` and ``_mpc_end``), each between two clock
 reads (the device synchronised); "outside Dhop"
 is the rest of the iteration (the linear algebra of CG, ``Mooee`` and ``MooeeInv`` where they
-are kernels of their own, the solver's Python).  A ``Meooe`` timed on its own, on fields it has
-just read, is printed beside it: inside a solve the fields of the other steps pass through
-the caches between two hops, which can make a hop slower than on its own.
+are kernels of their own, the solver's Python).  Each of those calls is then timed on its own,
+repeated on the arguments of its last call in the solve (the fields it has just read), and
+printed beside its time inside the solve: the variants do different work (domain wall's
+``_mpc_start`` solves ``MooeeInv`` in s in its kernel, ``_mpc_end`` adds ``Mooee psi``), so a
+hop is compared with itself, and what the solve adds to it is the fields of the other steps
+passing through the caches between two hops.
 """
 from __future__ import annotations
 
@@ -36,24 +39,42 @@ HOPS = ("Meooe", "MeooeDag", "_mpc_finish", "_mpc_start", "_mpc_end")
 
 def _time_hops(D, sync):
     """Wrap D's hopping methods with timers (the device synchronised around each call); returns the
-    list their durations go into and the names wrapped."""
-    spent, names = [], []
+    list their durations go into, the names wrapped, and per name the durations of its calls and
+    the arguments of its last one."""
+    spent, names, calls = [], [], {}
     for name in HOPS:
         method = getattr(D, name, None)
         if method is None:
             continue
 
-        def timed(*a, _m=method, **k):
+        def timed(*a, _m=method, _n=name, **k):
             sync()
             t0 = time.perf_counter()
             r = _m(*a, **k)
             sync()
-            spent.append(time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
+            spent.append(dt)
+            per = calls.setdefault(_n, [[], None])
+            per[0].append(dt)
+            per[1] = (a, k)
             return r
 
         setattr(D, name, timed)
         names.append(name)
-    return spent, names
+    return spent, names, calls
+
+
+def _alone(D, name, args, sync, repeat):
+    """The median time of ``D.<name>(*args)`` called ``repeat`` times in a row."""
+    method, (a, k) = getattr(D, name), args
+    times = []
+    for _ in range(repeat):
+        sync()
+        t0 = time.perf_counter()
+        method(*a, **k)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def measure(op, grid, precision, Ls, iterations):
@@ -66,7 +87,7 @@ def measure(op, grid, precision, Ls, iterations):
     A, rhs = MdagMOperator(S), S.Mdag(S.prepare_source(b))
     ConjugateGradient(1e-150, maxiter=3, verbose="error")(A, rhs)   # compiles every kernel
     sync = pg.get_backend().synchronize  # a GPU launch returns before its kernel has run
-    spent, names = _time_hops(D, sync)
+    spent, names, calls = _time_hops(D, sync)
     try:
         _, rec = ConjugateGradient(1e-150, maxiter=iterations, verbose="error")(A, rhs)
     finally:
@@ -74,16 +95,10 @@ def measure(op, grid, precision, Ls, iterations):
             del D.__dict__[name]
     # the solve's own time and the hops inside it both include its closing true residual
     t_iter, hops = rec.time / rec.iterations, len(spent) / rec.iterations
-    half = pg.pick_checkerboard(1, b)
-    out = D.Meooe(half)
-    times = []
-    for _ in range(max(10, iterations // 4)):
-        sync()
-        t0 = time.perf_counter()
-        D.Meooe(half, out=out)
-        sync()
-        times.append(time.perf_counter() - t0)
-    return t_iter, hops, sum(spent) / rec.iterations, statistics.median(times), rec.iterations
+    variants = {name: (statistics.median(durations), len(durations) / rec.iterations,
+                       _alone(D, name, last, sync, max(10, iterations // 4)))
+                for name, (durations, last) in calls.items()}
+    return t_iter, hops, sum(spent) / rec.iterations, variants, rec.iterations
 
 
 def main(argv=None):
@@ -100,11 +115,14 @@ def main(argv=None):
     print(f"Schur-preconditioned CG on {args.grid}, {args.precision}, {pg.get_backend().describe()}, "
           f"Nsimd {grid.nsimd}")
     for op in [o.strip() for o in args.operators.split(",") if o.strip()]:
-        t_iter, hops, inside, alone, n = measure(op, grid, args.precision, args.Ls, args.iterations)
+        t_iter, hops, inside, variants, n = measure(op, grid, args.precision, args.Ls, args.iterations)
         what = op if op == "wilson" else f"dwf Ls {args.Ls}"
         print(f"  {what:<12} {t_iter * 1e3:8.3f} ms per CG iteration ({n} iterations); Dhop "
-              f"{hops:.0f} x {inside / hops * 1e3:.3f} ms = {inside * 1e3:.3f} ms (on its own "
-              f"{alone * 1e3:.3f} ms a call); outside Dhop {100 * (1 - inside / t_iter):.0f}%", flush=True)
+              f"{hops:.0f} x {inside / hops * 1e3:.3f} ms = {inside * 1e3:.3f} ms; outside Dhop "
+              f"{100 * (1 - inside / t_iter):.0f}%", flush=True)
+        for name, (med, per_iter, alone) in variants.items():
+            print(f"    {name:<12} {per_iter:.0f} a iteration, median {med * 1e3:.3f} ms in the solve, "
+                  f"{alone * 1e3:.3f} ms on its own ({med / alone:.2f}x)", flush=True)
     return 0
 
 
