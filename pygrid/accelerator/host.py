@@ -27,18 +27,28 @@ def launch_bytes(args: tuple) -> int:
     return getattr(args[0], "nbytes", 0) if args else 0
 
 
-def serial_launcher(kernel: Callable, args: tuple = (), entry: Callable | None = None) -> Callable[..., None]:
+def serial_launcher(kernel: Callable, args: tuple = (),
+                    entry_of: Callable[[tuple], Callable] | None = None) -> Callable[..., None]:
     """``launch(osites, *args)``, :func:`serial_for` of ``kernel``, and ``launch.again(osites)`` and
     ``launch.prepared(osites)()`` on ``args`` (held weakly): the serial backends' ``bind_kernel``.
-    ``entry``: ``kernel`` for arguments of exactly the types of ``args`` (a compiled entry point,
-    which skips the dispatch on the types of each argument), for those two to run."""
+    ``entry_of(args)``: ``kernel`` for arguments of exactly the types of ``args`` (a compiled entry
+    point, which skips the dispatch on the types of each argument), for those two to run; looked
+    up at their first run, since many a kept launch never runs again (``pg.eval`` into a new
+    field each time) and the lookup types every argument."""
     def launch(osites: int, *a: Any) -> None:
         kernel(0, osites, *a)
 
     bound = weak_args(args)
-    run = kernel if entry is None else entry
-    launch.again = lambda osites: run(0, osites, *bound())
-    launch.prepared = lambda osites: lambda: run(0, osites, *bound())
+    entry = [] if entry_of is not None else [kernel]
+
+    def run(osites: int) -> None:
+        a = bound()
+        if not entry:
+            entry.append(entry_of(a))
+        entry[0](0, osites, *a)
+
+    launch.again = run
+    launch.prepared = lambda osites: lambda: run(osites)
     return launch
 
 

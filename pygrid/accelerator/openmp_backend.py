@@ -228,8 +228,8 @@ class OpenMPBackend:
         from .parallel_numba import entry_point
 
         # numba's dispatch on the types of a kernel's 8-20 arguments takes 1-3 us of each run
-        entry = entry_point(kernel, (0, 0, *args)) if isinstance(kernel, CPUDispatcher) else None
-        return host.serial_launcher(kernel, args, entry)
+        entry_of = (lambda a: entry_point(kernel, (0, 0, *a))) if isinstance(kernel, CPUDispatcher) else None
+        return host.serial_launcher(kernel, args, entry_of)
 
     def bind_kernel(self, kernel: Callable, *args: Any, balance: bool = False) -> Callable[..., None]:
         """:meth:`accelerator_for` of ``kernel`` for arguments of the types of ``args``, through
