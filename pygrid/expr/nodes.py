@@ -132,15 +132,13 @@ class Leaf(Expr):
         self.site_type = field.site_type
         self.precision = field.precision
         if disp is None or not any(disp):
-            self.disp = _ZEROS[grid.nd] if grid.nd < len(_ZEROS) else (0,) * grid.nd
+            self.disp = (0,) * grid.nd
             self.checkerboard = field.checkerboard
         else:
             self.disp = tuple(disp)
             self.checkerboard = shifted_checkerboard(grid, field.checkerboard, self.disp)
 
 
-#: the displacement of a plain read, by the number of dimensions
-_ZEROS = tuple((0,) * nd for nd in range(9))
 #: the number types a Scalar takes without the abstract base class's (slower) check
 _NUMBERS = (float, int, complex)
 
