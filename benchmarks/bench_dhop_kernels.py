@@ -21,6 +21,14 @@ order and arguments).
 ``--checkerboard`` times the even-odd hop a Schur solve runs (``DhopEO``: an odd source, the
 even links forward and the odd links backward, on half the sites) in place of the full-grid one.
 
+``--data`` (4D fields) adds two passes that move data and do no arithmetic, in the kernel's site
+order and with its stores: "loads and stores" reads what the kernel reads (each point's neighbour
+spinor and its link, forward at the site, backward at the neighbour) and writes the result;
+"compulsory stream" reads each input once (the site's spinor and its four links) and writes the
+result, the traffic a perfect kernel moves, as streams.  Their GFlop/s are the kernel's flop count
+over their time: the kernel's pace if it were bound by its access pattern, and by the compulsory
+traffic alone.
+
 Every variant's result is checked against the first one's.
 """
 from __future__ import annotations
@@ -40,6 +48,63 @@ def aligned_copy(a):
     c = aligned_empty(a.shape, a.dtype)
     c[...] = a
     return c
+
+
+_DATA_SOURCE = """
+from numba import njit
+from pygrid.accelerator.simd_numba import vloadt, vstoret, vstoret_nt, vcaxpy, store_fence
+W = {W}
+U = np.uint64
+FS = U(24 * W)
+GS = U(72 * W)
+LK = U(18 * W)
+
+
+@njit(fastmath=True, nogil=True, boundscheck=False, error_model="numpy")
+def loads_and_stores(lo, hi, out, psi, uf, ub, nbr, n4, sites, nt):
+    N4 = U(n4)
+    for i in range(lo, hi):
+        uo = U(sites[i])
+        a = vloadt(psi, U(nbr[uo]) * FS, 24, W)
+        c = vloadt(uf, uo * GS, 18, W)
+        for p in range(1, 8):
+            n = U(nbr[U(p) * N4 + uo])
+            a = vcaxpy(None, a, vloadt(psi, n * FS, 24, W), 0)
+            if p < 4:
+                c = vcaxpy(None, c, vloadt(uf, uo * GS + U(p) * LK, 18, W), 0)
+            else:
+                c = vcaxpy(None, c, vloadt(ub, n * GS + U(p - 4) * LK, 18, W), 0)
+        a = vcaxpy(None, a, c + a[:6], 0)
+        if nt:
+            vstoret_nt(out, uo * FS, a)
+        else:
+            vstoret(out, uo * FS, a)
+    if nt:
+        store_fence()
+
+
+@njit(fastmath=True, nogil=True, boundscheck=False, error_model="numpy")
+def compulsory_stream(lo, hi, out, psi, uf, ub, nbr, n4, sites, nt):
+    for i in range(lo, hi):
+        uo = U(sites[i])
+        a = vloadt(psi, uo * FS, 24, W)
+        for k in range(3):
+            a = vcaxpy(None, a, vloadt(uf, uo * GS + U(k) * FS, 24, W), 0)
+        if nt:
+            vstoret_nt(out, uo * FS, a)
+        else:
+            vstoret(out, uo * FS, a)
+    if nt:
+        store_fence()
+"""
+
+
+def data_kernels(nsimd):
+    """The two data-only passes of ``--data`` for ``nsimd`` lanes (the lane count is a constant of
+    the SIMD operations, so each count compiles its own)."""
+    scope = {"np": np}
+    exec(compile(_DATA_SOURCE.format(W=int(nsimd)), f"<data passes, Nsimd {nsimd}>", "exec"), scope)
+    return scope["loads_and_stores"], scope["compulsory_stream"]
 
 
 def last_tables(last, Ls, U, dt):
@@ -72,6 +137,8 @@ def main():
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--last", default="plain", choices=("plain", "banded", "solve", "mul", "mul_solve"))
     ap.add_argument("--checkerboard", action="store_true", help="the even-odd hop DhopEO")
+    ap.add_argument("--data", action="store_true",
+                    help="add the passes that move the kernel's data without its arithmetic (4D fields)")
     args = ap.parse_args()
     dims = tuple(int(x) for x in args.grid.split("."))
     prec, Ls = args.precision, args.Ls
@@ -94,6 +161,8 @@ def main():
     n4, ns = st.neighbours.shape[1], p.shape[3]
     pool = get_backend("openmp")
     tables = last_tables(args.last, Ls, U, dt)
+    if args.data and (Ls > 1 or args.last != "plain"):
+        raise SystemExit("--data times the 4D hop's data (--Ls 1, --last plain)")
     variants = []
     for name in args.modules.split(","):
         mod = importlib.import_module("pygrid.qcd." + name)
@@ -109,6 +178,14 @@ def main():
         k = ls.kernel[args.last] if isinstance(ls.kernel, dict) else ls.kernel
         for t in (int(x) for x in args.threads.split(",")):
             variants.append((f"{name}, {t} thread{'s' if t > 1 else ''}", k, a, o, t))
+        if args.data and name == args.modules.split(",")[0]:
+            nbr = np.ascontiguousarray(st.neighbours.reshape(-1)).astype(np.int64)
+            do = aligned_copy(np.zeros_like(p))  # the kernel's result stays for the checks
+            da = (do.reshape(-1), p.reshape(-1), uf.reshape(-1), u.reshape(-1), nbr, n4, ls.sites,
+                  bool(ls.far and do.ctypes.data % 64 == 0))
+            for label, dk in zip(("loads and stores", "compulsory stream"), data_kernels(ns)):
+                for t in (int(x) for x in args.threads.split(",")):
+                    variants.append((f"{label}, {t} thread{'s' if t > 1 else ''}", dk, da, None, t))
 
     def run(v):
         _, k, a, _, t = v
@@ -129,6 +206,8 @@ def main():
             raise SystemExit(f"{variants[0][0]} disagrees with the operator's hop: "
                              f"max rel. difference {err:.2e}")
     for v in variants[1:]:
+        if v[3] is None:  # a data pass: no result to compare
+            continue
         err = np.abs(v[3] - ref).max() / np.abs(ref).max()
         if err > (1e-12 if prec == "double" else 1e-5):
             raise SystemExit(f"{v[0]} disagrees with {variants[0][0]}: max rel. difference {err:.2e}")
