@@ -21,9 +21,10 @@ order and arguments).
 ``--checkerboard`` times the even-odd hop a Schur solve runs (``DhopEO``: an odd source, the
 even links forward and the odd links backward, on half the sites) in place of the full-grid one.
 
-``--data`` (4D fields) adds two passes that move data and do no arithmetic, in the kernel's site
-order and with its stores: "loads and stores" reads what the kernel reads (each point's neighbour
-spinor and its link, forward at the site, backward at the neighbour) and writes the result;
+``--data`` (4D fields) adds two passes that move the data without the kernel's arithmetic (one add
+per vector loaded, into four accumulators), in the kernel's site order and with its stores: "loads
+and stores" reads what the kernel reads (each point's neighbour spinor and its link, forward at the
+site, backward at the neighbour) and writes the result;
 "compulsory stream" reads each input once (the site's spinor and its four links) and writes the
 result, the traffic a perfect kernel moves, as streams.  Their GFlop/s are the kernel's flop count
 over their time: the kernel's pace if it were bound by its access pattern, and by the compulsory
@@ -50,60 +51,44 @@ def aligned_copy(a):
     return c
 
 
-_DATA_SOURCE = """
-from numba import njit
-from pygrid.accelerator.simd_numba import vloadt, vstoret, vstoret_nt, vcaxpy, store_fence
-W = {W}
-U = np.uint64
-FS = U(24 * W)
-GS = U(72 * W)
-LK = U(18 * W)
+def _fold(t, n):
+    """Source adding the ``n`` vectors of the tuple ``t`` into the four accumulators s0..s3: one add
+    per vector loaded, few registers live (so that the pass measures the loads, not spills)."""
+    return [f"        s{k % 4} = s{k % 4} + {t}[{k}]" for k in range(n)]
 
 
-@njit(fastmath=True, nogil=True, boundscheck=False, error_model="numpy")
-def loads_and_stores(lo, hi, out, psi, uf, ub, nbr, n4, sites, nt):
-    N4 = U(n4)
-    for i in range(lo, hi):
-        uo = U(sites[i])
-        a = vloadt(psi, U(nbr[uo]) * FS, 24, W)
-        c = vloadt(uf, uo * GS, 18, W)
-        for p in range(1, 8):
-            n = U(nbr[U(p) * N4 + uo])
-            a = vcaxpy(None, a, vloadt(psi, n * FS, 24, W), 0)
-            if p < 4:
-                c = vcaxpy(None, c, vloadt(uf, uo * GS + U(p) * LK, 18, W), 0)
-            else:
-                c = vcaxpy(None, c, vloadt(ub, n * GS + U(p - 4) * LK, 18, W), 0)
-        a = vcaxpy(None, a, c + a[:6], 0)
-        if nt:
-            vstoret_nt(out, uo * FS, a)
-        else:
-            vstoret(out, uo * FS, a)
-    if nt:
-        store_fence()
-
-
-@njit(fastmath=True, nogil=True, boundscheck=False, error_model="numpy")
-def compulsory_stream(lo, hi, out, psi, uf, ub, nbr, n4, sites, nt):
-    for i in range(lo, hi):
-        uo = U(sites[i])
-        a = vloadt(psi, uo * FS, 24, W)
-        for k in range(3):
-            a = vcaxpy(None, a, vloadt(uf, uo * GS + U(k) * FS, 24, W), 0)
-        if nt:
-            vstoret_nt(out, uo * FS, a)
-        else:
-            vstoret(out, uo * FS, a)
-    if nt:
-        store_fence()
-"""
+def _data_source(nsimd):
+    """numba source of the two passes of ``--data`` for ``nsimd`` lanes."""
+    head = ["from numba import njit",
+            "from pygrid.accelerator.simd_numba import vloadt, vstoret, vstoret_nt, vsplat, store_fence",
+            f"W = {int(nsimd)}", "U = np.uint64", "FS = U(24 * W)", "GS = U(72 * W)", "LK = U(18 * W)", ""]
+    sig = "(lo, hi, out, psi, uf, ub, nbr, n4, sites, nt, zero):"
+    start = ["    N4 = U(n4)", "    s0 = vsplat(zero, W)", "    s1 = s0", "    s2 = s0", "    s3 = s0",
+             "    for i in range(lo, hi):", "        uo = U(sites[i])"]
+    end = ["        r = (" + ", ".join(f"s{k % 4}" for k in range(24)) + ",)",
+           "        if nt:", "            vstoret_nt(out, uo * FS, r)",
+           "        else:", "            vstoret(out, uo * FS, r)",
+           "    if nt:", "        store_fence()", ""]
+    loads = []
+    for p in range(8):
+        loads += [f"        n = U(nbr[U({p}) * N4 + uo])", "        a = vloadt(psi, n * FS, 24, W)"]
+        loads += _fold("a", 24)
+        at = f"uo * GS + U({p}) * LK" if p < 4 else f"n * GS + U({p - 4}) * LK"
+        loads += [f"        c = vloadt({'uf' if p < 4 else 'ub'}, {at}, 18, W)"]
+        loads += _fold("c", 18)
+    stream = ["        a = vloadt(psi, uo * FS, 24, W)"] + _fold("a", 24)
+    for k in range(3):
+        stream += [f"        a = vloadt(uf, uo * GS + U({k}) * FS, 24, W)"] + _fold("a", 24)
+    deco = '@njit(fastmath=True, nogil=True, boundscheck=False, error_model="numpy")'
+    return "\n".join(head + [deco, "def loads_and_stores" + sig] + start + loads + end
+                     + [deco, "def compulsory_stream" + sig] + start + stream + end)
 
 
 def data_kernels(nsimd):
     """The two data-only passes of ``--data`` for ``nsimd`` lanes (the lane count is a constant of
     the SIMD operations, so each count compiles its own)."""
     scope = {"np": np}
-    exec(compile(_DATA_SOURCE.format(W=int(nsimd)), f"<data passes, Nsimd {nsimd}>", "exec"), scope)
+    exec(compile(_data_source(nsimd), f"<data passes, Nsimd {nsimd}>", "exec"), scope)
     return scope["loads_and_stores"], scope["compulsory_stream"]
 
 
@@ -182,7 +167,7 @@ def main():
             nbr = np.ascontiguousarray(st.neighbours.reshape(-1)).astype(np.int64)
             do = aligned_copy(np.zeros_like(p))  # the kernel's result stays for the checks
             da = (do.reshape(-1), p.reshape(-1), uf.reshape(-1), u.reshape(-1), nbr, n4, ls.sites,
-                  bool(ls.far and do.ctypes.data % 64 == 0))
+                  bool(ls.far and do.ctypes.data % 64 == 0), dt(0))
             for label, dk in zip(("loads and stores", "compulsory stream"), data_kernels(ns)):
                 for t in (int(x) for x in args.threads.split(",")):
                     variants.append((f"{label}, {t} thread{'s' if t > 1 else ''}", dk, da, None, t))
