@@ -53,12 +53,14 @@ class Backend(Protocol):
 
     # ---- kernels ----------------------------------------------------------------
     def run(self, ir: Any, out: Buffer, inputs: list[Buffer], shifts: list[tuple[np.ndarray, ...]],
-            coefs: np.ndarray, nsimd: int, alias: bool = False) -> None:
+            coefs: np.ndarray, nsimd: int, alias: bool = False, keep: bool = True) -> None:
         """Evaluate one lowered expression (:class:`pygrid.accelerator.ir.KernelIR`) into ``out``.
 
         ``inputs`` holds one buffer per slot, ``shifts`` the (neighbour, permute, lanes)
         tables per shift, ``coefs`` the complex coefficient vector; ``alias`` says that
-        ``out`` is also an input.
+        ``out`` is also an input.  ``keep``: a backend may keep the launch for a next run on
+        these buffers; False for a run that will not come again (an evaluation into a new
+        field), which then pays nothing for it.
         """
 
     def prepare(self, ir: Any, shifts: list[tuple[np.ndarray, ...]], coefs: np.ndarray, nsimd: int,

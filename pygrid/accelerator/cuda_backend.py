@@ -125,7 +125,7 @@ class CudaBackend:
         if hasattr(k, "compile"):  # CuPy compiles a RawKernel at its first launch otherwise
             k.compile()
 
-    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False, keep=True):
         cp = self.cupy
         rdt = np.dtype(out.dtype)
         k = self.kernel(ir, nsimd, alias, rdt.name)

@@ -213,7 +213,7 @@ class EmulatedSIMTBackend:
     def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None):
         compile_emulated(self.source(ir, nsimd, alias, np.dtype(dtype).name))
 
-    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False):
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False, keep=True):
         rdt = out.dtype
         if rdt not in (np.float64, np.float32):
             raise BackendError(f"generated kernels take float64 or float32 buffers, not {rdt}")

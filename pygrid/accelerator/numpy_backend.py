@@ -25,7 +25,7 @@ class NumpyBackend:
     def describe(self) -> str:
         return "numpy (host, one thread)"
 
-    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False, keep=True) -> None:
         run_ir(ir, out, inputs, shifts, coefs)
 
     def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None) -> None:

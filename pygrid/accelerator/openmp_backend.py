@@ -272,7 +272,7 @@ class OpenMPBackend:
             self._kernels[key] = k
         return k
 
-    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False) -> None:
+    def run(self, ir, out, inputs, shifts, coefs, nsimd, alias=False, keep=True) -> None:
         kept = self._kept_runs.get((id(ir), alias, id(out), *map(id, inputs)))
         if kept is not None and kept.take(self, ir, out, inputs, shifts):
             kept.run_held(coefs)
@@ -283,7 +283,8 @@ class OpenMPBackend:
         consts = self._constants(ir, shifts, coefs, rdt)
         args = (out.reshape(-1), *flat, *consts)
         self.accelerator_for(out.shape[0], k, *args)
-        self._keep_run(k, args, ir, alias, out, inputs, shifts)
+        if keep:
+            self._keep_run(k, args, ir, alias, out, inputs, shifts)
 
     def _keep_run(self, k, args, ir, alias, out, inputs, shifts):
         """Keep the launch of ``k`` on these buffers for the next run of ``ir`` on them (a solver's

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..accelerator import get_backend
-from ..accelerator.host import keep
+from ..accelerator import host
 from ..accelerator.rows import all_rows, host_rows
 from ..cartesian.shift import shift_table
 from ..errors import ConformabilityError, SiteTypeError
@@ -35,8 +35,11 @@ def check_assignable(e, out):
         raise SiteTypeError(f"cannot assign a complex expression to the Real field {out}")
 
 
-def evaluate(expr, out, backend=None):
-    """out = expr, as one kernel.  Checks everything before touching ``out``."""
+def evaluate(expr, out, backend=None, keep=True):
+    """out = expr, as one kernel.  Checks everything before touching ``out``.  ``keep``: keep the
+    evaluation and its launch for the next one of the same shape into ``out`` from the same fields;
+    False where none will come (``out`` new, as in ``pg.eval``): keeping costs a third of such a call
+    on small fields."""
     e = as_expr(expr)
     check_assignable(e, out)
     backend = backend or get_backend()
@@ -76,10 +79,10 @@ def evaluate(expr, out, backend=None):
         _run(backend, launch, tmp, tables, False, halos)
         _run(backend, lower(Leaf(tmp), out.site_type.ncomp), out, [], False)
         return out
-    views, buffers = _run(backend, launch, out, tables, alias, halos)
-    if not halos and known:
+    views, buffers = _run(backend, launch, out, tables, alias, halos, keep)
+    if keep and not halos and known:
         entry = KeptEvaluation(backend, launch, out, tables, alias, views, buffers)
-        keep(_kept, key, entry, (out, *fields), MAX_KEPT)
+        host.keep(_kept, key, entry, (out, *fields), MAX_KEPT)
     return out
 
 
@@ -171,7 +174,7 @@ def _with_halos(inputs, tables, halos):
     return inputs, tables
 
 
-def _run(backend, launch, out, tables, alias, halos=()):
+def _run(backend, launch, out, tables, alias, halos=(), keep=False):
     """The launch on the fields' kernel views, opened as one; returns the views and the buffers
     they gave (the fields read, then out)."""
     others = [f for f in launch.fields if f is not out]
@@ -183,5 +186,5 @@ def _run(backend, launch, out, tables, alias, halos=()):
         inputs = [o if f is out else next(it) for f in launch.fields]
         if halos:
             inputs, tables = _with_halos(inputs, tables, halos)
-        backend.run(launch.ir, o, inputs, tables, launch.coefs, out.grid.nsimd, alias)
+        backend.run(launch.ir, o, inputs, tables, launch.coefs, out.grid.nsimd, alias, keep)
     return views, arrays

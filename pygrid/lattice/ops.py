@@ -30,7 +30,8 @@ def eval(expr: Any) -> Lattice:  # noqa: A001 - the public name pg.eval mirrors 
     if e.grid is None:
         raise SiteTypeError("an expression without any field cannot be evaluated on a lattice")
     out = Lattice(e.grid, e.site_type, e.precision, checkerboard=e.checkerboard)
-    return evaluate(e, out)
+    # a new field: no evaluation into it comes again to take a kept launch
+    return evaluate(e, out, keep=False)
 
 
 def _field(x):
