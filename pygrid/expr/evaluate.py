@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..accelerator import get_backend
-from ..accelerator import host
+from ..accelerator import get_backend, host
 from ..accelerator.rows import all_rows, host_rows
 from ..cartesian.shift import shift_table
 from ..errors import ConformabilityError, SiteTypeError
