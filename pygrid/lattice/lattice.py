@@ -265,8 +265,11 @@ class Lattice(FieldBase, ExprOps):
         return self.assign(expr)
 
     def copy(self) -> Lattice:
+        from ..expr.evaluate import evaluate
+
         out = self.new_like()
-        return out.assign(self)
+        # a new field: no later evaluation into it can find a kept one (as pg.eval)
+        return evaluate(self, out, keep=False)
 
     def new_like(self, site_type: st.SiteType | None = None, precision: str | None = None) -> Lattice:
         return Lattice(self.grid, site_type or self.site_type, precision or self.precision,
