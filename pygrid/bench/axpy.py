@@ -3,7 +3,7 @@
 Counts per site (12 complex components):
 
 * ``z = a*x + y`` (``a`` real): 12 * (2 mul + 2 add) = 48 flops; x and y read, z
-  written, 3 * 24 reals;
+  written, 3 * 24 reals; as the statement ``z @= a*x + y`` and as ``pg.axpy(z, a, x, y)``;
 * ``norm2(x)``: 24 multiply-adds = 48 flops; x read, 24 reals;
 * ``inner_product(x, y)``: 12 complex multiply-adds = 96 flops; x and y read, 48 reals.
 
@@ -51,6 +51,11 @@ def run(dims, precision, ctx):
     t, tmin, it = ctx.timer(lambda: z.assign(A * x + y), f"axpy {precision} pygrid")
     r.kernels.append(Kernel("axpy", "pygrid", t, tmin, it, V, FLOPS_PER_SITE, nb,
                             "z @= a*x + y on LatticeFermion (one fused kernel)"))
+    ctx.progress.step(f"axpy {precision}: pg.axpy")
+    t, tmin, it = ctx.timer(lambda: pg.axpy(z, A, x, y), f"pg.axpy {precision} pygrid")
+    r.kernels.append(Kernel("pg.axpy", "pygrid", t, tmin, it, V, FLOPS_PER_SITE, nb,
+                            "pg.axpy(z, a, x, y), a solver's vector update: the same kernel, "
+                            "no expression built"))
 
     xa, ya = x.to_numpy(), y.to_numpy()
     holder = {}
