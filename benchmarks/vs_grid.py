@@ -3,7 +3,7 @@
 
     python benchmarks/vs_grid.py --grid-build ~/grid-anchor [--threads 2] [--rounds 2] [--quick]
                                  [--cases wilson-double,wilson-single,dwf8-double,dwf16-single,...]
-                                 [--lattices 8.8.8.8,...]
+                                 [--lattices 8.8.8.8,...] [--simd native|avx2]
 
 Grid comes from ../shared/anchors/grid/build.sh (its build directory is --grid-build).
 Each round runs, per case and lattice, Grid's generic kernel, Grid's --dslash-unroll
@@ -22,6 +22,12 @@ held part of a core; a Dirac call of tens of microseconds moves 1.3-1.5x then, o
 Such a round is marked ``busy`` and another is run in its place, up to ``--rounds`` more; the
 medians come from the quiet rounds (from every round where none was quiet), and the table says
 how many rounds each row used.
+
+``--simd avx2`` compares the AVX2 code on an AVX-512 machine: pygrid's kernels are compiled
+without AVX-512 (``NUMBA_CPU_FEATURES``: the host's features, the AVX-512 ones turned off; Nsimd
+and the kernels' structure follow, :func:`pygrid.cartesian.host_simd_bits`), against a Grid build
+configured with ``--enable-simd=AVX2``.  The SIMD of the Grid build (its
+``grid.configure.summary``) must match pygrid's.
 """
 from __future__ import annotations
 
@@ -80,7 +86,29 @@ def machine() -> str:
 
     bits = host_simd_bits()
     simd = {512: "AVX-512", 256: "AVX2"}.get(bits, f"{bits}-bit SIMD")
+    if os.environ.get("NUMBA_CPU_FEATURES"):
+        simd += " (compiled for)"
     return f"{model}, {simd}"
+
+
+def grid_simd(build_dir: str):
+    """The SIMD a Grid build was configured for (``AVX512``, ``AVX2``, ...), None if unknown."""
+    try:
+        with open(os.path.join(build_dir, "build", "grid.configure.summary")) as f:
+            for line in f:
+                if line.strip().startswith("SIMD"):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return None
+
+
+def avx2_features() -> str:
+    """The host's features for numba with every AVX-512 one turned off."""
+    import llvmlite.binding as llvm
+
+    flags = llvm.get_host_cpu_features().flatten().split(",")
+    return ",".join("-" + f[1:] if f.startswith("+avx512") else f for f in flags if f)
 
 
 def run_grid(binary, extra, lattice, threads, unroll):
@@ -150,7 +178,18 @@ def main(argv=None):
     p.add_argument("--busy-below", type=float, default=0.85,
                    help="a round whose threads' probe reads under this fraction of the thread count is run "
                         "again (0: never)")
+    p.add_argument("--simd", choices=("native", "avx2"), default="native",
+                   help="avx2: pygrid compiled without AVX-512, against a Grid build for AVX2")
     args = p.parse_args(argv)
+    if args.simd == "avx2":  # before numba is imported here, and inherited by pygrid's processes
+        os.environ["NUMBA_CPU_FEATURES"] = avx2_features()
+    from pygrid.cartesian import host_simd_bits
+
+    want = {512: "AVX512", 256: "AVX2"}.get(host_simd_bits())
+    have = grid_simd(os.path.expanduser(args.grid_build))
+    if have is not None and want is not None and have != want:
+        p.error(f"the Grid build in {args.grid_build} is for {have}, pygrid compiles for {want}: "
+                f"pass a Grid build for {want}" + ("" if args.simd == "avx2" else " or --simd avx2"))
     bench_dir = os.path.join(os.path.expanduser(args.grid_build), "build", "benchmarks")
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     for c in cases:

@@ -1,5 +1,6 @@
 """Grids: SIMD layouts, outer sites, global site indices, red-black and 5D grids."""
 import math
+import os
 import warnings
 
 import numpy as np
@@ -29,6 +30,21 @@ def test_default_simd_layout(dims, precision):
 def test_host_nsimd_avx2_or_better():
     assert default_nsimd("single") == 2 * default_nsimd("double")
     assert default_nsimd("double") >= 2
+
+
+@pytest.mark.parametrize("features,bits", [("-avx512f,+avx2,+fma", 256), ("+avx512f,+avx2,+fma", 512),
+                                           ("-avx512f,-avx2,+sse4.2", 128)])
+def test_simd_width_follows_what_numba_compiles_for(features, bits):
+    """Told to compile for other features (``NUMBA_CPU_FEATURES``), numba emits no wider vectors
+    than they allow: the lanes and the kernels' structure follow them, not the CPU underneath."""
+    import subprocess
+    import sys
+
+    code = ("from pygrid.cartesian.simd import host_simd_bits, default_nsimd; "
+            "print(host_simd_bits(), default_nsimd('double'), default_nsimd('single'))")
+    env = dict(os.environ, NUMBA_CPU_FEATURES=features, NUMBA_CPU_NAME="generic")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(bits), str(max(2, bits // 64)), str(max(2, bits // 32))]
 
 
 @pytest.mark.parametrize("simd", [(1, 1, 2, 2), (2, 2, 1, 1), (1, 1, 1, 4), (2, 1, 1, 2), (1, 1, 1, 1), None])

@@ -2,16 +2,15 @@
 blocks of outer sites.
 
 Each block of a launch writes one partial sum into its own slot (accumulated in
-double, whatever the field's precision: a product of two single reals is exact in
-double) and the host adds the partials.  Not numpy: ``np.dot`` runs on
+double, whatever the field's precision; in single each complex number's product is
+formed in single, then widened: see :func:`source`) and the host adds the partials.  Not numpy: ``np.dot`` runs on
 OpenBLAS's own thread pool, which competes with the kernels' OpenMP threads for the
 cores and made a CG several times slower on a small machine.
 
 The kernels are generated per lane count and precision with explicit SIMD
 vectors (:mod:`.simd_numba`): one component's lanes are one vector, widened to
 double, with independent accumulators (:data:`NORM2_UNROLL`, :data:`INNER_UNROLL`) so
-that the FMAs do not wait on each other.  In single the widening sets the pace: one
-``vcvtps2pd`` per four reals held a core to about 50 GB/s on AVX2 (Zen 3).  A loop
+that the FMAs do not wait on each other.  A loop
 over the lanes of one component is too short for LLVM's vectoriser, which left the
 inner product scalar.
 
@@ -50,17 +49,33 @@ def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unrol
     def lines(body, ind="        "):
         return "\n".join(ind + x for x in body)
 
+    # In single each complex number's product (|x|^2; the real and imaginary parts of conj(a) b) is
+    # formed in single and widened once: widening each real to double first held a core to 61-63
+    # GB/s on AVX-512 (two ``vcvtps2pd`` per 16 floats), two cores to 64-71% of the copy from L3
+    # at 16^4, and this ran 82-85% (``bench_reductions.py``).  Each term is then within 2^-23 of
+    # its exact value relative to the sum of its products' sizes: the single inputs' own rounding.
     def nbody(q, k):
+        if dtype == "float32":
+            return [f"x{k} = vload(a, ({q}) * S2, NS)", f"y{k} = vload(a, ({q}) * S2 + S1, NS)",
+                    f"s{k} = s{k} + vdouble(vfma(x{k}, x{k}, y{k} * y{k}))"]
         return [f"x{k} = vdouble(vload(a, ({q}) * S2, NS))", f"y{k} = vdouble(vload(a, ({q}) * S2 + S1, NS))",
                 f"s{k} = vfma(x{k}, x{k}, s{k})", f"t{k} = vfma(y{k}, y{k}, t{k})"]
 
     def ibody(q, k):
+        if dtype == "float32":
+            return [f"p = ({q}) * S2",
+                    "ar = vload(a, p, NS)", "ai = vload(a, p + S1, NS)",
+                    "br = vload(b, p, NS)", "bi = vload(b, p + S1, NS)",
+                    f"rr{k} = rr{k} + vdouble(vfma(ar, br, ai * bi))",
+                    f"ri{k} = ri{k} + vdouble(vfms(ai, br, ar * bi))"]
         return [f"p = ({q}) * S2",
                 "ar = vdouble(vload(a, p, NS))", "ai = vdouble(vload(a, p + S1, NS))",
                 "br = vdouble(vload(b, p, NS))", "bi = vdouble(vload(b, p + S1, NS))",
                 f"rr{k} = vfma(ar, br, rr{k})", f"ii{k} = vfma(ai, bi, ii{k})",
                 f"ri{k} = vfma(ar, bi, ri{k})", f"ir{k} = vfma(ai, br, ir{k})"]
 
+    z_norm = lines(["s = s + vdouble(vfma(zr, zr, zi * zi))"] if dtype == "float32" else
+                   ["s = vfma(zr, zr, s)", "t = vfma(zi, zi, t)"])
     zero = "vsplat(0.0, NS)"
     n_init = lines([f"s{k} = {zero}" for k in range(R)] + [f"t{k} = {zero}" for k in range(R)], "    ")
     i_init = lines([f"{v}{k} = {zero}" for k in range(RI) for v in ("rr", "ii", "ri", "ir")], "    ")
@@ -150,10 +165,7 @@ def axpy_norm2_block(lo, hi, z, x, y, ncomp, a, n, partial):
     t = vsplat(0.0, NS)
     for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
         zr, zi = axpy_comp(z, x, y, q * S2, Ar, Ai)
-        zr = vdouble(zr)
-        zi = vdouble(zi)
-        s = vfma(zr, zr, s)
-        t = vfma(zi, zi, t)
+{z_norm}
     partial[block(lo, n, len(partial))] = vsum(s + t)
 
 

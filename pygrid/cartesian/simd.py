@@ -15,21 +15,29 @@ from ..errors import GridError
 
 @functools.cache
 def host_simd_bits() -> int:
-    """Widest SIMD register the host CPU offers, in bits (128 when unknown)."""
+    """Widest SIMD register the kernels are compiled for, in bits (128 when unknown).
+
+    That is the host CPU's, unless numba is told to compile for other features
+    (``NUMBA_CPU_FEATURES``, as on a cluster whose nodes share one cache): the kernels'
+    structure and Nsimd then follow what numba emits, not the CPU it happens to run on."""
     flags = ""
     try:
-        import llvmlite.binding as llvm  # numba's own view of the CPU
+        from numba.core import config
 
-        flags = llvm.get_host_cpu_features().flatten()
-    except Exception:  # llvmlite absent or too old: fall back on /proc
+        flags = config.CPU_FEATURES or ""
+    except Exception:  # numba absent: the host's features below
+        pass
+    if not flags:
         try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("flags"):
-                        flags = line
-                        break
-        except OSError:
-            pass
+            import llvmlite.binding as llvm  # numba's own view of the CPU
+
+            flags = llvm.get_host_cpu_features().flatten()
+        except Exception:  # llvmlite absent or too old: fall back on /proc
+            try:
+                with open("/proc/cpuinfo") as f:
+                    flags = next((line for line in f if line.startswith("flags")), "")
+            except OSError:
+                pass
     if "+avx512f" in flags or " avx512f" in flags:
         return 512
     if "+avx2" in flags or " avx2" in flags:
