@@ -3,9 +3,10 @@ blocks of outer sites.
 
 Each block of a launch writes one partial sum into its own slot (accumulated in
 double, whatever the field's precision; in single each complex number's product is
-formed in single, then widened: see :func:`source`) and the host adds the partials.  Not numpy: ``np.dot`` runs on
-OpenBLAS's own thread pool, which competes with the kernels' OpenMP threads for the
-cores and made a CG several times slower on a small machine.
+formed in single, then widened: see :func:`source`) and the host adds the partials.
+Not numpy: ``np.dot`` runs on OpenBLAS's own thread pool, which competes with the
+kernels' OpenMP threads for the cores and made a CG several times slower on a small
+machine.
 
 The kernels are generated per lane count and precision with explicit SIMD
 vectors (:mod:`.simd_numba`): one component's lanes are one vector, widened to
