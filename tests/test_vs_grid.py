@@ -29,7 +29,7 @@ def test_output_without_a_figure_is_an_error():
 
 
 def test_machine_names_the_simd_width():
-    assert vs_grid.machine().endswith(("AVX-512", "AVX2", "-bit SIMD"))
+    assert vs_grid.machine().endswith(("AVX-512", "AVX2", "-bit SIMD", "(compiled for)"))
 
 
 def test_a_missing_grid_build_is_named(tmp_path, capsys):
@@ -52,3 +52,20 @@ def test_the_medians_come_from_the_quiet_rounds():
     assert vs_grid.quiet_rounds(runs) == [(61.0, 64.0), (62.0, 65.0)]
     every = [(57.0, 46.0, True), (55.0, 45.0, True)]
     assert vs_grid.quiet_rounds(every) == [(57.0, 46.0), (55.0, 45.0)]
+
+
+def test_the_grid_builds_simd_is_read_and_a_mismatch_refused(tmp_path, capsys):
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "grid.configure.summary").write_text(
+        "----- BUILD OPTIONS -----\nNc                          : 3\nSIMD                        : GEN\n")
+    assert vs_grid.grid_simd(str(tmp_path)) == "GEN"
+    assert vs_grid.grid_simd(str(tmp_path / "nowhere")) is None
+    with pytest.raises(SystemExit):
+        vs_grid.main(["--grid-build", str(tmp_path), "--quick"])
+    assert "is for GEN, pygrid compiles for" in capsys.readouterr().err
+
+
+def test_avx2_features_turn_every_avx512_one_off():
+    feats = vs_grid.avx2_features().split(",")
+    assert feats and not any(f.startswith("+avx512") for f in feats)
+    assert all(f[0] in "+-" for f in feats)
