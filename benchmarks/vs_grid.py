@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -200,6 +201,38 @@ def main(argv=None):
     print(f"pygrid vs Grid C++ on {where}, {args.threads} threads, {rounds} round(s); Grid from {bench_dir}",
           flush=True)
     rows = []
+    # a run cut short (Ctrl-C, or SIGTERM from a time limit) still prints the rows it finished,
+    # and the medians of the rounds of the row it was in
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        _run(args, cases, rounds, rows)
+        done = True
+    except KeyboardInterrupt:
+        done = False
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print()
+    print("| Dhop | lattice | Grid C++ GFlop/s (best of generic and unrolled) | pygrid GFlop/s "
+          "| pygrid / Grid | rounds used | machine |")
+    print("|---|---|---|---|---|---|---|")
+    for case, lat, g, py, used in rows:
+        print(f"| {case} | {lat} | {g:.1f} | {py:.1f} | {py / g:.2f} | {used} "
+              f"| {where}, {args.threads} threads |")
+    if not done:
+        print("(interrupted: the rows above are those it reached; the last one's rounds may be fewer "
+              "than asked)")
+        return 130
+    return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _run(args, cases, rounds, rows):
+    """The rounds of every case and lattice, each row's medians appended to ``rows`` as soon as it
+    has any round (updated as rounds come)."""
+    bench_dir = os.path.join(os.path.expanduser(args.grid_build), "build", "benchmarks")
     for case in cases:
         binary, gflags, kind, pflags, prec, lattices = CASES[case]
         binary = os.path.join(bench_dir, binary)
@@ -224,17 +257,13 @@ def main(argv=None):
                 print(f"  {case:<13} {lat:<12} round {k}: Grid {g:7.2f}  pygrid {py:7.2f} GFlop/s"
                       f"   (threads {_x(before_grid)}; {_x(before)}, {_x(after)}){'  busy' if b else ''}",
                       flush=True)
-            used = quiet_rounds(runs)
-            g, py = statistics.median(x[0] for x in used), statistics.median(x[1] for x in used)
-            rows.append((case, lat, g, py, f"{len(used)} of {len(runs)}"))
-    print()
-    print("| Dhop | lattice | Grid C++ GFlop/s (best of generic and unrolled) | pygrid GFlop/s "
-          "| pygrid / Grid | rounds used | machine |")
-    print("|---|---|---|---|---|---|---|")
-    for case, lat, g, py, used in rows:
-        print(f"| {case} | {lat} | {g:.1f} | {py:.1f} | {py / g:.2f} | {used} "
-              f"| {where}, {args.threads} threads |")
-    return 0
+                used = quiet_rounds(runs)
+                row = (case, lat, statistics.median(x[0] for x in used),
+                       statistics.median(x[1] for x in used), f"{len(used)} of {len(runs)}")
+                if k == 1:
+                    rows.append(row)
+                else:
+                    rows[-1] = row
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 
 import pytest
 
@@ -69,3 +71,33 @@ def test_avx2_features_turn_every_avx512_one_off():
     feats = vs_grid.avx2_features().split(",")
     assert feats and not any(f.startswith("+avx512") for f in feats)
     assert all(f[0] in "+-" for f in feats)
+
+
+def test_an_interrupted_run_prints_the_rows_it_reached(tmp_path, monkeypatch, capsys):
+    """Ctrl-C or a time limit's SIGTERM mid-run: the table of the rows finished (here the first
+    lattice's), and an exit status that says so.  Grid's and pygrid's runs are stood in for: what
+    is tested is the script's bookkeeping, not a figure."""
+    bench = tmp_path / "build" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "Benchmark_wilson").write_text("")
+    calls = []
+
+    def pygrid_run(*a):
+        calls.append(a)
+        if len(calls) > 1:  # a time limit's signal, as `timeout` sends it
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            pytest.fail("SIGTERM did not stop the run")
+        return 12.0, ((1.95, 1.8), (1.97, 1.8))
+
+    monkeypatch.setattr(vs_grid, "probe", lambda threads: (1.96, 1.8))
+    monkeypatch.setattr(vs_grid, "run_grid", lambda *a: 10.0)
+    monkeypatch.setattr(vs_grid, "run_pygrid", pygrid_run)
+    before = signal.getsignal(signal.SIGTERM)
+    rc = vs_grid.main(["--grid-build", str(tmp_path), "--cases", "wilson-double", "--threads", "2",
+                       "--lattices", "8.8.8.8,16.16.16.16", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert rc == 130
+    assert "| wilson-double | 8.8.8.8 | 10.0 | 12.0 | 1.20 | 1 of 1 |" in out
+    assert "16.16.16.16 |" not in out and "interrupted" in out
