@@ -21,7 +21,8 @@ default: 1.7x on two threads, where a quiet machine reads 1.9-2.0x) ran while an
 held part of a core; a Dirac call of tens of microseconds moves 1.3-1.5x then, on either side.
 Such a round is marked ``busy`` and another is run in its place, up to ``--rounds`` more; the
 medians come from the quiet rounds (from every round where none was quiet), and the table says
-how many rounds each row used.
+how many rounds each row used.  A run stopped by Ctrl-C or SIGTERM (a time limit) prints the
+table of the rows it reached, the last one with the rounds it had, and exits with status 130.
 
 ``--simd avx2`` compares the AVX2 code on an AVX-512 machine: pygrid's kernels are compiled
 without AVX-512 (``NUMBA_CPU_FEATURES``: the host's features, the AVX-512 ones turned off; Nsimd
