@@ -1,0 +1,91 @@
+"""The sycl backend's generated axpy kernel as it launches it (1D: one work-item per outer site and
+lane, the site and lane found by a division) against the same body launched 2D (the lane the fastest
+dimension, the site the other), on the same USM buffers of the CPU OpenCL device, in one process.
+
+    python benchmarks/bench_sycl_ndrange.py [--precision double|single] [--grid 16.16.16.16]
+
+Prints the time per call of each launch (the 2D one with 1, 4 and 16 sites per work-group) and of
+the device copy of one field (the backend's hand-written ``bench_copy``), and checks that both
+launches write the same result.  The 2D body is the generated source with its prologue rewritten
+here; the backend still launches 1D (see docs/performance.md, "Known limits").
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import time
+
+import numpy as np
+
+import pygrid as pg
+from pygrid.accelerator import codegen_c
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--precision", choices=("double", "single"), default="double")
+    ap.add_argument("--grid", default="16.16.16.16")
+    args = ap.parse_args()
+    prec = args.precision
+    pg.init(accelerator="sycl")
+    be = pg.get_backend()
+    g = pg.GridCartesian(tuple(int(v) for v in args.grid.split(".")), precision=prec)
+    x, y, z = (pg.LatticeFermion(g, prec) for _ in range(3))
+    srcs = []
+    orig = codegen_c.kernel_source
+    codegen_c.kernel_source = lambda *a, **k: srcs.append(orig(*a, **k)) or srcs[-1]
+    try:
+        be._kernels.clear()
+        pg.axpy(z, 0.3, x, y)
+    finally:
+        codegen_c.kernel_source = orig
+    src, n = srcs[-1], g.nsimd
+    one_d = (f"    const long idx = (long)get_global_id(0);\n"
+             f"    if (idx >= (long)(osites) * {n}) return;\n"
+             f"    const long o = idx / {n};\n"
+             f"    const long l = idx - o * {n};")
+    # OpenCL's dimension 0 is the last of the SYCL range dpctl submits: the lane
+    two_d = "    const long l = (long)get_global_id(0);\n    const long o = (long)get_global_id(1);"
+    if one_d not in src:
+        raise SystemExit("the generated kernel's prologue changed: update this benchmark")
+    k1 = be._build(src, codegen_c.KERNEL_NAME)
+    k2 = be._build(src.replace(one_d, two_d), codegen_c.KERNEL_NAME)
+    dt = np.float64 if prec == "double" else np.float32
+    osites, size = g.osites, g.osites * 24 * n
+    rng = np.random.default_rng(1)
+    xa, ya = (be.to_device(rng.normal(size=size).astype(dt)) for _ in range(2))
+    za, zb = (be.to_device(np.zeros(size, dt)) for _ in range(2))
+    cf = be.to_device(np.array([0.3, 0.0], dt))
+    copy = be.bench_copy(size, dt)
+
+    def per_call(f, calls=50):
+        f()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            f()
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    tpb = codegen_c.threads_per_block()
+    blocks = -(-osites * n // tpb)
+    print(f"axpy on {args.grid}, {prec}, Nsimd {n}, {be.describe()}, "
+          f"{time.strftime('%H:%M:%S', time.gmtime())} UTC; us per call")
+    t1 = per_call(lambda: be.queue.submit(
+        k1, [za.usm_data, xa.usm_data, ya.usm_data, cf.usm_data, ctypes.c_int(osites)],
+        [blocks * tpb], [tpb]).wait())
+    print(f"  1D, {tpb} work-items a group (as the backend launches): {t1:8.0f}")
+    for sites in (1, 4, 16):
+        if osites % sites:
+            continue
+        t2 = per_call(lambda: be.queue.submit(
+            k2, [zb.usm_data, xa.usm_data, ya.usm_data, cf.usm_data, ctypes.c_int(osites)],
+            [osites, n], [sites, n]).wait())
+        print(f"  2D, {sites:2d} sites x {n} lanes a group:              {t2:8.0f}"
+              f"   ({t1 / t2:.1f}x the 1D launch)")
+    print(f"  device copy of one field:                        {per_call(copy):8.0f}")
+    if not np.array_equal(np.asarray(za.get()), np.asarray(zb.get())):
+        raise SystemExit("the two launches wrote different results")
+    print("  both launches wrote the same result")
+
+
+if __name__ == "__main__":
+    main()
