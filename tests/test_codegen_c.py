@@ -206,8 +206,11 @@ def test_wilson_like_hopping_term(precision, dialect):
 
 # ---- threads per block (--accelerator-threads) -------------------------------------
 
+@pytest.mark.parametrize("dialect", ["cuda", "opencl"])
 @pytest.mark.parametrize("threads", [1, 7, 32, 128, 1000])
-def test_threads_per_block(threads):
+def test_threads_per_block(threads, dialect):
+    """CUDA's 1D blocks of threads, or OpenCL's 2D work-groups of lanes by sites (the last group
+    padded with sites past the end, which return), cover every (site, lane) once."""
     cfgmod = importlib.import_module("pygrid.config")  # pg.config is a function
     old = cfgmod.set_current(cfgmod.make_config(accelerator_threads=threads))
     try:
@@ -215,10 +218,15 @@ def test_threads_per_block(threads):
         g = grid()
         U = F(g, pg.ColourMatrix())
         psi = F(g, pg.SpinColourVector())
-        check(lambda: U * pg.cshift(psi, 2, -1))
+        check(lambda: U * pg.cshift(psi, 2, -1), dialect=dialect)
         osites, ns = g.osites, g.nsimd
-        blocks, tpb = codegen_c.launch_dims(osites, ns, threads)
-        assert tpb == threads and blocks * tpb >= osites * ns > (blocks - 1) * tpb
+        if dialect == "cuda":
+            blocks, tpb = codegen_c.launch_dims(osites, ns, threads)
+            assert tpb == threads and blocks * tpb >= osites * ns > (blocks - 1) * tpb
+        else:
+            groups, spg = codegen_c.launch_shape(dialect, osites, ns, threads)
+            assert groups * spg >= osites > (groups - 1) * spg
+            assert spg * ns <= max(threads, ns)
     finally:
         cfgmod.set_current(old)
 

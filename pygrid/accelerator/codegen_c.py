@@ -305,14 +305,49 @@ def source_hash(source, extra=""):
 def thread_coords(dialect, total, nsimd, o="o"):
     """Lines that define the thread's site index ``o`` and lane ``l`` (both ``long``).
 
-    One 1D range over ``total * nsimd`` threads, lanes fastest (consecutive threads,
-    consecutive addresses), rounded up to whole blocks (:func:`launch_dims`), so
-    threads past the end return.
+    CUDA and HIP: one 1D range over ``total * nsimd`` threads, lanes fastest (consecutive
+    threads, consecutive addresses), rounded up to whole blocks (:func:`launch_dims`), so
+    threads past the end return.  OpenCL: a 2D range (:func:`site_groups`), the lane its
+    dimension 0 and the site its dimension 1, sites past the end returning.  The CPU OpenCL
+    runtime vectorises over dimension 0, and a lane that is the work-item id itself gives it
+    consecutive addresses; the lane found by a division from one 1D id made it gather every
+    load (the generated axpy ran 4-8x slower, ``benchmarks/bench_sycl_ndrange.py``).
     """
     NS = int(nsimd)
+    if dialect == "opencl":
+        return ["    const long l = (long)get_global_id(0);",
+                f"    const long {o} = (long)get_global_id(1);",
+                f"    if ({o} >= (long)({total})) return;"]
     return [f"    const long idx = {DIALECTS[dialect]['thread_index']};",
             f"    if (idx >= (long)({total}) * {NS}) return;",
             f"    const long {o} = idx / {NS};", f"    const long l = idx - {o} * {NS};"]
+
+
+def launch_shape(dialect, sites, nsimd, threads_per_block):
+    """(blocks, threads) of a launch of ``sites`` outer sites by ``nsimd`` lanes as the SIMT
+    emulation's wrappers take them (:func:`emulation_launch`): CUDA's blocks of threads, or
+    OpenCL's work-groups and sites a group."""
+    if dialect == "opencl":
+        return site_groups(sites, nsimd, threads_per_block)
+    return launch_dims(sites, nsimd, threads_per_block)
+
+
+def emulation_launch(source, call):
+    """The SIMT emulation's launch of ``call`` (``simt_emulation.h``) for a kernel of ``source``,
+    whose first line names its dialect and ``nsimd=``: ``blocks`` and ``threads`` as
+    :func:`launch_shape` gives them."""
+    first = source.lstrip().split("\n", 1)[0]
+    if "opencl" in first:
+        ns = int(_re.search(r"nsimd=(\d+)", first).group(1))
+        return f"SIMT_LAUNCH_2D(blocks, threads, {ns}, {call})"
+    return f"SIMT_LAUNCH(blocks, threads, {call})"
+
+
+def site_groups(sites, nsimd, threads_per_block):
+    """(groups, sites a group) of an OpenCL kernel's 2D range (:func:`thread_coords`): work-groups
+    of ``nsimd`` lanes by about ``threads_per_block / nsimd`` sites, enough to cover ``sites``."""
+    spg = max(1, int(threads_per_block) // int(nsimd))
+    return max(1, -(-int(sites) // spg)), spg
 
 
 def threads_per_block():

@@ -753,8 +753,9 @@ def c_launch_wrapper(kernel: Kernel, source: str) -> str:
             t = "int" if p.kind == "itable" else real
             args.append(f"({t}*)a[{ia}]")
             ia += 1
+    launch = codegen_c.emulation_launch(source, f"{kernel.name}({', '.join(args)})")
     return (f'\nextern "C" void pygrid_launch(void** a, long* ints, int blocks, int threads)\n'
-            f"{{\n    SIMT_LAUNCH(blocks, threads, {kernel.name}({', '.join(args)}));\n}}\n")
+            f"{{\n    {launch};\n}}\n")
 
 
 # ---------------------------------------------------------------------------------

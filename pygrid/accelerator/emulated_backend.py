@@ -39,7 +39,8 @@ def launch_wrapper(source):
     """The launch wrapper appended to a kernel for emulation, read off the kernel's own parameter list.
 
     ``pygrid_launch(void** a, int osites, int blocks, int threads)`` runs
-    ``SIMT_LAUNCH(blocks, threads, pygrid_kernel(a[0], a[1], ..., osites))``:
+    ``SIMT_LAUNCH(blocks, threads, pygrid_kernel(a[0], a[1], ..., osites))`` (``SIMT_LAUNCH_2D`` for
+    the OpenCL dialect, :func:`codegen_c.emulation_launch`):
     ``a`` holds the array pointers in the kernel's argument order, ``osites`` last.
     """
     head = source.index(codegen_c.KERNEL_NAME + "(") + len(codegen_c.KERNEL_NAME) + 1
@@ -55,7 +56,7 @@ def launch_wrapper(source):
     call = f"{codegen_c.KERNEL_NAME}({', '.join(args)})"
     return (
         '\nextern "C" void pygrid_launch(void** a, int osites, int blocks, int threads)\n'
-        f"{{\n    SIMT_LAUNCH(blocks, threads, {call});\n}}\n"
+        f"{{\n    {codegen_c.emulation_launch(source, call)};\n}}\n"
     )
 
 
@@ -224,7 +225,7 @@ class EmulatedSIMTBackend:
                 raise BackendError("generated kernels need C-contiguous buffers")
         ptrs = (ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs])
         osites = out.shape[0]
-        blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
+        blocks, tpb = codegen_c.launch_shape(self.dialect, osites, nsimd, threads_per_block())
         lib.pygrid_launch(ptrs, osites, blocks, tpb)
 
 
@@ -246,6 +247,6 @@ def emulated_launch(dialect, kernel, args, nsimd, dtype):
                                "on an emulated backend")
         ptrs.append(a.ctypes.data)
     n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
-    blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
+    blocks, tpb = codegen_c.launch_shape(dialect, n, nsimd, threads_per_block())
     lib.pygrid_launch((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * max(1, len(ints)))(*ints),
                       blocks, tpb)

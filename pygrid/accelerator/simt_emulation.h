@@ -9,8 +9,10 @@
  *           blockDim, gridDim, and SIMT_LAUNCH(blocks, threads, call), the launch loop
  *           standing for  kernel<<<blocks, threads>>>(args).
  *   OpenCL: __kernel __global __local __constant __private restrict, get_global_id,
- *           get_local_id, get_group_id, get_local_size, get_global_size, and
- *           SIMT_LAUNCH as above (global size = blocks * threads).
+ *           get_local_id, get_group_id, get_local_size, get_global_size (dimensions
+ *           0 and 1), SIMT_LAUNCH as above (a 1-D range of blocks * threads) and
+ *           SIMT_LAUNCH_2D(groups, rows, cols, call): work-groups of cols (dimension 0)
+ *           by rows (dimension 1) work-items, groups of them along dimension 1.
  *
  * Threads run in order, block by block, thread by thread: a kernel that needs
  * threads of a block to run concurrently (__syncthreads, barriers) is not
@@ -43,18 +45,19 @@ static thread_local dim3 gridDim(1, 1, 1);
 #define __host__
 #define __forceinline__ inline
 
-/* OpenCL C qualifiers and work-item functions (1-D launches) */
+/* OpenCL C qualifiers and work-item functions (1-D and 2-D launches) */
 #define __kernel
 #define __global
 #define __local
 #define __constant const
 #define __private
 #define restrict __restrict__
-static inline long get_global_id(unsigned int) { return (long)blockIdx.x * blockDim.x + threadIdx.x; }
-static inline long get_local_id(unsigned int) { return threadIdx.x; }
-static inline long get_group_id(unsigned int) { return blockIdx.x; }
-static inline long get_local_size(unsigned int) { return blockDim.x; }
-static inline long get_global_size(unsigned int) { return (long)gridDim.x * blockDim.x; }
+static inline unsigned int simt_pick_(const dim3& v, unsigned int d) { return d == 0 ? v.x : d == 1 ? v.y : v.z; }
+static inline long get_local_id(unsigned int d) { return simt_pick_(threadIdx, d); }
+static inline long get_group_id(unsigned int d) { return simt_pick_(blockIdx, d); }
+static inline long get_local_size(unsigned int d) { return simt_pick_(blockDim, d); }
+static inline long get_global_id(unsigned int d) { return get_group_id(d) * get_local_size(d) + get_local_id(d); }
+static inline long get_global_size(unsigned int d) { return (long)simt_pick_(gridDim, d) * get_local_size(d); }
 
 /* kernel<<<blocks, threads>>>(args)  ==  SIMT_LAUNCH(blocks, threads, kernel(args)) */
 #define SIMT_LAUNCH(blocks, threads, call)                                       \
@@ -62,10 +65,26 @@ static inline long get_global_size(unsigned int) { return (long)gridDim.x * bloc
         gridDim = dim3((unsigned int)(blocks));                                  \
         blockDim = dim3((unsigned int)(threads));                                \
         for (unsigned int b_ = 0; b_ < gridDim.x; ++b_) {                        \
-            blockIdx = dim3(b_);                                                 \
+            blockIdx = dim3(b_, 0, 0);                                           \
             for (unsigned int t_ = 0; t_ < blockDim.x; ++t_) {                   \
-                threadIdx = dim3(t_);                                            \
+                threadIdx = dim3(t_, 0, 0);                                      \
                 call;                                                            \
+            }                                                                    \
+        }                                                                        \
+    } while (0)
+
+/* an OpenCL 2-D range: global (cols, groups * rows), local (cols, rows) */
+#define SIMT_LAUNCH_2D(groups, rows, cols, call)                                 \
+    do {                                                                         \
+        gridDim = dim3(1, (unsigned int)(groups));                               \
+        blockDim = dim3((unsigned int)(cols), (unsigned int)(rows));             \
+        for (unsigned int b_ = 0; b_ < gridDim.y; ++b_) {                        \
+            blockIdx = dim3(0, b_, 0);                                           \
+            for (unsigned int r_ = 0; r_ < blockDim.y; ++r_) {                   \
+                for (unsigned int c_ = 0; c_ < blockDim.x; ++c_) {               \
+                    threadIdx = dim3(c_, r_, 0);                                 \
+                    call;                                                        \
+                }                                                                \
             }                                                                    \
         }                                                                        \
     } while (0)

@@ -379,10 +379,9 @@ class SyclBackend:
                 devs[id(a)] = self.to_device(a)
             ins.append(devs[id(a)])
         osites = int(out.shape[0])
-        blocks, tpb = codegen_c.launch_dims(osites, nsimd, threads_per_block())
         args = [dout.usm_data] + [a.usm_data for a in ins] + [a.usm_data for a in consts]
         args += [self.tables.reals(cf, rdt).usm_data, ctypes.c_int(osites)]
-        self.queue.submit(k, args, [blocks * tpb], [tpb]).wait()
+        self._submit_sites(k, args, osites, nsimd)
         if dout is not out:
             out[...] = dout.get()
 
@@ -439,6 +438,12 @@ class SyclBackend:
             )
         return k
 
+    def _submit_sites(self, k, args, sites, nsimd):
+        """Run a kernel whose work-items are (site, lane) pairs (``codegen_c.thread_coords``) and wait:
+        its 2D range, given in SYCL's order, whose last dimension is OpenCL's dimension 0, the lane."""
+        groups, spg = codegen_c.site_groups(sites, nsimd, threads_per_block())
+        self.queue.submit(k, args, [groups * spg, int(nsimd)], [spg, int(nsimd)]).wait()
+
     def launch(self, kernel, args, nsimd, dtype):
         """Run a covariant kernel (pygrid.accelerator.covariant): its OpenCL C on the queue."""
         from . import covariant
@@ -448,9 +453,7 @@ class SyclBackend:
         call, back = covariant.device_call(kernel, args, self.to_device, self.tables.ints,
                                            lambda a: self.tables.reals(a, dtype), ctypes.c_longlong)
         call = [a.usm_data if isinstance(a, UsmArray) else a for a in call]
-        n = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
-        blocks, tpb = codegen_c.launch_dims(n, nsimd, threads_per_block())
-        self.queue.submit(k, call, [blocks * tpb], [tpb]).wait()
+        self._submit_sites(k, call, covariant.thread_count(kernel, args, nsimd) // int(nsimd), nsimd)
         for hbuf, d in back:
             hbuf[...] = d.get()
 
