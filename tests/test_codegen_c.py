@@ -479,3 +479,20 @@ def test_core_suites_on_generated_source(dialect):
                        cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "failed" not in r.stdout
+
+
+def test_the_emulations_launch_follows_the_kernels_dialect():
+    """OpenCL kernels take 2D ranges (lanes by sites) under the emulation as on a device; CUDA 1D; a
+    kernel without the generated first line is refused, not launched in a guessed shape."""
+    g = grid()
+    psi = F(g, pg.SpinColourVector())
+    from pygrid.expr.lower import lower
+    from pygrid.expr.nodes import as_expr
+
+    ir = lower(as_expr(pg.cshift(psi, 0, 1) + psi), 12).ir
+    for dialect, want in (("opencl", f"SIMT_LAUNCH_2D(blocks, threads, {g.nsimd}, k())"),
+                          ("cuda", "SIMT_LAUNCH(blocks, threads, k())")):
+        src = codegen_c.kernel_source(ir, g.nsimd, False, "float64", dialect)
+        assert codegen_c.emulation_launch(src, "k()") == want
+    with pytest.raises(ValueError, match="first line"):
+        codegen_c.emulation_launch("__kernel void k() {}", "k()")

@@ -337,10 +337,16 @@ def emulation_launch(source, call):
     whose first line names its dialect and ``nsimd=``: ``blocks`` and ``threads`` as
     :func:`launch_shape` gives them."""
     first = source.lstrip().split("\n", 1)[0]
-    if "opencl" in first:
-        ns = int(_re.search(r"nsimd=(\d+)", first).group(1))
-        return f"SIMT_LAUNCH_2D(blocks, threads, {ns}, {call})"
+    m = _HEADER.search(first)
+    if m is None:
+        raise ValueError(f"no 'dialect, real, nsimd=N' in the kernel's first line: {first!r}")
+    if m.group(1) == "opencl":
+        return f"SIMT_LAUNCH_2D(blocks, threads, {int(m.group(2))}, {call})"
     return f"SIMT_LAUNCH(blocks, threads, {call})"
+
+
+#: the dialect and lane count in the first line of a generated kernel (this module's and covariant's)
+_HEADER = _re.compile(r"\b(cuda|hip|opencl), (?:double|float|float64|float32), nsimd=(\d+)")
 
 
 def site_groups(sites, nsimd, threads_per_block):

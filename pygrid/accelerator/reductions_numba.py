@@ -55,15 +55,17 @@ def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unrol
     # GB/s on AVX-512 (two ``vcvtps2pd`` per 16 floats), two cores to 64-71% of the copy from L3
     # at 16^4, and this ran 82-85% (``bench_reductions.py``).  Each term is then within 2^-23 of
     # its exact value relative to the sum of its products' sizes: the single inputs' own rounding.
+    pair = dtype == "float32"
+
     def nbody(q, k):
-        if dtype == "float32":
+        if pair:
             return [f"x{k} = vload(a, ({q}) * S2, NS)", f"y{k} = vload(a, ({q}) * S2 + S1, NS)",
                     f"s{k} = s{k} + vdouble(vfma(x{k}, x{k}, y{k} * y{k}))"]
         return [f"x{k} = vdouble(vload(a, ({q}) * S2, NS))", f"y{k} = vdouble(vload(a, ({q}) * S2 + S1, NS))",
                 f"s{k} = vfma(x{k}, x{k}, s{k})", f"t{k} = vfma(y{k}, y{k}, t{k})"]
 
     def ibody(q, k):
-        if dtype == "float32":
+        if pair:
             return [f"p = ({q}) * S2",
                     "ar = vload(a, p, NS)", "ai = vload(a, p + S1, NS)",
                     "br = vload(b, p, NS)", "bi = vload(b, p + S1, NS)",
@@ -75,19 +77,21 @@ def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unrol
                 f"rr{k} = vfma(ar, br, rr{k})", f"ii{k} = vfma(ai, bi, ii{k})",
                 f"ri{k} = vfma(ar, bi, ri{k})", f"ir{k} = vfma(ai, br, ir{k})"]
 
-    z_norm = lines(["s = s + vdouble(vfma(zr, zr, zi * zi))"] if dtype == "float32" else
+    z_norm = lines(["s = s + vdouble(vfma(zr, zr, zi * zi))"] if pair else
                    ["s = vfma(zr, zr, s)", "t = vfma(zi, zi, t)"])
     zero = "vsplat(0.0, NS)"
-    n_init = lines([f"s{k} = {zero}" for k in range(R)] + [f"t{k} = {zero}" for k in range(R)], "    ")
-    i_init = lines([f"{v}{k} = {zero}" for k in range(RI) for v in ("rr", "ii", "ri", "ir")], "    ")
+    n_acc = ("s",) if pair else ("s", "t")
+    i_acc = ("rr", "ri") if pair else ("rr", "ii", "ri", "ir")
+    n_init = lines([f"{v}{k} = {zero}" for v in n_acc for k in range(R)], "    ")
+    i_init = lines([f"{v}{k} = {zero}" for k in range(RI) for v in i_acc], "    ")
     n_main = lines([x for k in range(R) for x in nbody(f"q + U({k})", k)])
     i_main = lines([x for k in range(RI) for x in ibody(f"q + U({k})", k)])
     # the components past the last whole group of R, one at a time
     n_tail = f"    for q in range(q2, q1):\n{lines(nbody('q', 0))}\n" if R > 1 else ""
     i_tail = f"    for q in range(q2, q1):\n{lines(ibody('q', 0))}\n" if RI > 1 else ""
-    n_sum = " + ".join(f"(s{k} + t{k})" for k in range(R))
-    re_sum = " + ".join(f"(rr{k} + ii{k})" for k in range(RI))
-    im_sum = " + ".join(f"(ri{k} - ir{k})" for k in range(RI))
+    n_sum = " + ".join(f"s{k}" if pair else f"(s{k} + t{k})" for k in range(R))
+    re_sum = " + ".join(f"rr{k}" if pair else f"(rr{k} + ii{k})" for k in range(RI))
+    im_sum = " + ".join(f"ri{k}" if pair else f"(ri{k} - ir{k})" for k in range(RI))
     return f'''# reductions, Nsimd {int(nsimd)}, {dtype}, unrolled {R}, {RI}; simd_numba {simd_numba.VERSION}
 import numpy as np
 from numba import njit
