@@ -137,6 +137,8 @@ class EmulatedSIMTBackend:
 
     # ---- reductions: the device kernels of pygrid.accelerator.reduction_kernels ----
     REDUCE_ROWS = 4096
+    #: rows of a group in the OpenCL dialect's chunks (reduction_kernels.plan_norm2)
+    REDUCE_STRIDE = 1
 
     def _reduce(self, plan, arrays, ncomp=None):
         dtype = arrays[0].dtype
@@ -148,7 +150,7 @@ class EmulatedSIMTBackend:
         fn = self._reduce_fns.get(key)  # a CG calls these every iteration: no source hashed per call
         if fn is None:
             lib = compile_emulated(rk.source(self.dialect, dtype, np.float64, arrays[0].shape[3])
-                                   + rk.emulation_wrappers(dtype, np.float64), argtypes=False)
+                                   + rk.emulation_wrappers(dtype, np.float64, self.dialect), argtypes=False)
             fn = self._reduce_fns[key] = getattr(lib, "pygrid_launch_" + plan.name)
             fn.argtypes = C_LAUNCH_ARGTYPES
         part = np.empty(plan.rows * plan.width)
@@ -159,10 +161,12 @@ class EmulatedSIMTBackend:
         return rk.finish(plan, rk.partial_sums(plan, part), ncomp)
 
     def norm2(self, a):
-        return self._reduce(rk.plan_norm2(a.shape, self.REDUCE_ROWS), [a])
+        return self._reduce(rk.plan_norm2(a.shape, self.REDUCE_ROWS, self.dialect, a.dtype,
+                                          self.REDUCE_STRIDE), [a])
 
     def inner_product(self, a, b):
-        return self._reduce(rk.plan_inner(a.shape, self.REDUCE_ROWS), [a, np.asarray(b, dtype=a.dtype)])
+        plan = rk.plan_inner(a.shape, self.REDUCE_ROWS, self.dialect, a.dtype, self.REDUCE_STRIDE)
+        return self._reduce(plan, [a, np.asarray(b, dtype=a.dtype)])
 
     def site_sum(self, a):
         return self._reduce(rk.plan_site_sum(a.shape, self.REDUCE_ROWS), [a])

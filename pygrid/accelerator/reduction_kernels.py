@@ -15,6 +15,18 @@ one thread after another, under the SIMT emulation.  Buffers are the
     pg_slice_sum(a, table, part, m, ncomp, S)  row t ncomp + c: Re, Im of component c summed over
                                                the m (outer site, lane) entries of slice t
 
+In the OpenCL dialect ``pg_norm2`` and ``pg_inner`` read OpenCL vectors of ``W`` lanes
+(:func:`vector_width`) and write rows of ``W`` (norm2) or ``2 W`` (inner) partial sums::
+
+    pg_norm2(a, part, n, R, L)   n vectors of W reals
+    pg_inner(a, b, part, m, R, L)  m vectors of W complex numbers (a real and an imaginary vector)
+
+Rows come in groups of ``L`` and each group sums one contiguous chunk of the vectors, its rows
+taking every ``L``-th one.  The CPU OpenCL runtime vectorises a kernel across its work-items:
+the strided scalar loop then runs a gather per vector, where explicit vectors in contiguous
+chunks (``L`` 1) stream; a GPU wants neighbouring rows on neighbouring vectors (``L`` a
+work-group).
+
 Pointers come first, then ``long`` integers; ``R`` rows of ``width`` accumulation reals
 each.  A backend launches at least ``plan.rows`` threads; threads past it return.  The
 lane count ``NS`` is a constant of the source (one program per lane count), so the
@@ -37,19 +49,65 @@ KERNELS = ("pg_norm2", "pg_inner", "pg_site_sum", "pg_slice_sum")
 #: reals or complex numbers each row of a strided reduction sums at least
 GRAIN = 64
 
+#: the bytes of the widest OpenCL vector the reductions load (one AVX-512 register, one cache line)
+VECTOR_BYTES = 64
 
-def source(dialect, real_dtype, acc_dtype, nsimd):
-    """The four reduction kernels reading ``real_dtype`` buffers of ``nsimd`` lanes, summing in
-    ``acc_dtype``."""
-    D = codegen_c.DIALECTS[dialect]
+
+def vector_width(nsimd, real_dtype):
+    """Lanes of the OpenCL vectors ``pg_norm2`` and ``pg_inner`` load: the largest power of two
+    dividing ``nsimd`` within :data:`VECTOR_BYTES` (1: scalars)."""
+    ns = int(nsimd)
+    w = 1
+    while ns % (2 * w) == 0 and 2 * w * np.dtype(real_dtype).itemsize <= VECTOR_BYTES:
+        w *= 2
+    return w
+
+
+def _opencl_vector_kernels(D, real, acc, nsimd, W):
+    """``pg_norm2`` and ``pg_inner`` of the OpenCL dialect: vectors of W lanes, contiguous chunks."""
     G, R = D["global"], D["restrict"]
-    real, acc = _CTYPE[str(np.dtype(real_dtype))], _CTYPE[str(np.dtype(acc_dtype))]
-    pre = D["preamble"]["float64"] if "double" in (real, acc) else ""
-    idx, K = D["thread_index"], D["kernel"]
+    if W == 1:
+        va = acc
+        load = lambda i, p: f"({acc})({p}[{i}])"  # noqa: E731
+        store = lambda v, i: f"part[{i}] = {v}"  # noqa: E731
+    else:
+        va = f"{acc}{W}"
+        load = lambda i, p: f"convert_{va}(vload{W}({i}, {p}))"  # noqa: E731
+        store = lambda v, i: f"vstore{W}({v}, {i}, part)"  # noqa: E731
+    # the rows' chunks: group w = g / L of rows sums the vectors [w C, (w + 1) C), row g every L-th
+    head = """    const long g = get_global_id(0);
+    if (g >= R) return;
+    const long w = g / L, j = g - w * L, C = (n + R - 1) / R * L;
+    const long end = (w + 1) * C < n ? (w + 1) * C : n;"""
     a, p = f"{G}const {real}* {R} a", f"{G}{acc}* {R} part"
-    return f"""{pre}
-#define NS {int(nsimd)}L
-{K} pg_norm2({a}, {p}, const long n, const long R)
+    return f"""#define NQ {int(nsimd) // W}L
+{D["kernel"]} pg_norm2({a}, {p}, const long n, const long R, const long L)
+{{
+{head}
+    {va} s = 0;
+    for (long i = w * C + j; i < end; i += L) {{ const {va} x = {load("i", "a")}; s += x * x; }}
+    {store("s", "g")};
+}}
+{D["kernel"]} pg_inner({a}, {G}const {real}* {R} b, {p}, const long n, const long R, const long L)
+{{
+{head}
+    {va} sr = 0, si = 0;
+    for (long i = w * C + j; i < end; i += L) {{
+        const long oc = i / NQ, r = oc * NQ + i, q = r + NQ;  /* vectors: NQ real, then NQ imaginary */
+        const {va} ar = {load("r", "a")}, ai = {load("q", "a")}, br = {load("r", "b")}, bi = {load("q", "b")};
+        sr += ar * br + ai * bi;
+        si += ar * bi - ai * br;
+    }}
+    {store("sr", "2 * g")};
+    {store("si", "2 * g + 1")};
+}}
+"""
+
+
+def _strided_kernels(K, a, p, G, R, real, acc, idx):
+    """``pg_norm2`` and ``pg_inner`` of the CUDA dialect: one real or complex number a thread at a
+    time, neighbouring threads on neighbouring numbers (coalesced)."""
+    return f"""{K} pg_norm2({a}, {p}, const long n, const long R)
 {{
     const long g = {idx};
     if (g >= R) return;
@@ -72,7 +130,25 @@ def source(dialect, real_dtype, acc_dtype, nsimd):
     part[2 * g] = sr;
     part[2 * g + 1] = si;
 }}
-{K} pg_site_sum({a}, {p}, const long osites, const long ncomp, const long P)
+"""
+
+
+def source(dialect, real_dtype, acc_dtype, nsimd):
+    """The four reduction kernels reading ``real_dtype`` buffers of ``nsimd`` lanes, summing in
+    ``acc_dtype``."""
+    D = codegen_c.DIALECTS[dialect]
+    G, R = D["global"], D["restrict"]
+    real, acc = _CTYPE[str(np.dtype(real_dtype))], _CTYPE[str(np.dtype(acc_dtype))]
+    pre = D["preamble"]["float64"] if "double" in (real, acc) else ""
+    idx, K = D["thread_index"], D["kernel"]
+    a, p = f"{G}const {real}* {R} a", f"{G}{acc}* {R} part"
+    if dialect == "opencl":
+        first = _opencl_vector_kernels(D, real, acc, nsimd, vector_width(nsimd, real_dtype))
+    else:
+        first = _strided_kernels(K, a, p, G, R, real, acc, idx)
+    return f"""{pre}
+#define NS {int(nsimd)}L
+{first}{K} pg_site_sum({a}, {p}, const long osites, const long ncomp, const long P)
 {{
     const long g = {idx};
     if (g >= ncomp * P) return;
@@ -108,11 +184,12 @@ def source(dialect, real_dtype, acc_dtype, nsimd):
 POINTERS = {"pg_norm2": "ap", "pg_inner": "abp", "pg_site_sum": "ap", "pg_slice_sum": "atp"}
 
 
-def emulation_wrappers(real_dtype, acc_dtype):
+def emulation_wrappers(real_dtype, acc_dtype, dialect="cuda"):
     """``pygrid_launch_<kernel>(void** a, long* ints, int blocks, int threads)`` for the SIMT emulation."""
     real, acc = _CTYPE[str(np.dtype(real_dtype))], _CTYPE[str(np.dtype(acc_dtype))]
     cast = {"a": f"(const {real}*)", "b": f"(const {real}*)", "t": "(const int*)", "p": f"({acc}*)"}
-    nints = {"pg_norm2": 2, "pg_inner": 2, "pg_site_sum": 3, "pg_slice_sum": 3}
+    vec = 3 if dialect == "opencl" else 2
+    nints = {"pg_norm2": vec, "pg_inner": vec, "pg_site_sum": 3, "pg_slice_sum": 3}
     out = []
     for name in KERNELS:
         ptrs = [f"{cast[k]}a[{i}]" for i, k in enumerate(POINTERS[name])]
@@ -141,15 +218,33 @@ def _rows(n, max_rows):
     return int(max(1, min(max_rows, -(-int(n) // GRAIN))))
 
 
-def plan_norm2(shape, max_rows):
+def _vector_plan(name, units, W, width, max_rows, stride):
+    """Rows of the OpenCL vector kernels: at most ``max_rows``, each summing at least GRAIN / W
+    vectors, in whole groups of ``stride``."""
+    L = max(1, int(stride))
+    R = max(1, min(int(max_rows), -(-int(units) * W // GRAIN))) if units else 1
+    R = -(-R // L) * L
+    return Plan(name, (int(units), R, L), R, width * W, R)
+
+
+def plan_norm2(shape, max_rows, dialect="cuda", dtype=None, stride=1):
+    """``pg_norm2`` over a buffer of ``shape``; in the OpenCL dialect rows come in groups of
+    ``stride`` (``dtype`` the buffer's, for its vector width)."""
     n = int(np.prod(shape, dtype=np.int64))
+    if dialect == "opencl":
+        W = vector_width(shape[3], dtype)
+        return _vector_plan("pg_norm2", n // W, W, 1, max_rows, stride)
     R = _rows(n, max_rows)
     return Plan("pg_norm2", (n, R), R, 1, R)
 
 
-def plan_inner(shape, max_rows):
+def plan_inner(shape, max_rows, dialect="cuda", dtype=None, stride=1):
+    """``pg_inner`` over two buffers of ``shape`` (arguments as :func:`plan_norm2`)."""
     osites, ncomp, _, ns = shape
     m = int(osites) * int(ncomp) * int(ns)
+    if dialect == "opencl":
+        W = vector_width(ns, dtype)
+        return _vector_plan("pg_inner", m // W, W, 2, max_rows, stride)
     R = _rows(m, max_rows)
     return Plan("pg_inner", (m, R), R, 2, R)
 
@@ -176,9 +271,10 @@ def finish(plan, sums, ncomp=None):
     """The reduction's value from :func:`partial_sums` brought to the host (a numpy array)."""
     sums = np.asarray(sums, dtype=np.float64)
     if plan.name == "pg_norm2":
-        return float(sums[0, 0])
-    if plan.name == "pg_inner":
-        return complex(sums[0, 0], sums[0, 1])
+        return float(sums[0].sum())
+    if plan.name == "pg_inner":  # a row: the real parts' sums, then the imaginary parts'
+        half = plan.width // 2
+        return complex(sums[0, :half].sum(), sums[0, half:].sum())
     c = sums[:, 0] + 1j * sums[:, 1]
     if plan.name == "pg_slice_sum":
         return c.reshape(-1, ncomp)

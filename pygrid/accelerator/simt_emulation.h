@@ -12,7 +12,9 @@
  *           get_local_id, get_group_id, get_local_size, get_global_size (dimensions
  *           0 and 1), SIMT_LAUNCH as above (a 1-D range of blocks * threads) and
  *           SIMT_LAUNCH_2D(groups, rows, cols, call): work-groups of cols (dimension 0)
- *           by rows (dimension 1) work-items, groups of them along dimension 1.
+ *           by rows (dimension 1) work-items, groups of them along dimension 1; the vector
+ *           types floatN and doubleN (N = 2, 4, 8, 16) with + - * +=, initialised from a
+ *           scalar, vloadN, vstoreN and convert_floatN / convert_doubleN.
  *
  * Threads run in order, block by block, thread by thread: a kernel that needs
  * threads of a block to run concurrently (__syncthreads, barriers) is not
@@ -58,6 +60,34 @@ static inline long get_group_id(unsigned int d) { return simt_pick_(blockIdx, d)
 static inline long get_local_size(unsigned int d) { return simt_pick_(blockDim, d); }
 static inline long get_global_id(unsigned int d) { return get_group_id(d) * get_local_size(d) + get_local_id(d); }
 static inline long get_global_size(unsigned int d) { return (long)simt_pick_(gridDim, d) * get_local_size(d); }
+
+/* OpenCL C vector types: N lanes of T, element-wise arithmetic */
+template <class T, int N> struct simt_vec_ {
+    T v[N];
+    simt_vec_() {}
+    simt_vec_(T x) { for (int l = 0; l < N; ++l) v[l] = x; }
+    simt_vec_& operator+=(const simt_vec_& o) { for (int l = 0; l < N; ++l) v[l] += o.v[l]; return *this; }
+    friend simt_vec_ operator+(simt_vec_ a, const simt_vec_& b) { return a += b; }
+    friend simt_vec_ operator-(simt_vec_ a, const simt_vec_& b) { for (int l = 0; l < N; ++l) a.v[l] -= b.v[l]; return a; }
+    friend simt_vec_ operator*(simt_vec_ a, const simt_vec_& b) { for (int l = 0; l < N; ++l) a.v[l] *= b.v[l]; return a; }
+};
+template <int N, class T> static inline simt_vec_<T, N> simt_vload_(long i, const T* p)
+{ simt_vec_<T, N> r; for (int l = 0; l < N; ++l) r.v[l] = p[i * N + l]; return r; }
+template <int N, class T> static inline void simt_vstore_(const simt_vec_<T, N>& x, long i, T* p)
+{ for (int l = 0; l < N; ++l) p[i * N + l] = x.v[l]; }
+template <class R, int N, class T> static inline simt_vec_<R, N> simt_convert_(const simt_vec_<T, N>& x)
+{ simt_vec_<R, N> r; for (int l = 0; l < N; ++l) r.v[l] = (R)x.v[l]; return r; }
+#define SIMT_VECTOR_(N)                                                                          \
+    typedef simt_vec_<float, N> float##N;                                                        \
+    typedef simt_vec_<double, N> double##N;                                                      \
+    template <class T> static inline simt_vec_<T, N> vload##N(long i, const T* p) { return simt_vload_<N>(i, p); } \
+    template <class T> static inline void vstore##N(const simt_vec_<T, N>& x, long i, T* p) { simt_vstore_<N>(x, i, p); } \
+    template <class T> static inline float##N convert_float##N(const simt_vec_<T, N>& x) { return simt_convert_<float>(x); } \
+    template <class T> static inline double##N convert_double##N(const simt_vec_<T, N>& x) { return simt_convert_<double>(x); }
+SIMT_VECTOR_(2)
+SIMT_VECTOR_(4)
+SIMT_VECTOR_(8)
+SIMT_VECTOR_(16)
 
 /* kernel<<<blocks, threads>>>(args)  ==  SIMT_LAUNCH(blocks, threads, kernel(args)) */
 #define SIMT_LAUNCH(blocks, threads, call)                                       \

@@ -301,8 +301,12 @@ class SyclBackend:
 
     name = "sycl"
     device = "sycl"
-    #: most work-items of a reduction: on the CPU OpenCL device each takes a long strided run
-    REDUCE_ROWS = 4096
+    #: partial sums a reduction leaves for the host to add, at most (on a GPU device: its rows
+    #: times their width)
+    REDUCE_PARTIALS = 8192
+    #: rows of the vector reductions on a CPU device, for each of its compute units: each sums
+    #: one contiguous chunk (more rows than cores, for the runtime to balance them)
+    CPU_ROWS_PER_UNIT = 64
 
     def __init__(self, selector=None):
         self.dpctl = import_dpctl()
@@ -314,6 +318,8 @@ class SyclBackend:
         register_device("sycl", lambda: UsmDevice(queue))
         self._kernels = {}
         self._reduce_kernels = {}
+        self._partials = {}
+        self._plans = {}
         self.tables = DeviceTables(self.to_device)
         self.compiles = 0
         self.compile_seconds = 0.0
@@ -394,21 +400,50 @@ class SyclBackend:
         k = self._reduce_kernels.get(key)
         if k is None:
             k = self._reduce_kernels[key] = self._build(rk.source("opencl", dtype, acc, nsimd), plan.name)
-        dpart = self.to_device(np.zeros(plan.rows * plan.width, dtype=acc))
-        args = [p.usm_data for p in pointers] + [dpart.usm_data] + [ctypes.c_longlong(i) for i in plan.ints]
-        self.queue.submit(k, args, [plan.rows]).wait()
-        return rk.partial_sums(plan, dpart.get())
+        size = plan.rows * plan.width
+        part = self._partials.get((size, acc))
+        if part is None:
+            # host USM the kernel writes and numpy reads in place: a device buffer's copy back
+            # cost 40 us a reduction on the CPU device, more than a norm2 of 16^4 in single
+            mem = self.dpctl.memory.MemoryUSMHost(size * np.dtype(acc).itemsize, queue=self.queue)
+            part = self._partials[(size, acc)] = (mem, np.frombuffer(mem, dtype=acc))
+        args = [p.usm_data for p in pointers] + [part[0]] + [ctypes.c_longlong(i) for i in plan.ints]
+        if plan.name in ("pg_norm2", "pg_inner"):
+            self.queue.submit(k, args, [plan.rows], [plan.ints[2]]).wait()
+        else:
+            self.queue.submit(k, args, [plan.rows]).wait()
+        return rk.partial_sums(plan, part[1])
+
+    def _vector_rows(self, shape, dtype, complex_):
+        """(most rows, rows a group) of ``pg_norm2`` / ``pg_inner`` on this device: on a CPU one
+        contiguous chunk a work-item; on a GPU a work-group's rows on neighbouring vectors, the
+        partial sums held to REDUCE_PARTIALS."""
+        dev = self.queue.sycl_device
+        if dev.is_cpu:
+            return self.CPU_ROWS_PER_UNIT * max(1, int(dev.max_compute_units)), 1
+        L = threads_per_block()
+        width = rk.vector_width(shape[3], dtype) * (2 if complex_ else 1)
+        return max(L, self.REDUCE_PARTIALS // width // L * L), L
+
+    def _vector_plan(self, make, shape, dtype):
+        """The plan of ``pg_norm2`` or ``pg_inner`` on this device (a solver asks every iteration)."""
+        key = (make, shape, dtype)
+        plan = self._plans.get(key)
+        if plan is None:
+            rows, stride = self._vector_rows(shape, dtype, make is rk.plan_inner)
+            plan = self._plans[key] = make(shape, rows, "opencl", dtype, stride)
+        return plan
 
     def norm2(self, a):
         d = self.to_device(a)
-        plan = rk.plan_norm2(d.shape, self.REDUCE_ROWS)
+        plan = self._vector_plan(rk.plan_norm2, d.shape, d.dtype)
         return rk.finish(plan, self._reduce(plan, d.dtype, [d]))
 
     def inner_product(self, a, b):
         da, db = self.to_device(a), self.to_device(b)
         if da.dtype != db.dtype:
             db = self.to_device(db.get().astype(da.dtype))
-        plan = rk.plan_inner(da.shape, self.REDUCE_ROWS)
+        plan = self._vector_plan(rk.plan_inner, da.shape, da.dtype)
         return rk.finish(plan, self._reduce(plan, da.dtype, [da, db]))
 
     def slice_sum(self, a, table):
@@ -419,7 +454,7 @@ class SyclBackend:
 
     def site_sum(self, a):
         d = self.to_device(a)
-        plan = rk.plan_site_sum(d.shape, self.REDUCE_ROWS)
+        plan = rk.plan_site_sum(d.shape, self.REDUCE_PARTIALS // 2)
         return rk.finish(plan, self._reduce(plan, d.dtype, [d]))
 
     def _cov_kernel(self, kernel, nsimd, dtype):
