@@ -17,6 +17,7 @@ sycl pass of `make test` (PYGRID_TEST_BACKEND=sycl).  This file runs there too:
 with the fields in device memory, the openmp and emulated kernels above read and
 write them through host views.
 """
+import contextlib
 import shutil
 import sys
 
@@ -51,6 +52,23 @@ def setup(dims=(4, 4, 4, 8), layout=None, prec="double", Ls=None):
     psi = pg.LatticeFermion(g, prec)
     pg.ParallelRNG(g, [2, 7]).gaussian(psi)
     return grid, U, psi
+
+
+@contextlib.contextmanager
+def on(name):
+    """``backend(name)``, where 'opencl-simd-emulated' is opencl-emulated running the covariant kernels
+    in the OpenCL vector form (what sycl runs on a CPU device)."""
+    if name != "opencl-simd-emulated":
+        with backend(name):
+            yield
+        return
+    be = pg.get_backend("opencl-emulated")
+    with backend("opencl-emulated"):
+        be.covariant_form = "opencl-simd"
+        try:
+            yield
+        finally:
+            be.covariant_form = "opencl"
 
 
 def raw_hop(D, U, psi, Ls, which, alpha, dag, cb=False):
@@ -140,7 +158,7 @@ def _dwf_refs(op, psi5):
 
 
 @needs_cxx
-@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated"])
+@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
 @pytest.mark.parametrize("Ls", [1, 3])
 def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     """Neighbour rows renumbered into a halo array, as rows from another rank arrive
@@ -171,7 +189,7 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     coef = np.array([-0.5, 0.0, -1.0, 1.0], dt)
     kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP
     outs = []
-    with backend(name):
+    with on(name):
         for psi_, ub_, nbr_, halo_, ubh_ in ((p, u, st.neighbours, p, u), (p_far, u_far, nbr, halo, ubh)):
             out = np.zeros_like(p)
             pg.get_backend().launch(
@@ -201,7 +219,7 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     np.testing.assert_array_equal(outs[1], outs[0])
 
 
-@pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated"])
+@pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_dirac_operators_through_generated_c(name, prec):
     grid, U, psi = setup(prec=prec, layout=(1, 1, 1, 4) if prec == "double" else None)
@@ -213,7 +231,7 @@ def test_dirac_operators_through_generated_c(name, prec):
     mob = pg.qcd.MobiusFermion(U, Ls, 0.05, 1.8, 1.5, 0.5)
     dwf = pg.qcd.DomainWallFermion(U, Ls, 0.05, 1.8)
     refs = {k: _dwf_refs(op, psi5) for k, op in (("mobius", mob), ("shamir", dwf))}
-    with backend(name):
+    with on(name):
         assert relerr(D.M(psi).to_numpy(), 4.1 * pn + dhop_ref(Un, pn)) < 10 * TOL[prec]
         assert relerr(D.Mdag(psi).to_numpy(), 4.1 * pn + dhop_ref(Un, pn, True)) < 10 * TOL[prec]
         full = pg.LatticeFermion(grid, prec)
@@ -325,7 +343,7 @@ BAD = Kernel("bad", (Param("out", "field", 1, out=True), Param("x", "field", 1),
                      Param("lanes", "itable"), Param("pxor", "itable"), Param("n", "int")), "n", _bad_body)
 
 
-@pytest.mark.parametrize("target", ["numba", "cuda", "opencl"])
+@pytest.mark.parametrize("target", ["numba", "cuda", "opencl", "opencl-simd"])
 def test_a_forgotten_permute_is_refused_on_every_target(target):
     with pytest.raises(DescriptionError, match="without E.permute"):
         covariant.generate(BAD, target, 4, "float64")
@@ -333,11 +351,17 @@ def test_a_forgotten_permute_is_refused_on_every_target(target):
 
 def test_generated_sources_of_one_description():
     """Every target's source names the same kernel and parameters; SIMT reads the permuted lane directly."""
-    srcs = {t: covariant.generate(kg.WILSON_HOP, t, 4, "float64") for t in ("numba", "cuda", "opencl")}
+    targets = ("numba", "cuda", "opencl", "opencl-simd")
+    srcs = {t: covariant.generate(kg.WILSON_HOP, t, 4, "float64") for t in targets}
     assert "def wilson_hop(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, coef, diag" in srcs["numba"]
     assert 'extern "C" __global__ void wilson_hop(' in srcs["cuda"]
-    assert "__kernel void wilson_hop(" in srcs["opencl"]
+    assert all("__kernel void wilson_hop(" in srcs[t] for t in ("opencl", "opencl-simd"))
     assert "vpermute(" in srcs["numba"] and "vpermute(" not in srcs["cuda"]
+    # the vector form: a site's lanes one double4, permuted by a shuffle after the read
+    assert "vload4(" in srcs["opencl-simd"] and "shuffle(" in srcs["opencl-simd"]
+    assert "shuffle(" not in srcs["opencl"]
+    with pytest.raises(DescriptionError, match="Nsimd in"):
+        covariant.generate(kg.WILSON_HOP, "opencl-simd", 32, "float64")
     # a straight-line site body
     assert "lanes[" in srcs["cuda"] and "for (" not in srcs["cuda"].split("{", 1)[1]
 
@@ -373,7 +397,7 @@ def test_checkerboards_convert_and_poke_through_generated_c(name):
 
 
 @needs_cxx
-@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated"])
+@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_project_su3_generated_for_every_backend(name, prec):
     """The SU(3) projection (pygrid.qcd.kernels_gauge) against the numpy Gram-Schmidt, gauge fields and
@@ -385,7 +409,7 @@ def test_project_su3_generated_for_every_backend(name, prec):
     pg.ParallelRNG(grid, [5]).gaussian(U)
     V = pg.LatticeColourMatrix(grid, prec)
     pg.ParallelRNG(grid, [6]).gaussian(V)
-    with backend(name):
+    with on(name):
         for f in (U, V):
             got = project_su3(f).to_numpy()
             assert relerr(got, project_su3_array(f.to_numpy())) < 50 * TOL[prec]
@@ -399,3 +423,30 @@ def test_parameter_names_of_the_generated_code_are_refused():
                lambda E, o, s: E.store("out", o, 0, E.read("U", o, 0)))
     with pytest.raises(DescriptionError, match="'U'"):
         covariant.generate(k, "numba", 4, "float64")
+
+
+@pytest.mark.skipif(COMPILED != "sycl", reason="runs on the sycl backend (the sycl pass of make test)")
+@pytest.mark.parametrize("prec", ["double", "single"])
+def test_sycl_runs_both_forms_of_the_dirac_kernels_alike(prec):
+    """On the SYCL device the vector form (a work-item a site) and the SIMT form (a work-item a
+    lane) of the Wilson and domain-wall hops give the same fields, and those equal numpy's."""
+    from pygrid.accelerator.sycl_backend import SyclBackend
+
+    grid, U, psi = setup(prec=prec)
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    psi5 = pg.LatticeFermion(pg.GridCartesian5D(grid, 3), prec)
+    pg.ParallelRNG(psi5.grid, [9]).gaussian(psi5)
+    dwf = pg.qcd.DomainWallFermion(U, 3, 0.05, 1.8)
+    got = {}
+    try:
+        for form in ("opencl", "opencl-simd"):
+            SyclBackend.COVARIANT_FORM = form
+            assert pg.get_backend().covariant_form(grid.nsimd) == form
+            D = pg.qcd.WilsonFermion(U, 0.1)
+            got[form] = (D.Dhop(psi).to_numpy(), D.DhopDag(psi).to_numpy(), dwf.M(psi5).to_numpy())
+    finally:
+        SyclBackend.COVARIANT_FORM = None
+    for a, b in zip(got["opencl"], got["opencl-simd"]):
+        assert relerr(b, a) < 10 * TOL[prec]
+    assert relerr(got["opencl-simd"][0], dhop_ref(Un, pn)) < 10 * TOL[prec]
+    assert relerr(got["opencl-simd"][1], dhop_ref(Un, pn, True)) < 10 * TOL[prec]

@@ -326,9 +326,12 @@ def thread_coords(dialect, total, nsimd, o="o"):
 def launch_shape(dialect, sites, nsimd, threads_per_block):
     """(blocks, threads) of a launch of ``sites`` outer sites by ``nsimd`` lanes as the SIMT
     emulation's wrappers take them (:func:`emulation_launch`): CUDA's blocks of threads, or
-    OpenCL's work-groups and sites a group."""
+    OpenCL's work-groups and sites a group; the OpenCL vector form ('opencl-simd') one
+    work-item a site."""
     if dialect == "opencl":
         return site_groups(sites, nsimd, threads_per_block)
+    if dialect == "opencl-simd":
+        return launch_dims(sites, 1, threads_per_block)
     return launch_dims(sites, nsimd, threads_per_block)
 
 
@@ -346,7 +349,7 @@ def emulation_launch(source, call):
 
 
 #: the dialect and lane count in the first line of a generated kernel (this module's and covariant's)
-_HEADER = _re.compile(r"\b(cuda|hip|opencl), (?:double|float|float64|float32), nsimd=(\d+)")
+_HEADER = _re.compile(r"\b(cuda|hip|opencl-simd|opencl), (?:double|float|float64|float32), nsimd=(\d+)")
 
 
 def site_groups(sites, nsimd, threads_per_block):

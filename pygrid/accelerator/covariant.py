@@ -510,6 +510,147 @@ class CEmitter(_Emitter):
         return "\n".join(x for x in head if x) + "\n" + "\n".join(body_lines) + "\n}\n"
 
 
+class CVectorEmitter(CEmitter):
+    """OpenCL C with vector types (target 'opencl-simd'): one work-item per (outer site, inner
+    index), one ``realN`` vector of the site's ``N = nsimd`` lanes per covariant value.
+
+    This is the SIMD form of the numba target in OpenCL C, for a CPU device: its runtime
+    vectorises a SIMT kernel across work-items, and a kernel of one lane a work-item ran at
+    half the speed of vector loads there (a copy in both forms on the CPU OpenCL device).  A
+    neighbour read carries its permutation until :meth:`permute`, which shuffles the vectors
+    by the row of ``lanes`` (row 0, the identity, skips it)."""
+
+    WIDTHS = (2, 4, 8, 16)
+
+    def __init__(self, kernel, nsimd, dtype):
+        super().__init__(kernel, nsimd, dtype, "opencl")
+        if self.NS not in self.WIDTHS:
+            raise DescriptionError(f"{kernel.name}: the OpenCL vector target takes Nsimd in {self.WIDTHS}, "
+                                   f"not {self.NS}")
+        self.scalar = self.real
+        self.real = f"{self.scalar}{self.NS}"
+        self.mask = ("ulong" if self.scalar == "double" else "uint") + str(self.NS)
+        self._open = [0]  # the blocks enclosing the current line
+        self._nblocks = 0
+        self._rows: dict = {}  # (field, halo, site, limit) -> (block, name of the row's pointer)
+
+    def _permutation(self, P):
+        P.mask = self.fresh("pk")
+        self.emit(f"const {self.mask} {P.mask} = convert_{self.mask}(vload{self.NS}({P.m.c()}, lanes));")
+
+    @contextlib.contextmanager
+    def _block(self):
+        self._nblocks += 1
+        self._open.append(self._nblocks)
+        try:
+            yield
+        finally:
+            self._open.pop()
+
+    @contextlib.contextmanager
+    def loop(self, name, lo, hi):
+        with super().loop(name, lo, hi) as i, self._block():
+            yield i
+
+    @contextlib.contextmanager
+    def when(self, cond: IExpr):
+        with super().when(cond), self._block():
+            yield
+
+    @contextlib.contextmanager
+    def otherwise(self):
+        with super().otherwise(), self._block():
+            yield
+
+    def _row(self, field_name, site, halo_name=None, limit=None):
+        """A pointer to the start of the site's row (in ``field_name``, or in the halo past ``limit``),
+        named once in the block that first reads it: the loads of its planes are constant offsets."""
+        site = as_iexpr(site)
+        key = (field_name, halo_name, site.c(), None if limit is None else as_iexpr(limit).c())
+        hit = self._rows.get(key)
+        if hit is not None and hit[0] in self._open:
+            return hit[1]
+        name = self.fresh("r")
+        const = "" if self.k.param(field_name).out else "const "
+        stride, ptr = self._stride(field_name), f"{self.D['global']}{const}{self.scalar}*"
+        if halo_name is None:
+            self.emit(f"{ptr} {name} = {field_name} + {site.c()} * {stride};")
+        else:
+            self._either(field_name, halo_name, site, limit, 0)  # checks the halo's shape
+            lim = as_iexpr(limit).c()
+            self.emit(f"{ptr} {name} = ({site.c()} < {lim}) ? {field_name} + {site.c()} * {stride} : "
+                      f"{halo_name} + ({site.c()} - {lim}) * {stride};")
+        self._rows[key] = (self._open[-1], name)
+        return name
+
+    def read(self, field_name, site, plane, perm: Permutation | None = None) -> CV:
+        row = self._row(field_name, site)
+        name = self.fresh()
+        self.emit(f"const {self.real} {name} = vload{self.NS}(0, {row} + {int(plane) * self.NS});")
+        return CV(self, name, perm)
+
+    def read_either(self, field_name, halo_name, site, limit, plane, perm: Permutation | None = None) -> CV:
+        row = self._row(field_name, site, halo_name, limit)
+        name = self.fresh()
+        self.emit(f"const {self.real} {name} = vload{self.NS}(0, {row} + {int(plane) * self.NS});")
+        return CV(self, name, perm)
+
+    def permute(self, values, P: Permutation):
+        for v in values:
+            if v.perm not in (None, UNIFORM) and v.perm is not P:
+                raise DescriptionError("E.permute with another permutation than the values were read with")
+        out = [CV(self, self.fresh("q")) for _ in values]
+        self.emit(f"{self.real} " + ", ".join(f"{o.name} = {v.name}" for o, v in zip(out, values)) + ";")
+        self.emit(f"if ({P.m.c()} != 0) {{")
+        for o, v in zip(out, values):
+            self.emit(f"    {o.name} = shuffle({v.name}, {P.mask});")
+        self.emit("}")
+        return out
+
+    def store(self, field_name, site, plane, v: CV):
+        if v.perm not in (None, UNIFORM):
+            raise DescriptionError("storing a value that still carries a lane permute")
+        row = self._row(field_name, site)
+        self.emit(f"vstore{self.NS}({v.name}, 0, {row} + {int(plane) * self.NS});")
+
+    def uniform(self, table, index) -> CV:
+        name = self.fresh("u")
+        self.emit(f"const {self.real} {name} = ({self.real})({table}[{as_iexpr(index).c()}]);")
+        return CV(self, name, UNIFORM)
+
+    def const(self, x) -> CV:
+        return CV(self, f"(({self.real})({float(x)!r}{self.suffix}))", UNIFORM)
+
+    def source(self):
+        k = self.k
+        G, R = self.D["global"], self.D["restrict"]
+        params = []
+        for p in k.params:
+            if p.kind == "field":
+                params.append(f"{G}{'' if p.out else 'const '}{self.scalar}* {p.name}")
+            elif p.kind == "itable":
+                params.append(f"{G}const int* {R} {p.name}")
+            elif p.kind == "rtable":
+                params.append(f"{G}const {self.scalar}* {R} {p.name}")
+            else:
+                params.append(f"const long {p.name}")
+        total = f"{k.n} * {k.inner}" if k.inner else k.n
+        head = [
+            f"/* pygrid {k.name}: opencl-simd, {self.scalar}, nsimd={self.NS} */",
+            self.D["preamble"][self.dtype.name].rstrip("\n"),
+            f"{self.D['kernel']} {k.name}(",
+            "    " + ",\n    ".join(params) + ")",
+            "{",
+            "    const long o_ = (long)get_global_id(0);",
+            f"    if (o_ >= (long)({total})) return;",
+        ]
+        if k.inner:
+            head += [f"    const long o = o_ / {k.inner};", f"    const long s = o_ - o * {k.inner};"]
+        else:
+            head += ["    const long o = o_;", "    const long s = 0;"]
+        return "\n".join(x for x in head if x) + "\n" + "\n".join(self.lines) + "\n}\n"
+
+
 class NumbaEmitter(_Emitter):
     """numba with explicit SIMD vectors: one vector per covariant value, a loop over outer sites.
 
@@ -704,7 +845,7 @@ RESERVED = frozenset({"U", "W", "Z", "np", "njit", "lo", "hi", "o", "o_", "s", "
 
 
 def generate(kernel: Kernel, target: str, nsimd: int, dtype) -> str:
-    """Source of ``kernel`` for ``target`` ('numba', 'cuda', 'hip' or 'opencl')."""
+    """Source of ``kernel`` for ``target`` ('numba', 'cuda', 'hip', 'opencl' or 'opencl-simd')."""
     clash = RESERVED.intersection(p.name for p in kernel.params)
     if clash:
         raise DescriptionError(
@@ -712,6 +853,8 @@ def generate(kernel: Kernel, target: str, nsimd: int, dtype) -> str:
         )
     if target == "numba":
         E = NumbaEmitter(kernel, nsimd, dtype)
+    elif target == "opencl-simd":
+        E = CVectorEmitter(kernel, nsimd, dtype)
     else:
         E = CEmitter(kernel, nsimd, dtype, "cuda" if target == "hip" else target)
     E.pro = kernel.prologue(E) if kernel.prologue else None

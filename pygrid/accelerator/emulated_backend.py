@@ -122,6 +122,9 @@ class EmulatedSIMTBackend:
 
     def __init__(self, dialect="cuda"):
         self.dialect = dialect
+        #: the covariant (Dirac) kernels' target: the dialect's SIMT form, or for OpenCL the vector
+        #: form 'opencl-simd' the sycl backend runs on a CPU device
+        self.covariant_form = dialect
         self.name = f"{dialect}-emulated"
         self._reduce_fns = {}
         compiler()
@@ -188,7 +191,7 @@ class EmulatedSIMTBackend:
         return None
 
     def launch(self, kernel, args, nsimd, dtype):
-        emulated_launch(self.dialect, kernel, args, nsimd, dtype)
+        emulated_launch(self.covariant_form, kernel, args, nsimd, dtype)
 
     def relayout(self, kind, out, inp, om=None, lm=None):
         """The device layout kernels (pygrid.accelerator.layout_kernels), their source under the emulation."""

@@ -13,8 +13,9 @@
  *           0 and 1), SIMT_LAUNCH as above (a 1-D range of blocks * threads) and
  *           SIMT_LAUNCH_2D(groups, rows, cols, call): work-groups of cols (dimension 0)
  *           by rows (dimension 1) work-items, groups of them along dimension 1; the vector
- *           types floatN and doubleN (N = 2, 4, 8, 16) with + - * +=, initialised from a
- *           scalar, vloadN, vstoreN and convert_floatN / convert_doubleN.
+ *           types floatN, doubleN, uintN and ulongN (N = 2, 4, 8, 16) with + - * / +=,
+ *           unary minus and sqrt, initialised from a scalar, vloadN, vstoreN, shuffle and
+ *           convert_floatN / convert_doubleN / convert_uintN / convert_ulongN.
  *
  * Threads run in order, block by block, thread by thread: a kernel that needs
  * threads of a block to run concurrently (__syncthreads, barriers) is not
@@ -70,7 +71,13 @@ template <class T, int N> struct simt_vec_ {
     friend simt_vec_ operator+(simt_vec_ a, const simt_vec_& b) { return a += b; }
     friend simt_vec_ operator-(simt_vec_ a, const simt_vec_& b) { for (int l = 0; l < N; ++l) a.v[l] -= b.v[l]; return a; }
     friend simt_vec_ operator*(simt_vec_ a, const simt_vec_& b) { for (int l = 0; l < N; ++l) a.v[l] *= b.v[l]; return a; }
+    friend simt_vec_ operator/(simt_vec_ a, const simt_vec_& b) { for (int l = 0; l < N; ++l) a.v[l] /= b.v[l]; return a; }
+    friend simt_vec_ operator-(simt_vec_ a) { for (int l = 0; l < N; ++l) a.v[l] = -a.v[l]; return a; }
+    friend simt_vec_ sqrt(simt_vec_ a) { for (int l = 0; l < N; ++l) a.v[l] = std::sqrt(a.v[l]); return a; }
 };
+/* shuffle(x, mask): lane l of the result is lane mask[l] of x */
+template <class T, class M, int N> static inline simt_vec_<T, N> shuffle(const simt_vec_<T, N>& x, const simt_vec_<M, N>& m)
+{ simt_vec_<T, N> r; for (int l = 0; l < N; ++l) r.v[l] = x.v[m.v[l] % N]; return r; }
 template <int N, class T> static inline simt_vec_<T, N> simt_vload_(long i, const T* p)
 { simt_vec_<T, N> r; for (int l = 0; l < N; ++l) r.v[l] = p[i * N + l]; return r; }
 template <int N, class T> static inline void simt_vstore_(const simt_vec_<T, N>& x, long i, T* p)
@@ -80,10 +87,14 @@ template <class R, int N, class T> static inline simt_vec_<R, N> simt_convert_(c
 #define SIMT_VECTOR_(N)                                                                          \
     typedef simt_vec_<float, N> float##N;                                                        \
     typedef simt_vec_<double, N> double##N;                                                      \
+    typedef simt_vec_<unsigned long, N> ulong##N;                                                \
+    typedef simt_vec_<unsigned int, N> uint##N;                                                  \
     template <class T> static inline simt_vec_<T, N> vload##N(long i, const T* p) { return simt_vload_<N>(i, p); } \
     template <class T> static inline void vstore##N(const simt_vec_<T, N>& x, long i, T* p) { simt_vstore_<N>(x, i, p); } \
     template <class T> static inline float##N convert_float##N(const simt_vec_<T, N>& x) { return simt_convert_<float>(x); } \
-    template <class T> static inline double##N convert_double##N(const simt_vec_<T, N>& x) { return simt_convert_<double>(x); }
+    template <class T> static inline double##N convert_double##N(const simt_vec_<T, N>& x) { return simt_convert_<double>(x); } \
+    template <class T> static inline ulong##N convert_ulong##N(const simt_vec_<T, N>& x) { return simt_convert_<unsigned long>(x); } \
+    template <class T> static inline uint##N convert_uint##N(const simt_vec_<T, N>& x) { return simt_convert_<unsigned int>(x); }
 SIMT_VECTOR_(2)
 SIMT_VECTOR_(4)
 SIMT_VECTOR_(8)

@@ -457,7 +457,23 @@ class SyclBackend:
         plan = rk.plan_site_sum(d.shape, self.REDUCE_PARTIALS // 2)
         return rk.finish(plan, self._reduce(plan, d.dtype, [d]))
 
-    def _cov_kernel(self, kernel, nsimd, dtype):
+    #: the form of the Dirac (covariant) kernels: 'opencl-simd' (a work-item a site, its lanes one
+    #: OpenCL vector), 'opencl' (SIMT: a work-item a lane) or None for the device's own (SIMD on a
+    #: CPU device, whose runtime would otherwise vectorise across the lanes' work-items)
+    COVARIANT_FORM = None
+
+    def covariant_form(self, nsimd):
+        """The covariant kernels' target on this device for ``nsimd`` lanes."""
+        from .covariant import CVectorEmitter
+
+        form = self.COVARIANT_FORM
+        if form is None:
+            form = "opencl-simd" if self.queue.sycl_device.is_cpu else "opencl"
+        if form == "opencl-simd" and int(nsimd) not in CVectorEmitter.WIDTHS:
+            form = "opencl"  # no OpenCL vector of that many lanes
+        return form
+
+    def _cov_kernel(self, kernel, nsimd, dtype, form):
         from . import covariant
 
         if np.dtype(dtype) == np.float64 and not self.fp64:
@@ -465,12 +481,10 @@ class SyclBackend:
                 f"{kernel.name}: the SYCL device {self.queue.sycl_device.name} has no double "
                 "precision; use single precision fields"
             )
-        key = kernel.key(nsimd, dtype, "opencl")
+        key = kernel.key(nsimd, dtype, form)
         k = self._kernels.get(key)
         if k is None:
-            k = self._kernels[key] = self._build(
-                covariant.generate(kernel, "opencl", nsimd, dtype), kernel.name
-            )
+            k = self._kernels[key] = self._build(covariant.generate(kernel, form, nsimd, dtype), kernel.name)
         return k
 
     def _submit_sites(self, k, args, sites, nsimd):
@@ -483,12 +497,17 @@ class SyclBackend:
         """Run a covariant kernel (pygrid.accelerator.covariant): its OpenCL C on the queue."""
         from . import covariant
 
-        k = self._cov_kernel(kernel, nsimd, dtype)
+        form = self.covariant_form(nsimd)
+        k = self._cov_kernel(kernel, nsimd, dtype, form)
         # a host buffer (the unified memory manager) goes through a device copy
         call, back = covariant.device_call(kernel, args, self.to_device, self.tables.ints,
                                            lambda a: self.tables.reals(a, dtype), ctypes.c_longlong)
         call = [a.usm_data if isinstance(a, UsmArray) else a for a in call]
-        self._submit_sites(k, call, covariant.thread_count(kernel, args, nsimd) // int(nsimd), nsimd)
+        sites = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
+        if form == "opencl-simd":
+            self.queue.submit(k, call, [sites]).wait()
+        else:
+            self._submit_sites(k, call, sites, nsimd)
         for hbuf, d in back:
             hbuf[...] = d.get()
 
