@@ -146,7 +146,8 @@ def test_cshift_5d_and_checkerboards():
 # ---- where, compare, linear combinations -------------------------------------------
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_where_compare_lincomb(precision):
+@pytest.mark.parametrize("dialect", ["cuda", "opencl-simd"])
+def test_where_compare_lincomb(precision, dialect):
     g = grid(precision=precision)
     psi = F(g, pg.SpinColourVector(), precision)
     chi = F(g, pg.SpinColourVector(), precision, 1)
@@ -156,13 +157,13 @@ def test_where_compare_lincomb(precision):
         c = pg.coordinate(g, mu)
         return c if precision == "double" else pg.convert(c, "single")
 
-    check(lambda: pg.where(coord(3) < 2, psi, chi), precision)
-    check(lambda: pg.where(coord(0) >= coord(1), psi, 2 * chi), precision)
+    check(lambda: pg.where(coord(3) < 2, psi, chi), precision, dialect)
+    check(lambda: pg.where(coord(0) >= coord(1), psi, 2 * chi), precision, dialect)
     for op in ("<", "<=", ">", ">="):
-        check(lambda: {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op], precision)
-    check(lambda: 2 * psi - chi / 4 + (0.5 - 1.5j) * chi - psi * 3j, precision)
-    check(lambda: -psi + chi, precision)
-    check(lambda: 2.0 + F(g, pg.ColourMatrix(), precision) - 1j, precision)
+        check(lambda: {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op], precision, dialect)
+    check(lambda: 2 * psi - chi / 4 + (0.5 - 1.5j) * chi - psi * 3j, precision, dialect)
+    check(lambda: -psi + chi, precision, dialect)
+    check(lambda: 2.0 + F(g, pg.ColourMatrix(), precision) - 1j, precision, dialect)
 
 
 # ---- in-place evaluation (aliasing) -------------------------------------------------
@@ -196,7 +197,7 @@ def hopping(U, psi):
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("dialect", ["cuda", "opencl"])
+@pytest.mark.parametrize("dialect", ["cuda", "opencl", "opencl-simd"])
 def test_wilson_like_hopping_term(precision, dialect):
     g = grid((4, 4, 4, 8), precision=precision)
     U = F(g, pg.LorentzColourMatrix(), precision)
@@ -254,7 +255,7 @@ def test_source_shape_and_cache():
     assert emulated_backend.compile_count() == n  # same kernel for every shift: no new compile
 
 
-@pytest.mark.parametrize("dialect", ["cuda", "opencl"])
+@pytest.mark.parametrize("dialect", ["cuda", "opencl", "opencl-simd"])
 def test_products_unrolled_into_scalar_registers(dialect):
     """The product tables are inlined at generation time: straight-line code over scalar registers,
     no loops, no table arguments, structure constants as literals of the kernel's precision."""
@@ -273,8 +274,9 @@ def test_products_unrolled_into_scalar_registers(dialect):
     assert "T0" not in src and not any(n.startswith("T") for n, _ in codegen_c.arg_kinds(ir))
     assert not re.search(r"v\d+_[ri]\[", src)  # no private arrays
     # out[c] = sum_j U[c][j] v[j]: one expression per real, 3 complex terms (6 real products) each
-    assert re.search(r"const double v2_0r = v0_0r \* v1_0r - v0_0i \* v1_0i \+ .* - v0_2i \* v1_2i;", src)
-    assert len(re.findall(r"const double v2_\d[ri] =", src)) == 6
+    vt = f"double{g.nsimd}" if dialect == "opencl-simd" else "double"  # the vector form: a site's lanes
+    assert re.search(rf"const {vt} v2_0r = v0_0r \* v1_0r - v0_0i \* v1_0i \+ .* - v0_2i \* v1_2i;", src)
+    assert len(re.findall(rf"const {vt} v2_\d[ri] =", src)) == 6
     check(lambda: U * v, dialect=dialect)
     check(lambda: pg.adj(U) * v, dialect=dialect)
     # a non-trivial structure constant is a literal, single precision ones with the f suffix
@@ -462,7 +464,7 @@ SUITES = [
 ]
 
 
-@pytest.mark.parametrize("dialect", ["cuda", pytest.param("opencl", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("dialect", ["cuda", "opencl-simd", pytest.param("opencl", marks=pytest.mark.slow)])
 def test_core_suites_on_generated_source(dialect):
     """test_expr, test_cshift, test_reductions and test_expr_properties on the ``dialect``-emulated
     backend (PYGRID_TEST_BACKEND): every expression, covariant and layout kernel they run is the
@@ -482,8 +484,9 @@ def test_core_suites_on_generated_source(dialect):
 
 
 def test_the_emulations_launch_follows_the_kernels_dialect():
-    """OpenCL kernels take 2D ranges (lanes by sites) under the emulation as on a device; CUDA 1D; a
-    kernel without the generated first line is refused, not launched in a guessed shape."""
+    """OpenCL kernels take 2D ranges (lanes by sites) under the emulation as on a device; CUDA and
+    the OpenCL vector form 1D; a kernel without the generated first line is refused, not launched
+    in a guessed shape."""
     g = grid()
     psi = F(g, pg.SpinColourVector())
     from pygrid.expr.lower import lower
@@ -491,6 +494,7 @@ def test_the_emulations_launch_follows_the_kernels_dialect():
 
     ir = lower(as_expr(pg.cshift(psi, 0, 1) + psi), 12).ir
     for dialect, want in (("opencl", f"SIMT_LAUNCH_2D(blocks, threads, {g.nsimd}, k())"),
+                          ("opencl-simd", "SIMT_LAUNCH(blocks, threads, k())"),
                           ("cuda", "SIMT_LAUNCH(blocks, threads, k())")):
         src = codegen_c.kernel_source(ir, g.nsimd, False, "float64", dialect)
         assert codegen_c.emulation_launch(src, "k()") == want

@@ -17,7 +17,6 @@ sycl pass of `make test` (PYGRID_TEST_BACKEND=sycl).  This file runs there too:
 with the fields in device memory, the openmp and emulated kernels above read and
 write them through host views.
 """
-import contextlib
 import shutil
 import sys
 
@@ -52,23 +51,6 @@ def setup(dims=(4, 4, 4, 8), layout=None, prec="double", Ls=None):
     psi = pg.LatticeFermion(g, prec)
     pg.ParallelRNG(g, [2, 7]).gaussian(psi)
     return grid, U, psi
-
-
-@contextlib.contextmanager
-def on(name):
-    """``backend(name)``, where 'opencl-simd-emulated' is opencl-emulated running the covariant kernels
-    in the OpenCL vector form (what sycl runs on a CPU device)."""
-    if name != "opencl-simd-emulated":
-        with backend(name):
-            yield
-        return
-    be = pg.get_backend("opencl-emulated")
-    with backend("opencl-emulated"):
-        be.covariant_form = "opencl-simd"
-        try:
-            yield
-        finally:
-            be.covariant_form = "opencl"
 
 
 def raw_hop(D, U, psi, Ls, which, alpha, dag, cb=False):
@@ -189,7 +171,7 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     coef = np.array([-0.5, 0.0, -1.0, 1.0], dt)
     kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP
     outs = []
-    with on(name):
+    with backend(name):
         for psi_, ub_, nbr_, halo_, ubh_ in ((p, u, st.neighbours, p, u), (p_far, u_far, nbr, halo, ubh)):
             out = np.zeros_like(p)
             pg.get_backend().launch(
@@ -231,7 +213,7 @@ def test_dirac_operators_through_generated_c(name, prec):
     mob = pg.qcd.MobiusFermion(U, Ls, 0.05, 1.8, 1.5, 0.5)
     dwf = pg.qcd.DomainWallFermion(U, Ls, 0.05, 1.8)
     refs = {k: _dwf_refs(op, psi5) for k, op in (("mobius", mob), ("shamir", dwf))}
-    with on(name):
+    with backend(name):
         assert relerr(D.M(psi).to_numpy(), 4.1 * pn + dhop_ref(Un, pn)) < 10 * TOL[prec]
         assert relerr(D.Mdag(psi).to_numpy(), 4.1 * pn + dhop_ref(Un, pn, True)) < 10 * TOL[prec]
         full = pg.LatticeFermion(grid, prec)
@@ -355,7 +337,8 @@ def test_generated_sources_of_one_description():
     srcs = {t: covariant.generate(kg.WILSON_HOP, t, 4, "float64") for t in targets}
     assert "def wilson_hop(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, coef, diag" in srcs["numba"]
     assert 'extern "C" __global__ void wilson_hop(' in srcs["cuda"]
-    assert all("__kernel void wilson_hop(" in srcs[t] for t in ("opencl", "opencl-simd"))
+    assert "__kernel void wilson_hop(" in srcs["opencl"]
+    assert "__kernel __attribute__((vec_type_hint(double4))) void wilson_hop(" in srcs["opencl-simd"]
     assert "vpermute(" in srcs["numba"] and "vpermute(" not in srcs["cuda"]
     # the vector form: a site's lanes one double4, permuted by a shuffle after the read
     assert "vload4(" in srcs["opencl-simd"] and "shuffle(" in srcs["opencl-simd"]
@@ -409,7 +392,7 @@ def test_project_su3_generated_for_every_backend(name, prec):
     pg.ParallelRNG(grid, [5]).gaussian(U)
     V = pg.LatticeColourMatrix(grid, prec)
     pg.ParallelRNG(grid, [6]).gaussian(V)
-    with on(name):
+    with backend(name):
         for f in (U, V):
             got = project_su3(f).to_numpy()
             assert relerr(got, project_su3_array(f.to_numpy())) < 50 * TOL[prec]
@@ -440,12 +423,12 @@ def test_sycl_runs_both_forms_of_the_dirac_kernels_alike(prec):
     got = {}
     try:
         for form in ("opencl", "opencl-simd"):
-            SyclBackend.COVARIANT_FORM = form
-            assert pg.get_backend().covariant_form(grid.nsimd) == form
+            SyclBackend.FORM = form
+            assert pg.get_backend().form(grid.nsimd) == form
             D = pg.qcd.WilsonFermion(U, 0.1)
             got[form] = (D.Dhop(psi).to_numpy(), D.DhopDag(psi).to_numpy(), dwf.M(psi5).to_numpy())
     finally:
-        SyclBackend.COVARIANT_FORM = None
+        SyclBackend.FORM = None
     for a, b in zip(got["opencl"], got["opencl-simd"]):
         assert relerr(b, a) < 10 * TOL[prec]
     assert relerr(got["opencl-simd"][0], dhop_ref(Un, pn)) < 10 * TOL[prec]

@@ -14,7 +14,7 @@ from .numpy_backend import NumpyBackend
 from .openmp_backend import OpenMPBackend, apply_process_settings
 
 #: every name ``get_backend`` accepts
-NAMES = ("openmp", "numpy", "cuda", "hip", "sycl", "cuda-emulated", "opencl-emulated")
+NAMES = ("openmp", "numpy", "cuda", "hip", "sycl", "cuda-emulated", "opencl-emulated", "opencl-simd-emulated")
 
 _backends: dict[str, Backend] = {}
 _current: Backend | None = None
@@ -33,6 +33,10 @@ def _make(name: str) -> Backend:
         from .emulated_backend import EmulatedSIMTBackend
 
         return EmulatedSIMTBackend(name.split("-")[0])
+    if name == "opencl-simd-emulated":
+        from .emulated_backend import EmulatedSIMTBackend
+
+        return EmulatedSIMTBackend("opencl", "opencl-simd")
     if name == "sycl":
         from .sycl_backend import SyclBackend
 

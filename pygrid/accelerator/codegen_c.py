@@ -66,6 +66,8 @@ DIALECTS = {
 DIALECTS["hip"] = DIALECTS["cuda"]
 
 _CTYPE = {"float64": "double", "float32": "float"}
+#: lane counts of the OpenCL vector form ('opencl-simd'): the widths of OpenCL's vector types
+VECTOR_WIDTHS = (2, 4, 8, 16)
 _CMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _IDENT = _re.compile(r"[A-Za-z_]\w*\Z")
 
@@ -123,14 +125,21 @@ def _needed(ir):
 
 def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
     """Source of ``pygrid_kernel`` for ``ir`` with ``nsimd`` lanes of ``dtype`` reals in ``dialect``."""
-    D = DIALECTS[dialect]
+    vec = dialect == "opencl-simd"  # a work-item a site, its lanes one OpenCL vector
+    D = DIALECTS["opencl" if vec else dialect]
     NS = int(nsimd)
+    if vec and NS not in VECTOR_WIDTHS:
+        raise ValueError(f"the OpenCL vector form takes Nsimd in {VECTOR_WIDTHS}, not {NS}")
     dtype = str(dtype)
     real = _CTYPE[dtype]
+    # the type of a value: one lane's real, or the site's lanes
+    vt = f"{real}{NS}" if vec else real
     G = D["global"]
     # with an aliased output the result buffer is also an input: no restrict on the reals then
     R = "" if alias else " " + D["restrict"]
-    zero = f"({real})0"
+    zero = f"(({vt})(0))" if vec else f"({real})0"
+    # a comparison's result (OpenCL: -1 or 0 in each lane)
+    cmp_t = ("long" if real == "double" else "int") + str(NS)
 
     params = []
     for name, kind in arg_kinds(ir):
@@ -146,7 +155,8 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
     lines = [
         f"/* pygrid generated kernel: {dialect}, {real}, nsimd={NS}, ops={len(ir.ops)} */",
         D["preamble"][dtype].rstrip("\n"),
-        f"{D['kernel']} {KERNEL_NAME}(",
+        vector_gather(real, NS) if vec and ir.nshifts else "",
+        f"{vector_kernel(vt) if vec else D['kernel']} {KERNEL_NAME}(",
         "    " + ",\n    ".join(params) + ")",
         "{",
     ] + thread_coords(dialect, "osites", NS)
@@ -162,7 +172,7 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
             return terms[0][1]
         s = "".join((" - " if sg < 0 else " + ") + e for sg, e in terms)
         s = "-" + s[3:] if s.startswith(" - ") else s[3:]
-        emit(f"const {real} {name} = {s};")
+        emit(f"const {vt} {name} = {s};")
         return name
 
     def scaled(coef, x):
@@ -192,17 +202,27 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
             continue
         if isinstance(op, IR.Load):
             slot, sh = op.slot, op.shift
+            lane = "" if vec else " + l"
             if sh < 0:
-                emit(f"const long b{v} = (long)o * {n * S2} + l;")
+                emit(f"const long b{v} = (long)o * {n * S2}{lane};")
             else:
                 if sh not in shift_done:
                     shift_done.add(sh)
                     emit(f"const long s{sh}o = (long)nb{sh}[o];")
-                    emit(f"const int s{sh}l = ln{sh}[pm{sh}[o] * {NS} + l];")
-                emit(f"const long b{v} = s{sh}o * {n * S2} + s{sh}l;")
+                    if vec:  # the row of the lane table (0: the identity)
+                        emit(f"const long s{sh}p = (long)pm{sh}[o];")
+                    else:
+                        emit(f"const int s{sh}l = ln{sh}[pm{sh}[o] * {NS} + l];")
+                emit(f"const long b{v} = s{sh}o * {n * S2}" + ("" if vec else f" + s{sh}l") + ";")
             for c in cs:
-                r = f"in{slot}[b{v} + {c * S2}]" if c else f"in{slot}[b{v}]"
-                i = f"in{slot}[b{v} + {c * S2 + NS}]"
+                if vec:
+                    r, i = (f"vload{NS}(0, in{slot} + b{v} + {c * S2 + k})" for k in (0, NS))
+                    if sh >= 0:  # a permuted row's lanes one by one (a shuffle a load compiled for minutes)
+                        r, i = (f"(s{sh}p ? pg_gather{NS}(in{slot} + b{v} + {c * S2 + k}, "
+                                f"ln{sh} + s{sh}p * {NS}) : {x})" for k, x in ((0, r), (NS, i)))
+                else:
+                    r = f"in{slot}[b{v} + {c * S2}]" if c else f"in{slot}[b{v}]"
+                    i = f"in{slot}[b{v} + {c * S2 + NS}]"
                 val[v][c] = (define(f"v{v}_{c}r", [(1, r)]), define(f"v{v}_{c}i", [(1, i)]))
         elif isinstance(op, IR.Const):
             off = op.offset
@@ -271,31 +291,55 @@ def kernel_source(ir, nsimd, alias, dtype="float64", dialect="cuda"):
         elif isinstance(op, IR.Where):
             a, b = op.a, op.b
             mr = get(op.mask, 0)[0]
-            emit(f"const int m{v} = {mr if mr is not None else zero} != 0;")
+            if vec:
+                emit(f"const {cmp_t} m{v} = {mr if mr is not None else zero} != {zero};")
+            else:
+                emit(f"const int m{v} = {mr if mr is not None else zero} != 0;")
             for c in cs:
                 parts = []
                 for k, x, y in ((0, get(a, c)[0], get(b, c)[0]), (1, get(a, c)[1], get(b, c)[1])):
                     if x is None and y is None:
                         parts.append(None)
                     else:
-                        e = f"m{v} ? {x if x is not None else zero} : {y if y is not None else zero}"
+                        xs, ys = (x if x is not None else zero), (y if y is not None else zero)
+                        e = f"select({ys}, {xs}, m{v})" if vec else f"m{v} ? {xs} : {ys}"
                         parts.append(define(f"v{v}_{c}{'ri'[k]}", [(1, e)]))
                 val[v][c] = tuple(parts)
         elif isinstance(op, IR.Compare):
             x, y = get(op.a, 0)[0], get(op.b, 0)[0]
             xs, ys = (x if x is not None else zero), (y if y is not None else zero)
-            e = f"({xs} {_CMP[op.op]} {ys}) ? ({real})1 : {zero}"
+            if vec:
+                e = f"select({zero}, (({vt})(1)), {xs} {_CMP[op.op]} {ys})"
+            else:
+                e = f"({xs} {_CMP[op.op]} {ys}) ? ({real})1 : {zero}"
             val[v][0] = (define(f"v{v}_0r", [(1, e)]), None)
         else:
             raise ValueError(f"unknown IR op {type(op).__name__}")
     res = ir.result
-    emit(f"const long bo = (long)o * {ir.out_ncomp * S2} + l;")
+    emit(f"const long bo = (long)o * {ir.out_ncomp * S2}" + ("" if vec else " + l") + ";")
     for c in range(ir.out_ncomp):
-        r, i = get(res, c)
-        emit(f"out[{f'bo + {c * S2}' if c else 'bo'}] = {r if r is not None else zero};")
-        emit(f"out[bo + {c * S2 + NS}] = {i if i is not None else zero};")
+        r, i = (x if x is not None else zero for x in get(res, c))
+        if vec:
+            emit(f"vstore{NS}({r}, 0, out + bo + {c * S2});")
+            emit(f"vstore{NS}({i}, 0, out + bo + {c * S2 + NS});")
+        else:
+            emit(f"out[{f'bo + {c * S2}' if c else 'bo'}] = {r};")
+            emit(f"out[bo + {c * S2 + NS}] = {i};")
     lines.append("}")
     return "\n".join(x for x in lines if x != "") + "\n"
+
+
+def vector_kernel(vt):
+    """The qualifiers of a kernel in the OpenCL vector form: ``vec_type_hint`` tells the CPU OpenCL
+    compiler the kernel is vectorised already (without it, it tries again across work-items, and a
+    large kernel of vectors took minutes to build)."""
+    return f"__kernel __attribute__((vec_type_hint({vt}))) void"
+
+
+def vector_gather(real, NS):
+    """``pg_gather<NS>(p, ln)``: the lanes ``p[ln[0]], ..., p[ln[NS-1]]`` as one vector."""
+    return (f"static inline {real}{NS} pg_gather{NS}(__global const {real}* p, __global const int* ln)\n"
+            f"{{ {real} t[{NS}]; for (int k = 0; k < {NS}; ++k) t[k] = p[ln[k]]; return vload{NS}(0, t); }}")
 
 
 def source_hash(source, extra=""):
@@ -314,6 +358,8 @@ def thread_coords(dialect, total, nsimd, o="o"):
     load (the generated axpy ran 4-8x slower, ``benchmarks/bench_sycl_ndrange.py``).
     """
     NS = int(nsimd)
+    if dialect == "opencl-simd":
+        return [f"    const long {o} = (long)get_global_id(0);", f"    if ({o} >= (long)({total})) return;"]
     if dialect == "opencl":
         return ["    const long l = (long)get_global_id(0);",
                 f"    const long {o} = (long)get_global_id(1);",

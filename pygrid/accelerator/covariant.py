@@ -520,7 +520,7 @@ class CVectorEmitter(CEmitter):
     neighbour read carries its permutation until :meth:`permute`, which shuffles the vectors
     by the row of ``lanes`` (row 0, the identity, skips it)."""
 
-    WIDTHS = (2, 4, 8, 16)
+    WIDTHS = codegen_c.VECTOR_WIDTHS
 
     def __init__(self, kernel, nsimd, dtype):
         super().__init__(kernel, nsimd, dtype, "opencl")
@@ -638,7 +638,7 @@ class CVectorEmitter(CEmitter):
         head = [
             f"/* pygrid {k.name}: opencl-simd, {self.scalar}, nsimd={self.NS} */",
             self.D["preamble"][self.dtype.name].rstrip("\n"),
-            f"{self.D['kernel']} {k.name}(",
+            f"{codegen_c.vector_kernel(self.real)} {k.name}(",
             "    " + ",\n    ".join(params) + ")",
             "{",
             "    const long o_ = (long)get_global_id(0);",

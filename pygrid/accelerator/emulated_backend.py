@@ -112,7 +112,8 @@ def compile_count():
 
 
 class EmulatedSIMTBackend:
-    """Generated GPU source run on the CPU under simt_emulation.h (``cuda-emulated``, ``opencl-emulated``).
+    """Generated GPU source run on the CPU under simt_emulation.h (``cuda-emulated``, ``opencl-emulated``,
+    ``opencl-simd-emulated``: the OpenCL vector form sycl runs on a CPU device).
 
     Buffers are host numpy arrays (the unified device, or the emulated device of
     ``--emulate-device``); reductions run the device reduction kernels under the emulation.
@@ -120,12 +121,12 @@ class EmulatedSIMTBackend:
 
     device = "unified"
 
-    def __init__(self, dialect="cuda"):
+    def __init__(self, dialect="cuda", form=None):
         self.dialect = dialect
-        #: the covariant (Dirac) kernels' target: the dialect's SIMT form, or for OpenCL the vector
-        #: form 'opencl-simd' the sycl backend runs on a CPU device
-        self.covariant_form = dialect
-        self.name = f"{dialect}-emulated"
+        #: the generated kernels' form: the dialect's SIMT form, or for OpenCL the vector form
+        #: 'opencl-simd' the sycl backend runs on a CPU device
+        self.form = form or dialect
+        self.name = f"{self.form}-emulated"
         self._reduce_fns = {}
         compiler()
 
@@ -191,7 +192,7 @@ class EmulatedSIMTBackend:
         return None
 
     def launch(self, kernel, args, nsimd, dtype):
-        emulated_launch(self.covariant_form, kernel, args, nsimd, dtype)
+        emulated_launch(self.form, kernel, args, nsimd, dtype)
 
     def relayout(self, kind, out, inp, om=None, lm=None):
         """The device layout kernels (pygrid.accelerator.layout_kernels), their source under the emulation."""
@@ -215,7 +216,7 @@ class EmulatedSIMTBackend:
            blocks, tpb)
 
     def source(self, ir, nsimd, alias, dtype):
-        src = codegen_c.kernel_source(ir, nsimd, alias, dtype, self.dialect)
+        src = codegen_c.kernel_source(ir, nsimd, alias, dtype, self.form)
         return src + launch_wrapper(src)
 
     def prepare(self, ir, shifts, coefs, nsimd, alias, dtype, osites=None):
@@ -232,7 +233,7 @@ class EmulatedSIMTBackend:
                 raise BackendError("generated kernels need C-contiguous buffers")
         ptrs = (ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs])
         osites = out.shape[0]
-        blocks, tpb = codegen_c.launch_shape(self.dialect, osites, nsimd, threads_per_block())
+        blocks, tpb = codegen_c.launch_shape(self.form, osites, nsimd, threads_per_block())
         lib.pygrid_launch(ptrs, osites, blocks, tpb)
 
 

@@ -14,8 +14,9 @@
  *           SIMT_LAUNCH_2D(groups, rows, cols, call): work-groups of cols (dimension 0)
  *           by rows (dimension 1) work-items, groups of them along dimension 1; the vector
  *           types floatN, doubleN, uintN and ulongN (N = 2, 4, 8, 16) with + - * / +=,
- *           unary minus and sqrt, initialised from a scalar, vloadN, vstoreN, shuffle and
- *           convert_floatN / convert_doubleN / convert_uintN / convert_ulongN.
+ *           unary minus, sqrt and comparisons (intN / longN of -1 and 0), initialised from a
+ *           scalar, vloadN, vstoreN, shuffle, select and convert_floatN / convert_doubleN /
+ *           convert_uintN / convert_ulongN.
  *
  * Threads run in order, block by block, thread by thread: a kernel that needs
  * threads of a block to run concurrently (__syncthreads, barriers) is not
@@ -55,6 +56,7 @@ static thread_local dim3 gridDim(1, 1, 1);
 #define __constant const
 #define __private
 #define restrict __restrict__
+#define vec_type_hint(type) /* __attribute__((vec_type_hint(T))): a hint to the OpenCL compiler */
 static inline unsigned int simt_pick_(const dim3& v, unsigned int d) { return d == 0 ? v.x : d == 1 ? v.y : v.z; }
 static inline long get_local_id(unsigned int d) { return simt_pick_(threadIdx, d); }
 static inline long get_group_id(unsigned int d) { return simt_pick_(blockIdx, d); }
@@ -75,6 +77,25 @@ template <class T, int N> struct simt_vec_ {
     friend simt_vec_ operator-(simt_vec_ a) { for (int l = 0; l < N; ++l) a.v[l] = -a.v[l]; return a; }
     friend simt_vec_ sqrt(simt_vec_ a) { for (int l = 0; l < N; ++l) a.v[l] = std::sqrt(a.v[l]); return a; }
 };
+/* a comparison's result: -1 (true) or 0 in each lane, an integer of the element's size */
+template <class T> struct simt_cmp_ { typedef long type; };
+template <> struct simt_cmp_<float> { typedef int type; };
+#define SIMT_COMPARE_(OP)                                                                        \
+    template <class T, int N> static inline simt_vec_<typename simt_cmp_<T>::type, N>          \
+    operator OP(const simt_vec_<T, N>& a, const simt_vec_<T, N>& b)                             \
+    { simt_vec_<typename simt_cmp_<T>::type, N> r;                                              \
+      for (int l = 0; l < N; ++l) r.v[l] = (a.v[l] OP b.v[l]) ? -1 : 0; return r; }
+SIMT_COMPARE_(<)
+SIMT_COMPARE_(<=)
+SIMT_COMPARE_(>)
+SIMT_COMPARE_(>=)
+SIMT_COMPARE_(==)
+SIMT_COMPARE_(!=)
+/* select(a, b, c): lane l is b's where c's is negative (its top bit set), else a's */
+template <class T, class C, int N> static inline simt_vec_<T, N> select(const simt_vec_<T, N>& a,
+                                                                       const simt_vec_<T, N>& b,
+                                                                       const simt_vec_<C, N>& c)
+{ simt_vec_<T, N> r; for (int l = 0; l < N; ++l) r.v[l] = c.v[l] < 0 ? b.v[l] : a.v[l]; return r; }
 /* shuffle(x, mask): lane l of the result is lane mask[l] of x */
 template <class T, class M, int N> static inline simt_vec_<T, N> shuffle(const simt_vec_<T, N>& x, const simt_vec_<M, N>& m)
 { simt_vec_<T, N> r; for (int l = 0; l < N; ++l) r.v[l] = x.v[m.v[l] % N]; return r; }
@@ -88,6 +109,8 @@ template <class R, int N, class T> static inline simt_vec_<R, N> simt_convert_(c
     typedef simt_vec_<float, N> float##N;                                                        \
     typedef simt_vec_<double, N> double##N;                                                      \
     typedef simt_vec_<unsigned long, N> ulong##N;                                                \
+    typedef simt_vec_<long, N> long##N;                                                          \
+    typedef simt_vec_<int, N> int##N;                                                            \
     typedef simt_vec_<unsigned int, N> uint##N;                                                  \
     template <class T> static inline simt_vec_<T, N> vload##N(long i, const T* p) { return simt_vload_<N>(i, p); } \
     template <class T> static inline void vstore##N(const simt_vec_<T, N>& x, long i, T* p) { simt_vstore_<N>(x, i, p); } \

@@ -341,10 +341,11 @@ class SyclBackend:
         if dtype == "float64" and not self.fp64:
             raise BackendError(f"the SYCL device {self.queue.sycl_device.name} has no double precision; "
                                "use single precision fields")
-        key = (ir.key(), nsimd, alias, dtype)
+        form = self.form(nsimd)
+        key = (ir.key(), nsimd, alias, dtype, form)
         k = self._kernels.get(key)
         if k is None:
-            src = codegen_c.kernel_source(ir, nsimd, alias, dtype, "opencl")
+            src = codegen_c.kernel_source(ir, nsimd, alias, dtype, form)
             k = self._kernels[key] = self._build(src, codegen_c.KERNEL_NAME)
         return k
 
@@ -387,7 +388,7 @@ class SyclBackend:
         osites = int(out.shape[0])
         args = [dout.usm_data] + [a.usm_data for a in ins] + [a.usm_data for a in consts]
         args += [self.tables.reals(cf, rdt).usm_data, ctypes.c_int(osites)]
-        self._submit_sites(k, args, osites, nsimd)
+        self._submit(self.form(nsimd), k, args, osites, nsimd)
         if dout is not out:
             out[...] = dout.get()
 
@@ -457,21 +458,30 @@ class SyclBackend:
         plan = rk.plan_site_sum(d.shape, self.REDUCE_PARTIALS // 2)
         return rk.finish(plan, self._reduce(plan, d.dtype, [d]))
 
-    #: the form of the Dirac (covariant) kernels: 'opencl-simd' (a work-item a site, its lanes one
-    #: OpenCL vector), 'opencl' (SIMT: a work-item a lane) or None for the device's own (SIMD on a
-    #: CPU device, whose runtime would otherwise vectorise across the lanes' work-items)
-    COVARIANT_FORM = None
+    #: the form of the generated kernels (expressions and Dirac): 'opencl-simd' (a work-item a
+    #: site, its lanes one OpenCL vector), 'opencl' (SIMT: a work-item a lane) or None for the
+    #: device's own: SIMD on a CPU device, whose runtime vectorises a SIMT kernel across the
+    #: lanes' work-items and ran it at half the speed of vector loads
+    FORM = None
 
-    def covariant_form(self, nsimd):
-        """The covariant kernels' target on this device for ``nsimd`` lanes."""
-        from .covariant import CVectorEmitter
-
-        form = self.COVARIANT_FORM
+    def form(self, nsimd):
+        """The generated kernels' form on this device for ``nsimd`` lanes."""
+        form = self.FORM
         if form is None:
             form = "opencl-simd" if self.queue.sycl_device.is_cpu else "opencl"
-        if form == "opencl-simd" and int(nsimd) not in CVectorEmitter.WIDTHS:
+        if form == "opencl-simd" and int(nsimd) not in codegen_c.VECTOR_WIDTHS:
             form = "opencl"  # no OpenCL vector of that many lanes
         return form
+
+    def _submit(self, form, k, args, sites, nsimd):
+        """Run a generated kernel over ``sites`` outer sites and wait: a work-item a site in the
+        vector form, else (site, lane) pairs (``codegen_c.thread_coords``) in a 2D range, given in
+        SYCL's order, whose last dimension is OpenCL's dimension 0, the lane."""
+        if form == "opencl-simd":
+            self.queue.submit(k, args, [int(sites)]).wait()
+            return
+        groups, spg = codegen_c.site_groups(sites, nsimd, threads_per_block())
+        self.queue.submit(k, args, [groups * spg, int(nsimd)], [spg, int(nsimd)]).wait()
 
     def _cov_kernel(self, kernel, nsimd, dtype, form):
         from . import covariant
@@ -487,27 +497,17 @@ class SyclBackend:
             k = self._kernels[key] = self._build(covariant.generate(kernel, form, nsimd, dtype), kernel.name)
         return k
 
-    def _submit_sites(self, k, args, sites, nsimd):
-        """Run a kernel whose work-items are (site, lane) pairs (``codegen_c.thread_coords``) and wait:
-        its 2D range, given in SYCL's order, whose last dimension is OpenCL's dimension 0, the lane."""
-        groups, spg = codegen_c.site_groups(sites, nsimd, threads_per_block())
-        self.queue.submit(k, args, [groups * spg, int(nsimd)], [spg, int(nsimd)]).wait()
-
     def launch(self, kernel, args, nsimd, dtype):
         """Run a covariant kernel (pygrid.accelerator.covariant): its OpenCL C on the queue."""
         from . import covariant
 
-        form = self.covariant_form(nsimd)
+        form = self.form(nsimd)
         k = self._cov_kernel(kernel, nsimd, dtype, form)
         # a host buffer (the unified memory manager) goes through a device copy
         call, back = covariant.device_call(kernel, args, self.to_device, self.tables.ints,
                                            lambda a: self.tables.reals(a, dtype), ctypes.c_longlong)
         call = [a.usm_data if isinstance(a, UsmArray) else a for a in call]
-        sites = covariant.thread_count(kernel, args, nsimd) // int(nsimd)
-        if form == "opencl-simd":
-            self.queue.submit(k, call, [sites]).wait()
-        else:
-            self._submit_sites(k, call, sites, nsimd)
+        self._submit(form, k, call, covariant.thread_count(kernel, args, nsimd) // int(nsimd), nsimd)
         for hbuf, d in back:
             hbuf[...] = d.get()
 
