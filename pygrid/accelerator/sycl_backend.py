@@ -1,15 +1,16 @@
 """The 'sycl' backend: generated OpenCL C built into a SYCL program by dpctl, on USM device memory.
 
-* Kernels: :func:`codegen_c.kernel_source` in the ``opencl`` dialect, built with
-  ``dpctl.program.create_program_from_source`` and submitted on a
-  ``dpctl.SyclQueue`` with one work-item per (outer site, lane) and
-  ``accelerator_threads`` work-items per work-group.
+* Kernels: :func:`codegen_c.kernel_source` and the covariant Dirac kernels in OpenCL C, built
+  with ``dpctl.program.create_program_from_source`` and submitted on a ``dpctl.SyclQueue``: on a
+  CPU device in the vector form (``opencl-simd``, a work-item per outer site, its lanes one
+  OpenCL vector), on a GPU in the SIMT form (a work-item per (outer site, lane),
+  ``accelerator_threads`` work-items per work-group); :meth:`SyclBackend.form`.
 * Memory: device buffers are USM device allocations (``dpctl.memory``) seen
   as arrays by :class:`UsmArray`, allocated for the MemoryManager by
   :class:`UsmDevice` (device name 'sycl').  Neither ``dpctl.tensor`` nor dpnp
   is needed.
 * Reductions run on the device: the OpenCL C of :mod:`.reduction_kernels` leaves
-  per-work-item partial sums, accumulated in double, that the host adds.
+  per-work-item partial sums, accumulated in double, in host USM, that the host adds.
 * The CPU OpenCL device (``intel-opencl-rt``): the ICD file that the wheel
   installs points at a path that does not exist
   (``/opt/anaconda1anaconda2anaconda3/lib/libintelocl.so``), so
