@@ -201,8 +201,8 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     np.testing.assert_array_equal(outs[1], outs[0])
 
 
-@pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
-@pytest.mark.parametrize("prec", ["double", "single"])
+@pytest.mark.parametrize("name,prec", [(n, p) for n in ("cuda-emulated", "opencl-emulated")
+                                       for p in ("double", "single")] + [("opencl-simd-emulated", "double")])
 def test_dirac_operators_through_generated_c(name, prec):
     grid, U, psi = setup(prec=prec, layout=(1, 1, 1, 4) if prec == "double" else None)
     D = pg.qcd.WilsonFermion(U, 0.1)
