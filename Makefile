@@ -45,7 +45,7 @@ EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions
 # below the working set of the operator tests, so fields are evicted and
 # brought back between and inside their kernels and solves; and the Dirac kernels of the other
 # backends (openmp, the emulations) on those fields, which they reach through host views. The random
-# expression trees of test_expr_properties follow, under an 8 MB watermark (their fields need 3 MB).
+# expression trees of test_expr_properties follow, under a 4 MB watermark (their fields need 3 MB).
 SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_axpy.py \
                tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py \
                tests/test_failure_atomic.py tests/test_propagator.py tests/test_boundary_conditions.py \
@@ -64,7 +64,7 @@ test: $(STAMP_TEST)
 	$(TEST_ENV) $(VPY) -m pytest -q -x --durations=15 $(PYTEST_ARGS) tests
 	$(TEST_ENV) PYGRID_TEST_DEVICE=emulated PYGRID_TEST_DEVICE_MEM=2 $(VPY) -m pytest -q -x $(EMULATED_SUITES)
 	$(TEST_ENV) PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=2 $(VPY) -m pytest -q -x $(SYCL_SUITES)
-	$(TEST_ENV) PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=8 $(VPY) -m pytest -q -x tests/test_expr_properties.py
+	$(TEST_ENV) PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=4 $(VPY) -m pytest -q -x tests/test_expr_properties.py
 	$(MPI_RUN) -n 2 $(VPY) -m pytest -q -x -p no:cacheprovider tests/mpi
 	$(MPI_RUN) -n 4 $(VPY) -m pytest -q -x -p no:cacheprovider tests/mpi
 	PYGRID_TEST_BACKEND=sycl PYGRID_TEST_DEVICE_MEM=2 $(MPI_RUN) -n 2 $(VPY) -m pytest -q -x -p no:cacheprovider \
