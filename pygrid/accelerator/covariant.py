@@ -301,6 +301,12 @@ class _Emitter:
             raise DescriptionError("values read with different lane permutes are combined without E.permute")
         return next(iter(kinds.values())) if kinds else UNIFORM
 
+    @staticmethod
+    def _check_permute(values, P):
+        for v in values:
+            if v.perm not in (None, UNIFORM) and v.perm is not P:
+                raise DescriptionError("E.permute with another permutation than the values were read with")
+
     def let(self, value: IExpr, prefix="i") -> IExpr:
         """Bind an integer expression to a name (evaluated once)."""
         name = self.fresh(prefix)
@@ -411,9 +417,7 @@ class CEmitter(_Emitter):
         return CV(self, name, perm)
 
     def permute(self, values, P: Permutation):
-        for v in values:
-            if v.perm not in (None, UNIFORM) and v.perm is not P:
-                raise DescriptionError("E.permute with another permutation than the values were read with")
+        self._check_permute(values, P)
         return [CV(self, v.name) for v in values]
 
     def store(self, field_name, site, plane, v: CV):
@@ -583,22 +587,19 @@ class CVectorEmitter(CEmitter):
         self._rows[key] = (self._open[-1], name)
         return name
 
-    def read(self, field_name, site, plane, perm: Permutation | None = None) -> CV:
-        row = self._row(field_name, site)
+    def _vload(self, row, plane, perm):
         name = self.fresh()
         self.emit(f"const {self.real} {name} = vload{self.NS}(0, {row} + {int(plane) * self.NS});")
         return CV(self, name, perm)
+
+    def read(self, field_name, site, plane, perm: Permutation | None = None) -> CV:
+        return self._vload(self._row(field_name, site), plane, perm)
 
     def read_either(self, field_name, halo_name, site, limit, plane, perm: Permutation | None = None) -> CV:
-        row = self._row(field_name, site, halo_name, limit)
-        name = self.fresh()
-        self.emit(f"const {self.real} {name} = vload{self.NS}(0, {row} + {int(plane) * self.NS});")
-        return CV(self, name, perm)
+        return self._vload(self._row(field_name, site, halo_name, limit), plane, perm)
 
     def permute(self, values, P: Permutation):
-        for v in values:
-            if v.perm not in (None, UNIFORM) and v.perm is not P:
-                raise DescriptionError("E.permute with another permutation than the values were read with")
+        self._check_permute(values, P)
         out = [CV(self, self.fresh("q")) for _ in values]
         self.emit(f"{self.real} " + ", ".join(f"{o.name} = {v.name}" for o, v in zip(out, values)) + ";")
         self.emit(f"if ({P.m.c()} != 0) {{")
@@ -721,9 +722,7 @@ class NumbaEmitter(_Emitter):
         return CV(self, name, perm)
 
     def permute(self, values, P: Permutation):
-        for v in values:
-            if v.perm not in (None, UNIFORM) and v.perm is not P:
-                raise DescriptionError("E.permute with another permutation than the values were read with")
+        self._check_permute(values, P)
         out = [CV(self, self.fresh("q")) for _ in values]
         for o, v in zip(out, values):
             self.emit(f"{o.name} = {v.name}")
