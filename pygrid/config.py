@@ -249,6 +249,7 @@ _FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "debug_mem": _parse_bool,
     "emulate_device": _parse_bool,
     "dslash": _parse_dslash,
+    "compress_links": _parse_bool,
     "log": _parse_log,
 }
 
@@ -287,6 +288,11 @@ class Config:
         (generated from the one kernel description, every backend), ``unroll``
         (the hand-unrolled CPU kernel, openmp and numpy backends) or ``auto``
         (the fastest the backend has).
+    compress_links
+        Let the Wilson operator's hand-unrolled kernel read its links as two rows of each SU(3)
+        matrix, rebuilding the third, on fields larger than the caches of a machine with
+        AVX-512 (:func:`pygrid.qcd.kernels_wilson.compression_pays`); links that are not SU(3)
+        times a phase are always read whole.
     log
         Log level, one of :data:`LOG_LEVELS`.
 
@@ -305,6 +311,7 @@ class Config:
     debug_mem: bool = False
     emulate_device: bool = False
     dslash: str = "auto"
+    compress_links: bool = True
     log: str = "message"
 
     def __post_init__(self) -> None:
@@ -433,6 +440,9 @@ FLAGS: tuple[FlagSpec, ...] = (
              env=("PYGRID_DSLASH",), value="generic"),
     FlagSpec("--dslash-unroll", "dslash", None,
              "Dirac operators use the hand-unrolled CPU kernel (openmp, numpy)", "auto", value="unroll"),
+    FlagSpec("--no-compress-links", "compress_links", None,
+             "the Wilson hop reads every link whole (by default, on large fields on AVX-512, two rows "
+             "of each SU(3) link and the third rebuilt)", "on", env=("PYGRID_COMPRESS_LINKS",), value=False),
     FlagSpec("--log", "log", "LEVEL",
              "log level: " + ", ".join(LOG_LEVELS), "message"),
 )
@@ -457,6 +467,7 @@ _ENV_VARS: tuple[tuple[str, str, Callable[[Any, str], Any]], ...] = (
     ("PYGRID_ACCELERATOR", "accelerator", _parse_accelerator),
     ("PYGRID_DEVICE_MEM", "device_mem", _parse_device_mem),
     ("PYGRID_DSLASH", "dslash", _parse_dslash),
+    ("PYGRID_COMPRESS_LINKS", "compress_links", _parse_bool),
 )
 
 

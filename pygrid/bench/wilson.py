@@ -4,7 +4,10 @@ Uses ``pg.qcd.WilsonFermion(U, mass).Dhop(psi, out=chi)``.  Counts per site:
 ``FLOPS_PER_SITE`` = 1320 flops (Grid's count, 8 Nc (7 + 16 Nc)); bytes: the compulsory
 traffic, what a perfect kernel must move: the spinor read once (24 reals), the 4 links
 stored at the site (72 reals; U(x-mu) is the neighbour's) and the result written (24 reals)
-= 120 reals = 960 B in double, 480 B in single.  The roofline is a copy of the same
+= 120 reals = 960 B in double, 480 B in single; where the operator reads its links compressed
+(two rows of each SU(3) matrix, on large fields on AVX-512: ``kernels_wilson.compress_links``)
+a perfect kernel moves 12 reals a link, 96 reals = 768 B in double, and the Dhop row counts
+those.  The roofline is a copy of the same
 working set (psi, U and the result) in the same run, so no kernel can pass 100%
 except by what the cache keeps between calls.
 
@@ -26,7 +29,10 @@ from .timing import mpi_summary, time_operator
 from .units import real_bytes
 
 REALS_PER_SITE = 24 + 4 * 18 + 24   # 120
+REALS_PER_SITE_COMPRESSED = 24 + 4 * 12 + 24   # 96
 BYTE_MODEL = "compulsory traffic: the spinor read once, 4 links per site, the result written"
+BYTE_MODEL_COMPRESSED = ("compulsory traffic: the spinor read once, 4 links per site as two rows of each "
+                         "SU(3) matrix (the links compressed), the result written")
 VERIFY_DIMS = (4, 4, 4, 4)
 MASS = 0.1
 
@@ -76,10 +82,17 @@ def run(dims, precision, ctx):
         r.notes.append(note)
     ctx.progress.step(f"wilson {precision}: compiling and timing Dhop")
     t, tmin, it, extra = time_operator(ctx, lambda: D.Dhop(psi, out=chi), f"wilson {precision} Dhop", grid)
-    r.kernels.append(Kernel("Dhop", "pygrid", t, tmin, it, V, FLOPS_PER_SITE, REALS_PER_SITE * rb,
-                            "WilsonFermion.Dhop(psi, out=chi); bytes: " + BYTE_MODEL, extra))
-    r.roofline = measure_copy(V * REALS_PER_SITE * rb, precision, ctx.timer, f"wilson {precision} copy")
-    r.extra["byte_model"] = BYTE_MODEL
+    compressed = D.reads_compressed_links()
+    reals, model = ((REALS_PER_SITE_COMPRESSED, BYTE_MODEL_COMPRESSED) if compressed
+                    else (REALS_PER_SITE, BYTE_MODEL))
+    r.kernels.append(Kernel("Dhop", "pygrid", t, tmin, it, V, FLOPS_PER_SITE, reals * rb,
+                            "WilsonFermion.Dhop(psi, out=chi); bytes: " + model, extra))
+    r.roofline = measure_copy(V * reals * rb, precision, ctx.timer, f"wilson {precision} copy")
+    r.extra["byte_model"] = model
+    r.extra["compressed_links"] = compressed
+    if compressed:
+        r.notes.append("the links read compressed (two rows of each SU(3) matrix): 12 reals a link in the "
+                       "byte count and the roofline; --no-compress-links reads them whole")
     r.extra["mass"] = MASS
     if grid.decomposed:
         r.notes.append(mpi_summary(r.kernels[0], grid))

@@ -100,7 +100,7 @@ _BOUND = {}  # id()s of a call's buffers and stencil, and its parameters -> _Bou
 
 
 def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, which=None,
-         link_halo=None, diag_s=None, inv_s=None, mul_s=None):
+         link_halo=None, diag_s=None, inv_s=None, mul_s=None, links_c=None):
     """``out = scale * hop(psi) + alpha * diag`` on raw buffers; returns out.
 
     ``diag_s``, on 5D fields: the diagonal term is ``alpha * A diag`` for A cyclic bidiagonal in s
@@ -119,11 +119,14 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     alias ``psi``; ``diag`` may be ``out``.  ``which`` overrides the variant.
     On a lattice split over ranks the halo is exchanged here; ``link_halo``
     (:func:`pygrid.stencil.halo.exchange_rows` of ``ub``) saves exchanging the links again.
+    ``links_c``: ``uf`` and ``ub`` compressed (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`,
+    the caller keeps them equal to the links), which the unrolled kernel reads in their place on
+    4D fields on one rank.
     """
     backend = get_backend()
     key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which,
-           id(diag_s), id(inv_s), id(mul_s))
-    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s)
+           id(diag_s), id(inv_s), id(mul_s), id(links_c))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s, links_c)
     hit = _BOUND.get(key)
     if hit is not None and hit.backend is backend and hit.config is current() and hit.holds(held):
         hit.run(out, psi, uf, ub, diag if hit.use_diag else out)
@@ -170,8 +173,10 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         solve = _solve_in_s(inv_s, Ls, dtype)
         mul = None if mul_s is None else _diagonal_term(1.0, mul_s, Ls, dtype)
         terms = (dterm, solve, mul)
-        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, *terms)
-        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, *terms)
+        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, *terms,
+                        links_c=links_c)
+        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, *terms,
+                               links_c=links_c)
         if run is not None:
             keep(_BOUND, key, _Bound(backend, current(), run, use_diag), held)
         return out
@@ -215,10 +220,12 @@ def _finish_in_s(out, diag, alpha, Ls, diag_s, inv_s, mul_s):
 _COEFS = {}
 
 
-def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s=None):
+def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s=None, links_c=None):
     """What a kept call on these arguments holds weakly (the arrays of ``diag_s``, ``inv_s`` and
-    ``mul_s`` with them)."""
+    ``mul_s`` with them, and the compressed links)."""
     held = (out, psi, uf, ub, stencil) if diag is None else (out, psi, uf, ub, stencil, diag)
+    if links_c is not None:
+        held += (links_c,)
     for tables in (diag_s, inv_s, mul_s):
         if tables is not None:
             held += tuple(tables)
@@ -268,13 +275,13 @@ def _scaled(structure, alpha):
 
 
 def bound(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, diag_s=None,
-          inv_s=None, mul_s=None):
+          inv_s=None, mul_s=None, links_c=None):
     """``run()``: the launch :func:`dhop` bound to these buffers at its call with them (the same
     arguments), to run again on the same buffers; None where that call bound none (the generic
     kernel, a lattice split over ranks).  Valid under the backend and configuration of that call."""
     hit = _BOUND.get((id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, None,
-                      id(diag_s), id(inv_s), id(mul_s)))
-    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s)
+                      id(diag_s), id(inv_s), id(mul_s), id(links_c)))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s, links_c)
     if hit is None or not hit.holds(held):
         return None
     return hit.run.prepared

@@ -80,7 +80,7 @@ def again(calls, key, fields) -> bool:
 
 
 def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, halo_of=None,
-        kept_only=False, diag_s=None, inv_s=None, mul_s=None, key=None):
+        kept_only=False, diag_s=None, inv_s=None, mul_s=None, key=None, links_c=None):
     """``tgt = scale * hop(src) + alpha * diag`` on fields; returns tgt (``alpha * A diag`` with
     ``diag_s``, A's bidiagonal structure in s; A^-1 applied after the hop with ``inv_s``; the hop
     multiplied in s by B first with ``mul_s``: see :func:`pygrid.qcd.dslash.dhop`).
@@ -94,7 +94,8 @@ def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None
     checks when it was made, and a field's grid, type and precision do not change).  ``key``: the
     call's key in ``calls``, from a caller whose key, with ``id(src)`` and ``id(tgt)`` in it, fixes
     every other argument (the ids of nine objects took 0.4 us of a Dirac call); by default one built
-    from them all.
+    from them all.  ``links_c``: ``uf`` and ``ub`` compressed (see :func:`pygrid.qcd.dslash.dhop`;
+    a caller that changes them clears ``calls``).
     """
     if diag is None or alpha == 0.0:
         diag, alpha = None, 0.0
@@ -121,8 +122,8 @@ def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None
         d = None if diag is None else p if diag is src else o if diag is tgt else arrays[-1]
         lh = halo_of.link_halo(stencil, ub, u_b) if halo_of is not None else None
         dhop(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, link_halo=lh, diag_s=diag_s, inv_s=inv_s,
-             mul_s=mul_s)
-        launch = bound(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, diag_s, inv_s, mul_s)
+             mul_s=mul_s, links_c=links_c)
+        launch = bound(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, diag_s, inv_s, mul_s, links_c)
     if launch is not None:
         keep(calls, key, HopCall(kept, arrays, launch), fields, MAX_CALLS)
     return tgt

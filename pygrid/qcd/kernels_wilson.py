@@ -126,6 +126,10 @@ FAR_BYTES = 12 << 20
 #: two runs on 28 MB, and the tiled order 1.2-1.7x on 30-120 MB
 REGISTER_BYTES = 24 << 20
 
+#: reals per link (of each lane) the kernel reads: a whole SU(3) matrix, or its first two rows
+#: (``compressed``, :func:`compress_links`)
+LINK_REALS = {False: 18, True: 12}
+
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
 FLOPS_PER_SITE = 1320
 
@@ -202,13 +206,16 @@ def gamma_structure():
     return tuple(out)
 
 
-def _source(ns, dtype, five_d, wide=False):
+def _source(ns, dtype, five_d, wide=False, compressed=False):
     """numba source of the hopping kernel written with explicit SIMD vectors (pygrid.accelerator.simd_numba).
 
     ``five_d``: the variant for 5D fields, which also prefetches the neighbour's slice
     ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
     ``wide``: the structure for 32 vector registers (both spins of the half spinor through
     the link together; for 4D fields the result spinor held in registers over the points).
+    ``compressed`` (4D fields, ``wide``): links stored as their first two rows
+    (:func:`compress_links`), the kernel ``dhop_local`` alone, taking the phase tables ``zif, zib,
+    ztab`` after its other arguments.
     """
     NS = int(ns)
     out = [
@@ -216,23 +223,24 @@ def _source(ns, dtype, five_d, wide=False):
         "from numba import njit",
         "from pygrid.accelerator.simd_numba import prefetch_lines, prefetch_l2_lines, vload, vstore, vzero, "
         "vsplat, vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vstoret_nt, store_fence, vcaxpy, "
-        "vscalet, vpermt, vproj2, vrecon2",
+        "vscalet, vpermt, vproj2, vrecon2, vthirdrow, vcmatvec3",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
         "U = np.uint64",
         f"FS = U({24 * NS})  # reals per fermion site",
-        f"GS = U({72 * NS})  # reals per gauge-field site (4 links)",
+        f"GS = U({4 * LINK_REALS[compressed] * NS})  # reals per gauge-field site (4 links)",
         f"HS = U({12 * NS})  # reals per half spinor (a halo slice)",
         f"NSU = U({NS})",
     ]
     out += [f"Q{k} = U({k * NS})" for k in range(24)]  # offset of real plane k (component k//2, re/im)
-    out += [f"M{mu} = U({mu * 18 * NS})" for mu in range(4)]
+    out += [f"M{mu} = U({mu * LINK_REALS[compressed] * NS})" for mu in range(4)]
     line = 64 // np.dtype(dtype).itemsize
     # cache lines of one fermion slice, and that a link and a site's four links may straddle
     # (fields start on a line, but a field adopted from numpy may not)
-    nls, nlg = (24 * NS + line - 1) // line, (18 * NS + line - 1) // line + 1
-    nlu = (72 * NS + line - 1) // line + 1
+    lr = LINK_REALS[compressed]
+    nls, nlg = (24 * NS + line - 1) // line, (lr * NS + line - 1) // line + 1
+    nlu = (4 * lr * NS + line - 1) // line + 1
     out += [f"PD = {int(PREFETCH_DISTANCE)}", "PDU = U(PD)", f"SPF = U({int(SLICE_PREFETCH)})",
             f"FD = {int(FAR_DISTANCE)}"]
     out += [
@@ -315,6 +323,14 @@ def _source(ns, dtype, five_d, wide=False):
                "of the last step calls this one compiled function"
                + (", which also reads neighbours on other ranks." if halo else "."),
                "@_jit")
+    if compressed:
+        if five_d or not wide:
+            raise ValueError("compressed links: the wide 4D kernel only")
+        body = _register_body(nls, nlg, nlu, False, np.dtype(dtype).itemsize, compressed=True)
+        fn(f"dhop_local({args}, zif, zib, ztab)", body,
+           "dhop_local on links stored as their first two rows (compress_links), the third rebuilt "
+           "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab.", "@_jit")
+        return "\n".join(out) + "\n"
     for last in LAST if five_d else ("plain",):
         sfx = "" if last == "plain" else "_" + last
         fn(f"dhop_kernel{sfx}({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True, dtype, last),
@@ -358,15 +374,21 @@ def _phase_code(imag, sign):
     return (1 if imag else 0) + (2 if sign < 0 else 0)
 
 
-def _neighbour_product(ind, p, n, m, project, from_halo, halo):
+def _neighbour_product(ind, p, n, m, project, from_halo, halo, compressed=False):
     """Source lines (indented by ``ind``) setting ``w`` to point p's term before reconstruction:
     the projected neighbour ``n`` (``project``; with ``halo``, ``from_halo`` for a neighbour on
     another rank), its lanes permuted by ``m``, times U(x) (forward) or U(x - mu)^dag (backward,
-    before the permute), both spins of the half spinor at once."""
+    before the permute), both spins of the half spinor at once; ``compressed``: links of two rows
+    whose third rows are ``t{p}`` (:func:`compress_links`)."""
     mu, i2 = p % 4, ind + "    "
 
+    def product(links, row, dag):
+        if compressed:
+            return f"vcmatvec3({links}, {row} * GS + M{mu}, t{p}, w, {dag})"
+        return f"vcmatvec({links}, {row} * GS + M{mu}, w, 3, {dag})"
+
     def adj(links, row):  # the backward link's product, read where the neighbour is
-        return [f"{i2 if halo else ind}w = vcmatvec({links}, {row} * GS + M{mu}, w, 3, 1)"] if p >= 4 else []
+        return [f"{i2 if halo else ind}w = {product(links, row, 1)}"] if p >= 4 else []
 
     if halo:
         # a neighbour on another rank arrives projected (and its backward link in ubh)
@@ -376,11 +398,11 @@ def _neighbour_product(ind, p, n, m, project, from_halo, halo):
         lines = [f"{ind}w = {project}", *adj("ub", n)]
     lines += [f"{ind}if {m} != 0:", f"{i2}w = vpermt(w, pxor[{m}], lanes, U({m}) * NSU)"]
     if p < 4:
-        lines += [f"{ind}w = vcmatvec(uf, uo * GS + M{mu}, w, 3, 0)"]
+        lines += [f"{ind}w = {product('uf', 'uo', 0)}"]
     return lines
 
 
-def _register_body(nls, nlg, nlu, halo, itemsize):
+def _register_body(nls, nlg, nlu, halo, itemsize, compressed=False):
     """The wide structure for 4D fields: site by site, the whole result spinor held in 24 vector
     variables over the eight points (LLVM keeps most of them in AVX-512's 32 registers), written once
     at the end.  With ``far`` (fields larger than the caches) it prefetches into L2, ``FAR_DISTANCE``
@@ -409,13 +431,23 @@ def _register_body(nls, nlg, nlu, halo, itemsize):
             body += [f"        prefetch_l2_lines(ub, n2 * GS + M{p % 4}, {nlg})"]
     for p in range(8):
         body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
-    body += _register_points("    ", lambda n: f"{n} * FS", halo)
+    if compressed:
+        # the eight third rows first, read at an offset of zero (Ls - 1 of a 4D field) that LLVM
+        # cannot see, so that their loads are not merged with the products' loads of the same rows:
+        # merged, all eight links' rows stayed live from here to their points and spilled, and the
+        # kernel ran 0.6x in cache; apart, 0.8-0.9x in cache and 1.2-1.3x at 24^4
+        body.insert(body.index("for i in range(lo, hi):"), "OPQ = U(Ls) - U(1)")
+        for p in range(8):
+            links, row, z = ("uf", "uo", "zif") if p < 4 else ("ub", f"n{p}", "zib")
+            body += [f"    t{p} = vthirdrow({links}, {row} * GS + M{p % 4} + OPQ, ztab, "
+                     f"{z}[{row} * U(4) + U({p % 4})], W)"]
+    body += _register_points("    ", lambda n: f"{n} * FS", halo, compressed)
     body += _register_finish("    ", True)
     body += ["if nt:", "    store_fence()"]
     return body
 
 
-def _register_points(ind, src, halo):
+def _register_points(ind, src, halo, compressed=False):
     """Source lines (indented by ``ind``) of the register order's eight points into the result
     spinor's variables c0..c3: neighbour ``n{p}`` (its spinor at psi[src(n{p}):]) projected,
     its lanes permuted by ``m{p}``, through the link, rebuilt into the four spins."""
@@ -425,7 +457,7 @@ def _register_points(ind, src, halo):
         g = "gf" if p < 4 else "gb"
         n = f"n{p}"
         body += _neighbour_product(ind, p, n, f"m{p}", _projection(mu, "psi", src(n), g),
-                                   f"hload2(halo, ({n} - N4) * HS)", halo)
+                                   f"hload2(halo, ({n} - N4) * HS)", halo, compressed)
         for a, half in ((0, "w[:6]"), (1, "w[6:]")):
             low, ph = _reconstruction(mu, a)
             if p == 0:
@@ -759,18 +791,20 @@ def wide_default():
     return host_simd_bits() >= 512
 
 
-def _module(nsimd, dtype, Ls, wide=None):
-    fast = (nsimd, dtype, Ls > 1, wide)  # what dhop() passes: a lookup without np.dtype(...).name (7 us)
+def _module(nsimd, dtype, Ls, wide=None, compressed=False):
+    # what dhop() passes: a lookup without np.dtype(...).name (7 us)
+    fast = (nsimd, dtype, Ls > 1, wide, compressed)
     m = _modules.get(fast)
     if m is not None:
         return m
-    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, wide_default() if wide is None else bool(wide))
+    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, wide_default() if wide is None else bool(wide),
+           bool(compressed))
     m = _modules.get(key)
     if m is None:
         # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
         # version is part of the source, so a change recompiles
         src = f"# simd_numba version {simd_numba.VERSION}\n" + _source(*key)
-        what = "5D domain-wall" if key[2] else "Wilson"
+        what = "5D domain-wall" if key[2] else "compressed-link Wilson" if compressed else "Wilson"
         m = load_module(src, "pygrid_wilson",
                         label=f"the unrolled {what} Dhop kernels ({key[1]}, Nsimd {key[0]})")
         _modules[key] = m
@@ -781,11 +815,14 @@ def _module(nsimd, dtype, Ls, wide=None):
     return m
 
 
-def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"):
+def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain", compressed=False):
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
     disk); ``wide`` picks the structure (default: from the host's registers, :func:`wide_default`);
-    ``halo``: the kernel that also reads neighbours on other ranks (else one that never does)."""
-    m = _module(nsimd, dtype, Ls, wide)
+    ``halo``: the kernel that also reads neighbours on other ranks (else one that never does);
+    ``compressed``: the 4D kernel on links of two rows (:func:`compress_links`; wide machines)."""
+    if compressed and (halo or int(Ls) > 1 or last != "plain"):
+        raise ValueError("compressed links: the 4D kernel on one rank only")
+    m = _module(nsimd, dtype, Ls, wide, compressed)
     sfx = "" if last == "plain" else "_" + last
     return getattr(m, ("dhop_kernel" if halo else "dhop_local") + sfx)
 
@@ -810,6 +847,111 @@ TILE_BYTES = 24 * 1024
 
 def _tile(Ls, nsimd, dtype):
     return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
+
+
+#: most distinct phase vectors (a lane vector each) that compressed links may carry: the boundary
+#: phases and twists of a fermion give a few (per direction: one inside, one on the edge, and the
+#: lane patterns of an edge that a SIMD-split direction spreads over the lanes)
+MAX_PHASES = 64
+
+
+def compress_links(links, rtol=32.0):
+    """The links of the host buffers ``links`` (each shaped (osites, 36, 2, nsimd), one lattice's
+    links per buffer) stored as their first two rows, for the kernel of ``compressed=True``; None
+    where a link is not an SU(3) matrix times a phase.
+
+    A link ``U' = z U`` (U in SU(3), |z| = 1: a boundary phase or a twist on an SU(3) link) has the
+    third row ``det(U') conj(row0 x row1)``, so the kernel reads 12 of its 18 reals and rebuilds the
+    rest.  The phases ``det(U')`` are grouped into lane vectors (one per outer site and direction),
+    of which a field has a few: ``ztab`` (shaped (K, 2, nsimd), re and im; row 0 is 1, which the
+    kernel does not read) and, per buffer, ``zi`` (int32, ``4 * osite + mu``) the row of each.
+    Every third row rebuilt from what is kept is checked against the stored one, to ``rtol``
+    times the precision's epsilon: links that are not unitary to their precision (smeared,
+    random complex matrices) return None, and the kernel reads them whole.
+
+    Returns ``([(rows, zi) per buffer], ztab)`` with ``rows`` shaped (osites, 24, 2, nsimd).
+    """
+    dtype = links[0].dtype
+    W = links[0].shape[3]
+    tol = rtol * float(np.finfo(dtype).eps)
+    zs, fs = [], []
+    for buf in links:
+        if buf.ndim != 4 or buf.shape[1:3] != (36, 2) or buf.dtype != dtype or buf.shape[3] != W:
+            raise ConformabilityError(f"compress_links: a link buffer shaped {buf.shape} {buf.dtype}; "
+                                      f"expected (n, 36, 2, {W}) {dtype}")
+        u = buf.reshape(-1, 4, 3, 3, 2, W).astype(np.float64)
+        z = np.moveaxis(u[..., 0, :] + 1j * u[..., 1, :], -1, 2)  # (osites, 4, W, 3, 3)
+        zs.append(z)
+        fs.append(np.linalg.det(z).reshape(-1, W))
+    f = np.concatenate(fs)
+    if not np.all(np.isfinite(f)):
+        return None
+    # the phases grouped greedily, each group's vector the first met (row 0 is 1 exactly: the
+    # kernel skips it), to within the tolerance of the check below
+    table = [np.ones(W, np.complex128)]
+    index = np.full(len(f), -1, np.int64)
+    while True:
+        index[(index < 0) & np.all(np.abs(f - table[-1]) <= tol, axis=1)] = len(table) - 1
+        left = np.flatnonzero(index < 0)
+        if not len(left):
+            break
+        if len(table) == MAX_PHASES:
+            return None
+        table.append(f[left[0]])
+    table = np.array(table)
+    out, at = [], 0
+    for buf, z in zip(links, zs):
+        n = z.shape[0] * 4
+        zi = index[at:at + n]
+        phase = table[zi].reshape(z.shape[:3])
+        third = phase[..., None] * np.conj(np.cross(z[..., 0, :], z[..., 1, :]))
+        if np.abs(third - z[..., 2, :]).max(initial=0.0) > tol:
+            return None
+        rows = np.ascontiguousarray(buf.reshape(-1, 4, 9, 2, W)[:, :, :6]).reshape(-1, 24, 2, W)
+        out.append((rows, np.ascontiguousarray(zi, np.int32)))
+        at += n
+    ztab = np.ascontiguousarray(np.stack([table.real, table.imag], axis=1), dtype)
+    return out, ztab
+
+
+class CompressedLinks:
+    """The links a hop reads (``uf`` at the output sites, ``ub`` at the source sites) as their first
+    two rows, with their phase tables (:func:`compress_links`): what ``links_c`` of
+    :func:`run_unrolled` takes.  Made by :meth:`of`."""
+
+    __slots__ = ("uf", "ub", "zif", "zib", "ztab", "__weakref__")
+
+    def __init__(self, uf, ub, zif, zib, ztab):
+        self.uf, self.ub, self.zif, self.zib, self.ztab = uf, ub, zif, zib, ztab
+
+    @classmethod
+    def of(cls, uf, ub):
+        """The compressed links of the host buffers ``uf`` and ``ub`` (the same on a full grid), or
+        None where a link is not an SU(3) matrix times a phase."""
+        bufs = [uf] if ub is uf else [uf, ub]
+        made = compress_links(bufs)
+        if made is None:
+            return None
+        rows, ztab = made
+        (cf, zf), (cb, zb) = rows[0], rows[-1]
+        return cls(cf, cb, zf, zb, ztab)
+
+    def tables(self):
+        """The kernel's last arguments."""
+        return self.zif, self.zib, self.ztab
+
+
+def compression_pays(n4, nsimd, dtype, Ls=1):
+    """Whether the hop on fields of ``n4`` 4D outer sites reads its links compressed: on wide machines,
+    4D fields larger than the caches (``FAR_BYTES``).  Where the fields fit the caches the arithmetic
+    that rebuilds the third rows costs more than the bytes it saves (Wilson 8^4 double ran 0.8-0.9x
+    compressed; 16^4 and 24^4 1.2-1.3x, same-process A/B on the AVX-512 machine)."""
+    return int(Ls) == 1 and wide_default() and _field_bytes(n4, Ls, nsimd, dtype) > FAR_BYTES
+
+
+def _field_bytes(n4, Ls, nsimd, dtype):
+    """The bytes of a hop's fields: the spinor in and out, and the links."""
+    return int(n4) * (2 * int(Ls) * 24 + 72) * int(nsimd) * np.dtype(dtype).itemsize
 
 
 #: the sites between a site and its t-neighbour should hold at most this many bytes (spinors and links)
@@ -863,7 +1005,7 @@ MIN_PIECE_SITES = 384
 
 
 def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None, dterm=None,
-                 solve=None, mul=None):
+                 solve=None, mul=None, links_c=None):
     """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`.
 
     On a lattice split over ranks the face half spinors are packed and sent
@@ -872,7 +1014,9 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     backward neighbours on other ranks (:func:`pygrid.stencil.halo.exchange_rows`
     of ``ub``; exchanged here when not given).  ``dterm``: the diagonal term's coefficients, see
     :func:`diagonal_term`; ``solve``: a solve in s after the hop, :func:`solve_in_s`; ``mul``: a
-    multiply in s before them, :func:`diagonal_term` of the matrix with alpha 1.
+    multiply in s before them, :func:`diagonal_term` of the matrix with alpha 1.  ``links_c``: the
+    links ``uf``, ``ub`` compressed (:class:`CompressedLinks`), which a 4D hop on one rank reads
+    in their place.
     """
     for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
@@ -885,6 +1029,10 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     last = _last(args)
     plan = stencil.plan
     if plan is None or not plan.nhalo:
+        if links_c is not None and int(Ls) == 1:
+            full = _compressed_args(args, links_c, st)
+            st.launcher(backend, st.kernel_c, full)(st.n4, *full)
+            return
         full = args + (st.sites, st.none, st.none)
         st.launcher(backend, st.kernel[last], full)(st.n4, *full)
         return
@@ -908,6 +1056,12 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     if len(st.boundary):
         launch = st.launcher(backend, st.kernel_halo[last], args + (st.boundary,) + tail)
         launch(len(st.boundary), *args, st.boundary, *tail)
+
+
+def _compressed_args(args, links_c, st):
+    """The arguments of the kernel on compressed links: ``args`` (:func:`kernel_args`) with the
+    compressed links in place of ``uf`` and ``ub``, and the phase tables last."""
+    return args[:2] + (links_c.uf, links_c.ub) + args[4:] + (st.sites, st.none, st.none) + links_c.tables()
 
 
 def _writable(a):
@@ -977,7 +1131,7 @@ def diagonal_term(alpha, stream, Ls, dtype):
 
 
 def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None, solve=None,
-                  mul=None):
+                  mul=None, links_c=None):
     """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
     the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``, its
     arguments packed once); the caller passes the same buffers again, alive.  ``run.prepared()``
@@ -989,20 +1143,27 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
             a.flags.writeable for a in (out, psi, uf, ub, diag)):
         return None
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul) + (
-        st.sites, st.none, st.none)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
+    kernel = st.kernel[_last(args)]
+    if links_c is not None and int(Ls) == 1:
+        args, kernel = _compressed_args(args, links_c, st), st.kernel_c
+    else:
+        args += (st.sites, st.none, st.none)
     # each outer site writes its own result: the threads may share out the blocks' pieces
-    launch = backend.bind_kernel(st.kernel[_last(args)], *args, balance=True)
+    launch = backend.bind_kernel(kernel, *args, balance=True)
     n4 = st.n4
     again = launch.again
 
-    def run(out, psi, uf, ub, diag, _tables=args[5:]):
-        # the buffers it was bound with (the caller checked that they are these); the launch holds
-        # its arguments weakly, so the tables and coefficients, which caches may drop, are held here
+    # the launch holds its arguments weakly: the tables and coefficients, which caches may drop, and
+    # the compressed links are held here
+    held = args[5:] + (links_c,)
+
+    def run(out, psi, uf, ub, diag, _tables=held):
+        # the buffers it was bound with (the caller checked that they are these)
         again(n4)
 
     run.prepared = launch.prepared(n4)
-    run.prepared.tables = args[5:]
+    run.prepared.tables = held
     return run
 
 
@@ -1019,8 +1180,10 @@ class _LaunchState:
         lasts = LAST if int(Ls) > 1 else ("plain",)
         self.kernel = {last: kernel_for(nsimd, dtype, Ls, last=last) for last in lasts}
         self.kernel_halo = {last: kernel_for(nsimd, dtype, Ls, halo=True, last=last) for last in lasts}
-        field_bytes = self.n4 * (2 * int(Ls) * 24 + 72) * int(nsimd) * np.dtype(dtype).itemsize
+        field_bytes = _field_bytes(self.n4, Ls, nsimd, dtype)
         self.far = bool(field_bytes > FAR_BYTES)
+        self.nsimd, self.dtype = nsimd, dtype
+        self._kernel_c = None
         if int(Ls) > 1 and field_bytes <= REGISTER_BYTES and wide_default():
             for last in LAST:
                 self.kernel[last] = kernel_for(nsimd, dtype, Ls, last="register" + ("" if last == "plain"
@@ -1060,6 +1223,13 @@ class _LaunchState:
         step = max(1, -(-len(inner) // pieces))
         self.pieces = [read_only(inner[c:c + step]) for c in range(0, len(inner), step)]
 
+
+    @property
+    def kernel_c(self):
+        """The kernel on compressed links (compiled at its first launch)."""
+        if self._kernel_c is None:
+            self._kernel_c = kernel_for(self.nsimd, self.dtype, wide=True, compressed=True)
+        return self._kernel_c
 
     def launcher(self, backend, kernel, args):
         """``launch(osites, *args)``: ``backend.bind_kernel(kernel, *args)``, kept per backend and

@@ -12,12 +12,14 @@ from __future__ import annotations
 from ..accelerator import get_backend
 from ..accelerator.rows import host_rows
 from ..cartesian import GridCartesian
+from ..config import current
 from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..lattice import Lattice, pick_checkerboard, set_checkerboard
+from ..memory import ViewMode
 from ..stencil import Stencil, wilson_displacements
 from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
-from . import kernels_wilson as kw
+from . import dslash, kernels_wilson as kw
 from .boundary import FermionBoundary
 from .fermion import FermionOperator, committing
 from .hop import again, hop as hop_fields
@@ -38,6 +40,13 @@ class WilsonFermion(FermionOperator):
     ``MdagM``, ``Dhop``) or of its red-black grid (``Meooe``, ``MeooeDag``, ``Mooee``,
     ``MooeeDag``, ``MooeeInv``, ``MooeeInvDag``, ``DhopEO``, ``DhopOE``).  Each method returns
     a new field, or writes into ``out=`` and returns it.
+
+    On fields larger than the caches of an AVX-512 machine (the hand-unrolled kernel, one rank;
+    ``compress_links`` in the configuration, on by default) the hops read each link as the first
+    two rows of an SU(3) matrix and rebuild the third (``kernels_wilson.compress_links``): the
+    operator keeps that copy of its links, two thirds of their bytes, on the host, outside the
+    device memory cache, and makes it again when the links are written.  Links that are not SU(3)
+    times a phase to their precision are read whole.
     """
 
     flops_per_site = kw.FLOPS_PER_SITE
@@ -63,6 +72,13 @@ class WilsonFermion(FermionOperator):
         self.stencil_cb = tuple(Stencil(self.rb_grid, wilson_displacements(), cb) for cb in (0, 1))
         self._link_halos = {}
         self._hop_calls = {}   # pygrid.qcd.hop: the calls on the same fields again
+        # whether the full-grid and the even-odd hops would read compressed links (their fields' size
+        # and the machine), and the compressed links made, per hop (None: the full grid, or the
+        # source checkerboard), with the links' versions they were made from
+        self._compress = tuple(not s.nhalo and kw.compression_pays(s.neighbours.shape[1], g.nsimd,
+                                                                   U.real_dtype)
+                               for s in (self.stencil, self.stencil_cb[0]))
+        self._links_c = {}
 
     def __repr__(self):
         return f"WilsonFermion(mass={self.mass}{self.boundary.describe()}, {self.precision}, {self.grid})"
@@ -86,10 +102,42 @@ class WilsonFermion(FermionOperator):
                 stencil.plan, buf, lambda a, rows: host_rows(backend, a, rows)))
         return hit[1]
 
+    def _compressed(self, cb_in):
+        """The links of the hop from checkerboard ``cb_in`` (None: the full-grid hop) compressed for
+        the hand-unrolled kernel (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`), or None where
+        it reads them whole.  Made again when the links were written since (a kept call bound to
+        the old ones is dropped)."""
+        if not self._compress[cb_in is not None]:
+            return None
+        if not current().compress_links or dslash.variant() != "unroll":
+            return None
+        uf, ub = (self.links, self.links) if cb_in is None else (self.U_cb[1 - cb_in], self.U_cb[cb_in])
+        version = (uf._manager.write_count(uf._key), ub._manager.write_count(ub._key))
+        hit = self._links_c.get(cb_in)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        if hit is not None:
+            self._hop_calls.clear()
+        with uf.view(ViewMode.CpuRead) as a:
+            if ub is uf:
+                made = kw.CompressedLinks.of(a, a)
+            else:
+                with ub.view(ViewMode.CpuRead) as b:
+                    made = kw.CompressedLinks.of(a, b)
+        self._links_c[cb_in] = (version, made)
+        return made
+
+    def reads_compressed_links(self, cb_in=None) -> bool:
+        """Whether the full-grid hop (``cb_in`` 0 or 1: the even-odd hop from that checkerboard)
+        reads the links compressed under the current backend and configuration (see the class's
+        documentation)."""
+        return self._compressed(cb_in) is not None
+
     # ---- kernels -----------------------------------------------------------------
     def _hop(self, psi, out, dag, alpha, name):
         """Full-grid hopping term (alpha != 0: plus alpha * psi)."""
         links = self.links
+        links_c = self._compressed(None) if self._compress[0] else None
         if out is not None and out is not psi and again(
                 self._hop_calls, (dag, alpha, id(psi), id(out)),
                 (psi, links, links, out) if alpha == 0.0 else (psi, links, links, out, psi)):
@@ -99,7 +147,7 @@ class WilsonFermion(FermionOperator):
 
         def hop(src, tgt):
             hop_fields(self._hop_calls, src, links, links, tgt, self.stencil, 1, -0.5, alpha, src, dag,
-                       halo_of=self, key=(dag, alpha, id(src), id(tgt)))
+                       halo_of=self, key=(dag, alpha, id(src), id(tgt)), links_c=links_c)
 
         return self._final_hop(psi, res, None, hop)
 
@@ -107,15 +155,18 @@ class WilsonFermion(FermionOperator):
         """tgt's buffer = the hopping term from psi's checkerboard to the other one (tgt does not alias
         psi; its checkerboard is the caller's).  ``kept_only``: see :func:`pygrid.qcd.hop.hop`."""
         cb_in = psi._cb  # the checkerboard property's value, without its call
+        links_c = self._compressed(cb_in) if self._compress[1] else None
         return hop_fields(self._hop_calls, psi, self.U_cb[1 - cb_in], self.U_cb[cb_in], tgt,
                           self.stencil_cb[cb_in], dag=dag, halo_of=self, kept_only=kept_only,
-                          key=("cb", cb_in, dag, id(psi), id(tgt)))
+                          key=("cb", cb_in, dag, id(psi), id(tgt)), links_c=links_c)
 
     # ---- full-grid operators ---------------------------------------------------
     def Dhop(self, psi: Lattice, out: Lattice | None = None, dag: bool = False) -> Lattice:
         """The hopping term (with Grid's -1/2); ``dag=True`` gives its adjoint."""
         # the kept call looked up here, not in _hop: a Python function costs about 0.3 us of a 40 us
         # call at 8^4, run with the caches full of the kernel's fields
+        if self._compress[0]:  # the compressed links checked against the links (fields this large
+            self._compressed(None)  # take milliseconds a hop)
         call = self._hop_calls.get((dag, 0.0, id(psi), id(out)))
         if call is not None and out is not psi and call((psi, self.links, self.links, out)):
             return out
@@ -167,9 +218,10 @@ class WilsonFermion(FermionOperator):
         into the hop's coefficient and Mooee psi into the kernel's diagonal term; with the hop
         before it, the Schur operator is two kernels where it was four."""
         cb_in, diag = t._cb, self.diag
+        links_c = self._compressed(cb_in) if self._compress[1] else None
         return hop_fields(self._hop_calls, t, self.U_cb[1 - cb_in], self.U_cb[cb_in], res,
                           self.stencil_cb[cb_in], 1, 0.5 / diag, diag, psi, dag, halo_of=self,
-                          key=("finish", cb_in, dag, diag, id(t), id(res), id(psi)))
+                          key=("finish", cb_in, dag, diag, id(t), id(res), id(psi)), links_c=links_c)
 
 
 class SchurDiagMooeeOperator:

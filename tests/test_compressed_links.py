@@ -1,0 +1,217 @@
+"""Links read as two rows of each SU(3) matrix (pygrid.qcd.kernels_wilson.compress_links): the
+rebuilt links against the stored ones, the SIMD operations against numpy, and the Wilson operator
+on compressed links against the numpy reference and against itself on whole links.
+
+The operator compresses its links only on fields larger than the caches of an AVX-512 machine;
+the operator tests here force it on small lattices (``compression_pays``), where every path is
+the same code.
+"""
+from __future__ import annotations
+
+import cmath
+
+import numba
+import numpy as np
+import pytest
+from numpy_refs import dhop_ref
+
+import pygrid as pg
+import pygrid.qcd
+from pygrid.accelerator.simd_numba import vcmatvec, vcmatvec3, vloadt, vstoret, vthirdrow
+from pygrid.qcd import kernels_wilson as kw
+from pygrid.qcd.schur import SchurOperator
+
+DIMS = (4, 4, 4, 8)
+BOUNDARIES = {
+    "periodic": {},
+    "antiperiodic_t": dict(boundary_phases=[1, 1, 1, -1]),
+    "phases_and_twists": dict(boundary_phases=[cmath.exp(0.7j), 1j, 1, cmath.exp(-2.1j)],
+                              twists=[0.25, 0.0, -1.5, 0.4]),
+}
+TOL = {"double": 1e-13, "single": 2e-6}
+
+
+def relerr(a, b):
+    return np.abs(a - b).max() / np.abs(b).max()
+
+
+def _complex_links(buf):
+    """(osites, 4, W, 3, 3) complex128 links of a raw buffer (osites, 36, 2, W)."""
+    u = buf.reshape(-1, 4, 3, 3, 2, buf.shape[3]).astype(np.float64)
+    return np.moveaxis(u[..., 0, :] + 1j * u[..., 1, :], -1, 2)
+
+
+def _rebuilt(rows, zi, ztab):
+    """The whole links from two rows and the phase tables, by the formula written out in numpy."""
+    W = rows.shape[3]
+    r = rows.reshape(-1, 4, 2, 3, 2, W).astype(np.float64)
+    r = np.moveaxis(r[..., 0, :] + 1j * r[..., 1, :], -1, 2)  # (osites, 4, W, 2, 3)
+    a, b = r[..., 0, :], r[..., 1, :]
+    third = np.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+                      a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+                      a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], axis=-1).conj()
+    f = (ztab[:, 0] + 1j * ztab[:, 1])[zi].reshape(third.shape[:3])
+    return np.concatenate([r, (f[..., None] * third)[..., None, :]], axis=-2)
+
+
+@pytest.fixture(scope="module", params=["double", "single"])
+def setup(request):
+    prec = request.param
+    grid = pg.GridCartesian(list(DIMS), precision=prec)
+    rng = pg.ParallelRNG(grid, [4, 2])
+    U = pg.qcd.random_gauge(grid, rng, precision=prec)
+    psi = rng.gaussian(pg.LatticeFermion(grid, prec))
+    return prec, grid, U, psi
+
+
+@pytest.mark.parametrize("case", BOUNDARIES)
+def test_compressed_links_rebuild_the_links(setup, case):
+    prec, grid, U, psi = setup
+    D = pg.qcd.WilsonFermion(U, 0.1, **BOUNDARIES[case])
+    for links in ([D.links], list(D.U_cb)):
+        views = [f.view(pg.CpuRead) for f in links]
+        bufs = [v.__enter__() for v in views]
+        try:
+            made = kw.compress_links(bufs)
+            assert made is not None
+            rows, ztab = made
+            assert ztab.shape[1:] == (2, grid.nsimd) and np.array_equal(ztab[0, 0], np.ones(grid.nsimd))
+            for (r, zi), buf in zip(rows, bufs):
+                assert r.shape == (buf.shape[0], 24, 2, buf.shape[3]) and zi.shape == (4 * buf.shape[0],)
+                assert np.abs(_rebuilt(r, zi, ztab) - _complex_links(buf)).max() < TOL[prec]
+            # a boundary phase on the edge links needs a row of its own
+            if case != "periodic":
+                assert len(ztab) > 1 and max(int(zi.max()) for _, zi in rows) > 0
+        finally:
+            for v in views:
+                v.__exit__(None, None, None)
+
+
+def test_links_that_are_not_su3_times_a_phase_are_not_compressed(setup):
+    prec, grid, U, psi = setup
+    with U.view(pg.CpuRead) as u:
+        u = np.array(u)
+    assert kw.compress_links([u]) is not None
+    assert kw.compress_links([u * 1.001]) is None  # not unitary
+    rng = np.random.default_rng(3)
+    # a phase of its own on every link: SU(3) times a phase, but more phases than the table holds
+    z = _complex_links(u) * np.exp(1j * rng.uniform(0, 6, (u.shape[0], 4, u.shape[3])))[..., None, None]
+    v = np.stack([np.moveaxis(z.real, 2, -1), np.moveaxis(z.imag, 2, -1)], axis=-2)
+    assert kw.compress_links([v.reshape(u.shape).astype(u.dtype)]) is None
+    with pytest.raises(pg.errors.ConformabilityError, match="link buffer"):
+        kw.compress_links([u[:, :24]])
+
+
+@numba.njit
+def _third_and_products(m, m12, h, ftab, k, out, whole):
+    x = vloadt(h, 0, 12, 8)
+    t = vthirdrow(m12, 0, ftab, k, 8)
+    vstoret(out, 0, vcmatvec3(m12, 0, t, x, 0))
+    vstoret(out, 12 * 8, vcmatvec3(m12, 0, t, x, 1))
+    vstoret(whole, 0, vcmatvec(m, 0, x, 3, 0))
+    vstoret(whole, 12 * 8, vcmatvec(m, 0, x, 3, 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [0, 1])
+def test_simd_third_row_and_product_match_numpy(dtype, k):
+    W = 8
+    rng = np.random.default_rng(7 + k)
+    q, _ = np.linalg.qr(rng.normal(size=(W, 3, 3)) + 1j * rng.normal(size=(W, 3, 3)))
+    q = q / np.linalg.det(q)[:, None, None] ** (1 / 3)
+    z = np.exp(1j * rng.uniform(0, 6, W)) if k else np.ones(W)
+    u = q * z[:, None, None]
+    m = np.stack([u.reshape(W, 9).T.real, u.reshape(W, 9).T.imag], axis=1).astype(dtype).reshape(-1)
+    ftab = np.zeros((2, 2, W), dtype)
+    ftab[0, 0] = 1.0
+    # row 1: the phase det(U) = z^3, which row 0 (k = 0, not read) stands in for when z is 1
+    ftab[1, 0], ftab[1, 1] = (z ** 3).real, (z ** 3).imag
+    h = rng.normal(size=(2, 3, W)) + 1j * rng.normal(size=(2, 3, W))
+    hb = np.stack([h.real, h.imag], axis=2).astype(dtype).reshape(-1)
+    out, whole = np.zeros(24 * W, dtype), np.zeros(24 * W, dtype)
+    _third_and_products(m, m[:12 * W].copy(), hb, ftab.reshape(-1), k, out, whole)
+    got = out.reshape(2, 2, 3, 2, W)
+    got = got[..., 0, :] + 1j * got[..., 1, :]
+    tol = 1e-14 if dtype == np.float64 else 2e-6
+    for adj, mat in ((0, u), (1, np.conj(np.swapaxes(u, 1, 2)))):
+        want = np.einsum("lab,sbl->sal", mat, h)
+        assert np.abs(got[adj] - want).max() < tol
+    assert np.abs(out - whole).max() < tol
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """Operators made under it compress their links on any lattice and machine."""
+    monkeypatch.setattr(kw, "compression_pays", lambda *a, **k: True)
+
+
+def _used(D):
+    return [k for k, (_, made) in D._links_c.items() if made is not None]
+
+
+@pytest.mark.parametrize("case", BOUNDARIES)
+def test_wilson_on_compressed_links_against_numpy(setup, forced, case):
+    prec, grid, U, psi = setup
+    bc = BOUNDARIES[case]
+    D = pg.qcd.WilsonFermion(U, 0.15, **bc)
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    ref_kw = dict(boundary_phases=bc.get("boundary_phases"), twists=bc.get("twists"))
+    ref = dhop_ref(Un, pn, **ref_kw)
+    tol = TOL[prec] * 10
+    assert relerr(D.Dhop(psi).to_numpy(), ref) < tol
+    assert relerr(D.M(psi).to_numpy(), 4.15 * pn + ref) < tol
+    assert relerr(D.Mdag(psi).to_numpy(), 4.15 * pn + dhop_ref(Un, pn, True, **ref_kw)) < tol
+    assert _used(D) == [None]
+    # the even-odd pieces and the Schur operator (its fused last hop) against whole links
+    pg.init(["--no-compress-links"])
+    try:
+        W = pg.qcd.WilsonFermion(U, 0.15, **bc)
+        odd = pg.pick_checkerboard(1, psi)
+        want = [W.Meooe(odd).to_numpy(), W.MeooeDag(odd).to_numpy(),
+                SchurOperator(W).MdagM(odd).to_numpy()]
+        assert _used(W) == []
+    finally:
+        pg.init([])
+    got = [D.Meooe(odd).to_numpy(), D.MeooeDag(odd).to_numpy(), SchurOperator(D).MdagM(odd).to_numpy()]
+    for g, w in zip(got, want):
+        assert relerr(g, w) < tol
+    assert sorted(_used(D), key=str) == [0, 1, None]
+
+
+def test_compressed_links_follow_the_gauge_field(forced):
+    """Links written after a hop (the operator reads U itself without boundary conditions) are
+    compressed again before the next hop, also on a call kept from before."""
+    grid = pg.GridCartesian(list(DIMS))
+    rng = pg.ParallelRNG(grid, [8, 1])
+    U = pg.qcd.random_gauge(grid, rng)
+    psi = rng.gaussian(pg.LatticeFermion(grid))
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    out = D.new_fermion()
+    D.Dhop(psi, out=out)
+    D.Dhop(psi, out=out)  # a kept call
+    first = D._links_c[None][1]
+    V = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [9, 9]))
+    U.assign(V)
+    D.Dhop(psi, out=out)
+    assert D._links_c[None][1] is not first
+    assert relerr(out.to_numpy(), dhop_ref(V.to_numpy(), psi.to_numpy())) < 1e-13
+
+
+def test_links_that_do_not_compress_are_read_whole(forced):
+    grid = pg.GridCartesian(list(DIMS))
+    rng = pg.ParallelRNG(grid, [5, 5])
+    U = pg.qcd.random_gauge(grid, rng)
+    U.assign(1.01 * U)
+    psi = rng.gaussian(pg.LatticeFermion(grid))
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    assert relerr(D.Dhop(psi).to_numpy(), dhop_ref(U.to_numpy(), psi.to_numpy())) < 1e-13
+    assert D._links_c[None][1] is None and _used(D) == []
+
+
+def test_compression_pays_only_out_of_cache_on_wide_machines(monkeypatch):
+    monkeypatch.setattr(kw, "wide_default", lambda: True)
+    assert not kw.compression_pays(8 ** 4 // 8, 8, np.float64)       # 8^4 double: in the caches
+    assert kw.compression_pays(24 ** 4 // 8, 8, np.float64)
+    assert not kw.compression_pays(24 ** 4 // 8, 8, np.float64, Ls=8)  # 5D: the links are reused
+    monkeypatch.setattr(kw, "wide_default", lambda: False)
+    assert not kw.compression_pays(24 ** 4 // 8, 8, np.float64)
