@@ -38,7 +38,7 @@ run: $(STAMP_RUN)
 EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_axpy.py \
                    tests/test_lattice_io.py tests/test_failure_atomic.py tests/test_interop.py \
                    tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py \
-                   tests/test_kept_updates.py
+                   tests/test_kept_updates.py tests/test_compressed_links.py
 # The third pass runs the expression, shift, reduction, fused-update, Dirac operator, solver, propagator,
 # boundary-condition and interop suites on the real sycl backend (dpctl on the Intel CPU OpenCL device,
 # from the [sycl] extra), fields in USM device memory under a 2 MB watermark,

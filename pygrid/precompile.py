@@ -49,6 +49,8 @@ def exercise(op: str, grid, precision: str, Ls: int) -> None:
     """Every method a job calls on operator ``op``, once, in ``precision``."""
     import pygrid as pg
     from pygrid.algorithms import ConjugateGradient
+    from pygrid.config import current
+    from pygrid.qcd import kernels_wilson
 
     rng = pg.ParallelRNG(grid, [11, 3])
     U = pg.qcd.random_gauge(grid, rng, precision=precision)
@@ -67,6 +69,9 @@ def exercise(op: str, grid, precision: str, Ls: int) -> None:
     for name in ("Meooe", "MeooeDag", "Mooee", "MooeeDag", "MooeeInv", "MooeeInvDag"):
         getattr(D, name)(half)
     pg.qcd.schur_solve(D, b, ConjugateGradient(1e-4, maxiter=50, verbose=False))
+    if op == "wilson" and kernels_wilson.wide_default() and current().compress_links:
+        # on fields larger than the caches the hops read the links compressed: their kernel too
+        pg.qcd.WilsonFermion(U, 0.5, compress_links=True, **bc).Dhop(b)
     if op != "wilson":
         q = pg.LatticeFermion(grid, precision)
         pg.ParallelRNG(grid, [6]).gaussian(q)

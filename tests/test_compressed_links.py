@@ -2,13 +2,14 @@
 rebuilt links against the stored ones, the SIMD operations against numpy, and the Wilson operator
 on compressed links against the numpy reference and against itself on whole links.
 
-The operator compresses its links only on fields larger than the caches of an AVX-512 machine;
-the operator tests here force it on small lattices (``compression_pays``), where every path is
-the same code.
+By default the operator compresses its links only on fields larger than the caches of an AVX-512
+machine; the operator tests here ask for it (``compress_links=True``) on small lattices, where
+every path is the same code.
 """
 from __future__ import annotations
 
 import cmath
+import dataclasses
 
 import numba
 import numpy as np
@@ -17,6 +18,7 @@ from numpy_refs import dhop_ref
 
 import pygrid as pg
 import pygrid.qcd
+from pygrid import config
 from pygrid.accelerator.simd_numba import vcmatvec, vcmatvec3, vloadt, vstoret, vthirdrow
 from pygrid.qcd import kernels_wilson as kw
 from pygrid.qcd.schur import SchurOperator
@@ -139,21 +141,15 @@ def test_simd_third_row_and_product_match_numpy(dtype, k):
     assert np.abs(out - whole).max() < tol
 
 
-@pytest.fixture
-def forced(monkeypatch):
-    """Operators made under it compress their links on any lattice and machine."""
-    monkeypatch.setattr(kw, "compression_pays", lambda *a, **k: True)
-
-
 def _used(D):
     return [k for k, (_, made) in D._links_c.items() if made is not None]
 
 
 @pytest.mark.parametrize("case", BOUNDARIES)
-def test_wilson_on_compressed_links_against_numpy(setup, forced, case):
+def test_wilson_on_compressed_links_against_numpy(setup, case):
     prec, grid, U, psi = setup
     bc = BOUNDARIES[case]
-    D = pg.qcd.WilsonFermion(U, 0.15, **bc)
+    D = pg.qcd.WilsonFermion(U, 0.15, **bc, compress_links=True)
     Un, pn = U.to_numpy(), psi.to_numpy()
     ref_kw = dict(boundary_phases=bc.get("boundary_phases"), twists=bc.get("twists"))
     ref = dhop_ref(Un, pn, **ref_kw)
@@ -163,29 +159,26 @@ def test_wilson_on_compressed_links_against_numpy(setup, forced, case):
     assert relerr(D.Mdag(psi).to_numpy(), 4.15 * pn + dhop_ref(Un, pn, True, **ref_kw)) < tol
     assert _used(D) == [None]
     # the even-odd pieces and the Schur operator (its fused last hop) against whole links
-    pg.init(["--no-compress-links"])
-    try:
-        W = pg.qcd.WilsonFermion(U, 0.15, **bc)
-        odd = pg.pick_checkerboard(1, psi)
-        want = [W.Meooe(odd).to_numpy(), W.MeooeDag(odd).to_numpy(),
-                SchurOperator(W).MdagM(odd).to_numpy()]
-        assert _used(W) == []
-    finally:
-        pg.init([])
+    W = pg.qcd.WilsonFermion(U, 0.15, **bc, compress_links=False)
+    odd = pg.pick_checkerboard(1, psi)
+    want = [W.Meooe(odd).to_numpy(), W.MeooeDag(odd).to_numpy(), SchurOperator(W).MdagM(odd).to_numpy()]
+    assert _used(W) == [] and not W.reads_compressed_links(1)
     got = [D.Meooe(odd).to_numpy(), D.MeooeDag(odd).to_numpy(), SchurOperator(D).MdagM(odd).to_numpy()]
     for g, w in zip(got, want):
         assert relerr(g, w) < tol
-    assert sorted(_used(D), key=str) == [0, 1, None]
+    assert sorted(_used(D), key=str) == [0, 1, None] and D.reads_compressed_links(0)
+    # the precision conversion keeps the choice
+    assert D.converted("single" if prec == "double" else "double").compress_links is True
 
 
-def test_compressed_links_follow_the_gauge_field(forced):
+def test_compressed_links_follow_the_gauge_field():
     """Links written after a hop (the operator reads U itself without boundary conditions) are
     compressed again before the next hop, also on a call kept from before."""
     grid = pg.GridCartesian(list(DIMS))
     rng = pg.ParallelRNG(grid, [8, 1])
     U = pg.qcd.random_gauge(grid, rng)
     psi = rng.gaussian(pg.LatticeFermion(grid))
-    D = pg.qcd.WilsonFermion(U, 0.1)
+    D = pg.qcd.WilsonFermion(U, 0.1, compress_links=True)
     out = D.new_fermion()
     D.Dhop(psi, out=out)
     D.Dhop(psi, out=out)  # a kept call
@@ -197,13 +190,13 @@ def test_compressed_links_follow_the_gauge_field(forced):
     assert relerr(out.to_numpy(), dhop_ref(V.to_numpy(), psi.to_numpy())) < 1e-13
 
 
-def test_links_that_do_not_compress_are_read_whole(forced):
+def test_links_that_do_not_compress_are_read_whole():
     grid = pg.GridCartesian(list(DIMS))
     rng = pg.ParallelRNG(grid, [5, 5])
     U = pg.qcd.random_gauge(grid, rng)
     U.assign(1.01 * U)
     psi = rng.gaussian(pg.LatticeFermion(grid))
-    D = pg.qcd.WilsonFermion(U, 0.1)
+    D = pg.qcd.WilsonFermion(U, 0.1, compress_links=True)
     assert relerr(D.Dhop(psi).to_numpy(), dhop_ref(U.to_numpy(), psi.to_numpy())) < 1e-13
     assert D._links_c[None][1] is None and _used(D) == []
 
@@ -215,3 +208,18 @@ def test_compression_pays_only_out_of_cache_on_wide_machines(monkeypatch):
     assert not kw.compression_pays(24 ** 4 // 8, 8, np.float64, Ls=8)  # 5D: the links are reused
     monkeypatch.setattr(kw, "wide_default", lambda: False)
     assert not kw.compression_pays(24 ** 4 // 8, 8, np.float64)
+
+
+def test_the_configuration_switches_the_default_off(monkeypatch):
+    monkeypatch.setattr(kw, "compression_pays", lambda *a, **k: True)  # as on a large lattice
+    grid = pg.GridCartesian(list(DIMS))
+    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [2, 2]))
+    assert pg.qcd.WilsonFermion(U, 0.1).reads_compressed_links()
+    before = config.set_current(dataclasses.replace(config.current(), compress_links=False))
+    try:
+        assert not pg.qcd.WilsonFermion(U, 0.1).reads_compressed_links()
+        assert pg.qcd.WilsonFermion(U, 0.1, compress_links=True).reads_compressed_links()
+    finally:
+        config.set_current(before)
+    with pytest.raises(pg.errors.GridError, match="compress_links"):
+        pg.qcd.WilsonFermion(U, 0.1, compress_links="yes")

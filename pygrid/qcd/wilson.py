@@ -41,17 +41,19 @@ class WilsonFermion(FermionOperator):
     ``MooeeDag``, ``MooeeInv``, ``MooeeInvDag``, ``DhopEO``, ``DhopOE``).  Each method returns
     a new field, or writes into ``out=`` and returns it.
 
-    On fields larger than the caches of an AVX-512 machine (the hand-unrolled kernel, one rank;
-    ``compress_links`` in the configuration, on by default) the hops read each link as the first
-    two rows of an SU(3) matrix and rebuild the third (``kernels_wilson.compress_links``): the
-    operator keeps that copy of its links, two thirds of their bytes, on the host, outside the
-    device memory cache, and makes it again when the links are written.  Links that are not SU(3)
-    times a phase to their precision are read whole.
+    ``compress_links``: whether the hops of the hand-unrolled kernel (openmp and numpy backends,
+    one rank) read each link as the first two rows of an SU(3) matrix and rebuild the third
+    (``kernels_wilson.compress_links``).  None (the default): on fields larger than the caches of
+    an AVX-512 machine, unless the configuration says ``--no-compress-links``; True: on any
+    fields and machine; False: never.  The operator then keeps that copy of its links, two thirds
+    of their bytes, on the host, outside the device memory cache, and makes it again when the
+    links are written.  Links that are not SU(3) times a phase to their precision are read whole.
     """
 
     flops_per_site = kw.FLOPS_PER_SITE
 
-    def __init__(self, U: Lattice, mass: float, boundary_phases=None, twists=None) -> None:
+    def __init__(self, U: Lattice, mass: float, boundary_phases=None, twists=None,
+                 compress_links: bool | None = None) -> None:
         if not isinstance(U, Lattice) or U.site_type.levels != _GAUGE.levels:
             raise SiteTypeError(f"WilsonFermion needs a LatticeGaugeField, got {U!r}")
         g = U.grid
@@ -75,16 +77,20 @@ class WilsonFermion(FermionOperator):
         # whether the full-grid and the even-odd hops would read compressed links (their fields' size
         # and the machine), and the compressed links made, per hop (None: the full grid, or the
         # source checkerboard), with the links' versions they were made from
-        self._compress = tuple(not s.nhalo and kw.compression_pays(s.neighbours.shape[1], g.nsimd,
-                                                                   U.real_dtype)
-                               for s in (self.stencil, self.stencil_cb[0]))
+        if compress_links not in (None, True, False):
+            raise GridError(f"compress_links must be None, True or False, got {compress_links!r}")
+        self.compress_links = compress_links
+        self._compress = tuple(
+            not s.nhalo and (compress_links or compress_links is None
+                             and kw.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype))
+            for s in (self.stencil, self.stencil_cb[0]))
         self._links_c = {}
 
     def __repr__(self):
         return f"WilsonFermion(mass={self.mass}{self.boundary.describe()}, {self.precision}, {self.grid})"
 
     def _with_gauge(self, U):
-        return type(self)(U, self.mass, **self.boundary.kwargs())
+        return type(self)(U, self.mass, **self.boundary.kwargs(), compress_links=self.compress_links)
 
     def link_halo(self, stencil, links, buf):
         """The links of ``links`` (its open view ``buf``) at the backward neighbours on other ranks.
@@ -109,7 +115,7 @@ class WilsonFermion(FermionOperator):
         the old ones is dropped)."""
         if not self._compress[cb_in is not None]:
             return None
-        if not current().compress_links or dslash.variant() != "unroll":
+        if (self.compress_links is None and not current().compress_links) or dslash.variant() != "unroll":
             return None
         uf, ub = (self.links, self.links) if cb_in is None else (self.U_cb[1 - cb_in], self.U_cb[cb_in])
         version = (uf._manager.write_count(uf._key), ub._manager.write_count(ub._key))
