@@ -1,6 +1,7 @@
 """What the solver's fused steps save: the same CG with and without them, alternating in one process.
 
-    python benchmarks/bench_solver_fusions.py [--what updates|xp|kept|dwf-schur|mobius-schur] [--grid 8.8.8.8]
+    python benchmarks/bench_solver_fusions.py [--what updates|xp|kept|dwf-schur|mobius-schur|links]
+        [--grid 8.8.8.8]
         [--Ls 8] [--precision double] [--iterations 20] [--rounds 9]
 
 ``updates``: CG on the Wilson Schur operator's normal equations, its loop written once
@@ -15,7 +16,10 @@ CG on the domain-wall (Shamir) Schur operator, with its two fused hops and with 
 operator's hooks switched off (``MooeeInv`` and ``Mooee psi - t`` as kernels of their own).
 ``mobius-schur``: the same on the Möbius operator (b = 1.5, c = 0.5), whose fused hops also
 take ``b + c S^dag`` after the adjoint hop (without them: ``b + c S`` and ``b + c S^dag`` as
-kernels of their own as well).
+kernels of their own as well).  ``links``: the library's CG on the Schur operators of two Wilson
+operators on the same gauge field (antiperiodic in time), one reading its links whole and one
+compressed (``compress_links=False`` and ``True``; by default an operator compresses them on
+fields larger than the caches of an AVX-512 machine).
 
 Rounds alternate between the two, so the machine's slow and fast phases hit both alike; the
 median time per iteration of each and the median of the paired ratios are printed, after a
@@ -75,7 +79,7 @@ def fused_xp_cg(A, b, n):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--what", default="updates",
-                    choices=("updates", "xp", "kept", "dwf-schur", "mobius-schur"))
+                    choices=("updates", "xp", "kept", "dwf-schur", "mobius-schur", "links"))
     ap.add_argument("--grid", default="8.8.8.8")
     ap.add_argument("--Ls", type=int, default=8)
     ap.add_argument("--precision", choices=("double", "single"), default="double")
@@ -86,7 +90,9 @@ def main(argv=None):
     dims = tuple(int(v) for v in args.grid.split("."))
     grid = pg.GridCartesian(dims, precision=args.precision)
     U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1, 2, 3, 4]), precision=args.precision)
-    if args.what in ("updates", "xp") or (args.what == "kept" and args.Ls == 1):
+    if args.what == "links":
+        D = None
+    elif args.what in ("updates", "xp") or (args.what == "kept" and args.Ls == 1):
         D = pg.qcd.WilsonFermion(U, 0.01)
     elif args.what == "kept":
         D = pg.qcd.DomainWallFermion(U, args.Ls, 0.01, 1.8)
@@ -95,7 +101,12 @@ def main(argv=None):
              pg.qcd.MobiusFermion(U, args.Ls, 0.01, 1.8, 1.5, 0.5))
         if D._mpc_start is None or D._mpc_end is None:
             raise SystemExit("this operator has no fused Schur hops")
-    A = MdagMOperator(SchurOperator(D, 1))
+    if args.what == "links":
+        ops = {c: MdagMOperator(SchurOperator(pg.qcd.WilsonFermion(
+            U, 0.01, boundary_phases=[1, 1, 1, -1], compress_links=c), 1)) for c in (False, True)}
+        A = ops[False]
+    else:
+        A = MdagMOperator(SchurOperator(D, 1))
     b = A.op.new_fermion()
     pg.ParallelRNG(b.grid, [5, 6, 7, 8]).gaussian(b)
     n = args.iterations
@@ -105,6 +116,10 @@ def main(argv=None):
     elif args.what == "xp":
         variants = {"x, p apart": lambda: fused_cg(A, b, n)[0],
                     "x, p in one": lambda: fused_xp_cg(A, b, n)[0]}
+    elif args.what == "links":
+        cg = ConjugateGradient(1e-150, maxiter=n, verbose="error")
+        variants = {"links whole": lambda: cg(ops[False], b)[0],
+                    "links compressed": lambda: cg(ops[True], b)[0]}
     elif args.what == "kept":
         from pygrid.lattice import kept
 
@@ -148,7 +163,7 @@ def main(argv=None):
             f()
             times[k].append((time.perf_counter() - t0) / n * 1e3)
     (k0, t0), (k1, t1) = times.items()
-    what = {"updates": "Wilson", "xp": "Wilson", "dwf-schur": f"domain wall Ls {args.Ls}",
+    what = {"updates": "Wilson", "xp": "Wilson", "links": "Wilson", "dwf-schur": f"domain wall Ls {args.Ls}",
             "kept": "Wilson" if args.Ls == 1 else f"domain wall Ls {args.Ls}",
             "mobius-schur": f"Möbius domain wall Ls {args.Ls}"}[args.what]
     print(f"CG on the {what} Schur operator, {args.grid}, {args.precision}, {pg.get_backend().describe()}, "
