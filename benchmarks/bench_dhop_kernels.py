@@ -179,8 +179,8 @@ def main():
             ac = mod._compressed_args(mod.kernel_args(ls, oc, p, uf, u, coef, p if use_diag else oc, use_diag,
                                                       **tables), lc, ls)
             for t in (int(x) for x in args.threads.split(",")):
-                variants.append((f"{name} compressed, {t} thread{'s' if t > 1 else ''}", ls.kernel_c, ac, oc,
-                                 t))
+                label = f"{name} compressed, {t} thread{'s' if t > 1 else ''}"
+                variants.append((label, ls.kernel_c(), ac, oc, t))
         if args.data and name == args.modules.split(",")[0]:
             nbr = np.ascontiguousarray(st.neighbours.reshape(-1)).astype(np.int64)
             do = aligned_copy(np.zeros_like(p))  # the kernel's result stays for the checks

@@ -121,7 +121,7 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     (:func:`pygrid.stencil.halo.exchange_rows` of ``ub``) saves exchanging the links again.
     ``links_c``: ``uf`` and ``ub`` compressed (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`,
     the caller keeps them equal to the links), which the unrolled kernel reads in their place on
-    4D fields on one rank.
+    4D fields (a halo's links whole).
     """
     backend = get_backend()
     key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which,

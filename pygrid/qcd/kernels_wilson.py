@@ -214,8 +214,8 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
     ``wide``: the structure for 32 vector registers (both spins of the half spinor through
     the link together; for 4D fields the result spinor held in registers over the points).
     ``compressed`` (4D fields, ``wide``): links stored as their first two rows
-    (:func:`compress_links`), the kernel ``dhop_local`` alone, taking the phase tables ``zif, zib,
-    ztab`` after its other arguments.
+    (:func:`compress_links`), the kernels ``dhop_local`` and ``dhop_kernel`` alone, taking the phase
+    tables ``zif, zib, ztab`` after their other arguments (the links of a halo, ``ubh``, whole).
     """
     NS = int(ns)
     out = [
@@ -235,6 +235,8 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
     ]
     out += [f"Q{k} = U({k * NS})" for k in range(24)]  # offset of real plane k (component k//2, re/im)
     out += [f"M{mu} = U({mu * LINK_REALS[compressed] * NS})" for mu in range(4)]
+    if compressed:  # the halo's links are whole
+        out += [f"GW = U({72 * NS})"] + [f"MW{mu} = U({mu * 18 * NS})" for mu in range(4)]
     line = 64 // np.dtype(dtype).itemsize
     # cache lines of one fermion slice, and that a link and a site's four links may straddle
     # (fields start on a line, but a field adopted from numpy may not)
@@ -326,10 +328,12 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
     if compressed:
         if five_d or not wide:
             raise ValueError("compressed links: the wide 4D kernel only")
-        body = _register_body(nls, nlg, nlu, False, np.dtype(dtype).itemsize, compressed=True)
-        fn(f"dhop_local({args}, zif, zib, ztab)", body,
-           "dhop_local on links stored as their first two rows (compress_links), the third rebuilt "
-           "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab.", "@_jit")
+        for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
+            body = _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize, compressed=True)
+            fn(f"{name}({args}, zif, zib, ztab)", body,
+               f"{name} on links stored as their first two rows (compress_links), the third rebuilt "
+               "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab"
+               + ("; the halo's links (ubh) whole." if halo else "."), "@_jit")
         return "\n".join(out) + "\n"
     for last in LAST if five_d else ("plain",):
         sfx = "" if last == "plain" else "_" + last
@@ -388,7 +392,11 @@ def _neighbour_product(ind, p, n, m, project, from_halo, halo, compressed=False)
         return f"vcmatvec({links}, {row} * GS + M{mu}, w, 3, {dag})"
 
     def adj(links, row):  # the backward link's product, read where the neighbour is
-        return [f"{i2 if halo else ind}w = {product(links, row, 1)}"] if p >= 4 else []
+        if p < 4:
+            return []
+        if links == "ubh" and compressed:  # a halo's links are whole
+            return [f"{i2}w = vcmatvec(ubh, {row} * GW + MW{mu}, w, 3, 1)"]
+        return [f"{i2 if halo else ind}w = {product(links, row, 1)}"]
 
     if halo:
         # a neighbour on another rank arrives projected (and its backward link in ubh)
@@ -436,11 +444,16 @@ def _register_body(nls, nlg, nlu, halo, itemsize, compressed=False):
         # cannot see, so that their loads are not merged with the products' loads of the same rows:
         # merged, all eight links' rows stayed live from here to their points and spilled, and the
         # kernel ran 0.6x in cache; apart, 0.8-0.9x in cache and 1.2-1.3x at 24^4
-        body.insert(body.index("for i in range(lo, hi):"), "OPQ = U(Ls) - U(1)")
+        at = body.index("for i in range(lo, hi):")
+        body[at:at] = ["OPQ = U(Ls) - U(1)", "vz = vsplat(Z(0), W)", "TZ = (vz, vz, vz, vz, vz, vz)"]
         for p in range(8):
             links, row, z = ("uf", "uo", "zif") if p < 4 else ("ub", f"n{p}", "zib")
-            body += [f"    t{p} = vthirdrow({links}, {row} * GS + M{p % 4} + OPQ, ztab, "
-                     f"{z}[{row} * U(4) + U({p % 4})], W)"]
+            third = (f"vthirdrow({links}, {row} * GS + M{p % 4} + OPQ, ztab, {z}[{row} * U(4) + U({p % 4})], "
+                     "W)")
+            if halo and p >= 4:  # a neighbour on another rank: its link is in the halo, whole
+                body += [f"    if n{p} < N4:", f"        t{p} = {third}", "    else:", f"        t{p} = TZ"]
+            else:
+                body += [f"    t{p} = {third}"]
     body += _register_points("    ", lambda n: f"{n} * FS", halo, compressed)
     body += _register_finish("    ", True)
     body += ["if nt:", "    store_fence()"]
@@ -820,8 +833,8 @@ def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"
     disk); ``wide`` picks the structure (default: from the host's registers, :func:`wide_default`);
     ``halo``: the kernel that also reads neighbours on other ranks (else one that never does);
     ``compressed``: the 4D kernel on links of two rows (:func:`compress_links`; wide machines)."""
-    if compressed and (halo or int(Ls) > 1 or last != "plain"):
-        raise ValueError("compressed links: the 4D kernel on one rank only")
+    if compressed and (int(Ls) > 1 or last != "plain"):
+        raise ValueError("compressed links: the 4D kernel only")
     m = _module(nsimd, dtype, Ls, wide, compressed)
     sfx = "" if last == "plain" else "_" + last
     return getattr(m, ("dhop_kernel" if halo else "dhop_local") + sfx)
@@ -1015,8 +1028,8 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     of ``ub``; exchanged here when not given).  ``dterm``: the diagonal term's coefficients, see
     :func:`diagonal_term`; ``solve``: a solve in s after the hop, :func:`solve_in_s`; ``mul``: a
     multiply in s before them, :func:`diagonal_term` of the matrix with alpha 1.  ``links_c``: the
-    links ``uf``, ``ub`` compressed (:class:`CompressedLinks`), which a 4D hop on one rank reads
-    in their place.
+    links ``uf``, ``ub`` compressed (:class:`CompressedLinks`), which a 4D hop reads in their place
+    (the links of ``link_halo`` whole).
     """
     for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
@@ -1028,13 +1041,14 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
     last = _last(args)
     plan = stencil.plan
+    compressed = links_c is not None and int(Ls) == 1
+    if compressed:
+        args = _with_links(args, links_c)
+    tables = links_c.tables() if compressed else ()
+    kernel = st.kernel_c if compressed else (lambda halo: (st.kernel_halo if halo else st.kernel)[last])
     if plan is None or not plan.nhalo:
-        if links_c is not None and int(Ls) == 1:
-            full = _compressed_args(args, links_c, st)
-            st.launcher(backend, st.kernel_c, full)(st.n4, *full)
-            return
-        full = args + (st.sites, st.none, st.none)
-        st.launcher(backend, st.kernel[last], full)(st.n4, *full)
+        full = args + (st.sites, st.none, st.none) + tables
+        st.launcher(backend, kernel(False), full)(st.n4, *full)
         return
     if link_halo is None:
         link_halo = exchange_rows(plan, ub)
@@ -1048,20 +1062,25 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     st.launcher(backend, st.pack, pack)(len(st.rows), *pack)
     exchange = plan.start(st.packed, st.halo)
     plan.comm.stats.pack_s += time.perf_counter() - t
-    tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1)))
+    tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1))) + tables
     for part in st.pieces:
-        st.launcher(backend, st.kernel[last], args + (part,) + tail)(len(part), *args, part, *tail)
+        st.launcher(backend, kernel(False), args + (part,) + tail)(len(part), *args, part, *tail)
         exchange.test()
     exchange.wait()
     if len(st.boundary):
-        launch = st.launcher(backend, st.kernel_halo[last], args + (st.boundary,) + tail)
+        launch = st.launcher(backend, kernel(True), args + (st.boundary,) + tail)
         launch(len(st.boundary), *args, st.boundary, *tail)
 
 
+def _with_links(args, links_c):
+    """``args`` (:func:`kernel_args`) with the compressed links in place of ``uf`` and ``ub``."""
+    return args[:2] + (links_c.uf, links_c.ub) + args[4:]
+
+
 def _compressed_args(args, links_c, st):
-    """The arguments of the kernel on compressed links: ``args`` (:func:`kernel_args`) with the
-    compressed links in place of ``uf`` and ``ub``, and the phase tables last."""
-    return args[:2] + (links_c.uf, links_c.ub) + args[4:] + (st.sites, st.none, st.none) + links_c.tables()
+    """The arguments of the kernel on compressed links on one rank: ``args`` (:func:`kernel_args`)
+    with the compressed links in place of ``uf`` and ``ub``, and the phase tables last."""
+    return _with_links(args, links_c) + (st.sites, st.none, st.none) + links_c.tables()
 
 
 def _writable(a):
@@ -1146,7 +1165,7 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
     kernel = st.kernel[_last(args)]
     if links_c is not None and int(Ls) == 1:
-        args, kernel = _compressed_args(args, links_c, st), st.kernel_c
+        args, kernel = _compressed_args(args, links_c, st), st.kernel_c()
     else:
         args += (st.sites, st.none, st.none)
     # each outer site writes its own result: the threads may share out the blocks' pieces
@@ -1224,12 +1243,13 @@ class _LaunchState:
         self.pieces = [read_only(inner[c:c + step]) for c in range(0, len(inner), step)]
 
 
-    @property
-    def kernel_c(self):
-        """The kernel on compressed links (compiled at its first launch)."""
+    def kernel_c(self, halo=False):
+        """The kernel on compressed links, with the halo branches or without (compiled at its first
+        launch)."""
         if self._kernel_c is None:
-            self._kernel_c = kernel_for(self.nsimd, self.dtype, wide=True, compressed=True)
-        return self._kernel_c
+            self._kernel_c = {h: kernel_for(self.nsimd, self.dtype, wide=True, halo=h, compressed=True)
+                              for h in (False, True)}
+        return self._kernel_c[halo]
 
     def launcher(self, backend, kernel, args):
         """``launch(osites, *args)``: ``backend.bind_kernel(kernel, *args)``, kept per backend and

@@ -41,8 +41,8 @@ class WilsonFermion(FermionOperator):
     ``MooeeDag``, ``MooeeInv``, ``MooeeInvDag``, ``DhopEO``, ``DhopOE``).  Each method returns
     a new field, or writes into ``out=`` and returns it.
 
-    ``compress_links``: whether the hops of the hand-unrolled kernel (openmp and numpy backends,
-    one rank) read each link as the first two rows of an SU(3) matrix and rebuild the third
+    ``compress_links``: whether the hops of the hand-unrolled kernel (openmp and numpy backends)
+    read each link as the first two rows of an SU(3) matrix and rebuild the third
     (``kernels_wilson.compress_links``).  None (the default): on fields larger than the caches of
     an AVX-512 machine, unless the configuration says ``--no-compress-links``; True: on any
     fields and machine; False: never.  The operator then keeps that copy of its links, two thirds
@@ -81,8 +81,8 @@ class WilsonFermion(FermionOperator):
             raise GridError(f"compress_links must be None, True or False, got {compress_links!r}")
         self.compress_links = compress_links
         self._compress = tuple(
-            not s.nhalo and (compress_links or compress_links is None
-                             and kw.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype))
+            bool(compress_links or compress_links is None
+                 and kw.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype))
             for s in (self.stencil, self.stencil_cb[0]))
         self._links_c = {}
 

@@ -59,7 +59,8 @@ def test_wilson(layout, variant):
 @pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
 def test_wilson_with_far_prefetch(layout, monkeypatch):
     """The unrolled kernel's prefetches for fields larger than the caches (forced here on a small
-    lattice) change nothing, the halo branches included."""
+    lattice) change nothing, the halo branches included (links whole: compressed, they differ in
+    rounding; see test_wilson_on_compressed_links)."""
     from pygrid.qcd import kernels_wilson as kw
 
     monkeypatch.setattr(kw, "FAR_BYTES", 0)
@@ -67,11 +68,28 @@ def test_wilson_with_far_prefetch(layout, monkeypatch):
     res = []
     for g in grids(DIMS, layout):
         U, psi = setup(g)
-        D = pg.qcd.WilsonFermion(U, 0.1)
+        D = pg.qcd.WilsonFermion(U, 0.1, compress_links=False)
         res.append([D.M(psi).to_numpy(), D.Dhop(psi).to_numpy()])
     for x, y in zip(*res):
         np.testing.assert_array_equal(same_everywhere(x), y)
     assert all(st.far for st in kw._states.values())
+
+
+@pytest.mark.skipif("unroll" not in VARIANTS, reason="the unrolled kernel runs on the CPU backends only")
+@pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
+def test_wilson_on_compressed_links(layout):
+    """Links read as two rows of SU(3) (the halo's links whole) on a lattice split over the ranks
+    give what whole links give on one rank, with boundary phases on the edge links."""
+    res = []
+    for g in grids(DIMS, layout):
+        U, psi = setup(g)
+        D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[1, 1, 1j, -1], compress_links=g.decomposed)
+        e, o = pg.pick_checkerboard(0, psi), pg.pick_checkerboard(1, psi)
+        res.append([D.M(psi).to_numpy(), D.Dhop(psi).to_numpy(), D.Meooe(e).to_numpy(),
+                    D.MeooeDag(o).to_numpy()])
+        assert D.reads_compressed_links() == D.reads_compressed_links(0) == g.decomposed
+    for x, y in zip(*res):
+        np.testing.assert_allclose(same_everywhere(x), y, rtol=0, atol=1e-13 * np.abs(y).max())
 
 
 @pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
