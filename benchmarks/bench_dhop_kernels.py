@@ -3,7 +3,8 @@
     python benchmarks/bench_dhop_kernels.py --grid 16.16.16.16 --precision double --Ls 8 \
         [--threads 1,2] [--modules kernels_wilson,kernels_wilson_old] [--reps 9]
 
-Each variant (a kernel module from pygrid.qcd, times a thread count) runs for
+Each variant (a kernel module from pygrid.qcd, times a thread count; on several threads launched
+as the operators launch it, bound once and run by the thread team in balanced pieces) runs for
 0.3 s in turn, ``--reps`` rounds, so that the machine's slow and fast phases
 hit every variant alike; prints the median and best GFlop/s (1320 flops per 4D
 or 5D site) of each.  To compare against an older kernel, put its module next
@@ -33,7 +34,8 @@ site, backward at the neighbour) and writes the result;
 "compulsory stream" reads each input once (the site's spinor and its four links) and writes the
 result, the traffic a perfect kernel moves, as streams.  Their GFlop/s are the kernel's flop count
 over their time: the kernel's pace if it were bound by its access pattern, and by the compulsory
-traffic alone.
+traffic alone.  With ``--compressed`` as well, "loads and stores, compressed" reads the links as the
+kernel on compressed links does (12 vectors a link).
 
 Every variant's result is checked against the first one's.
 """
@@ -62,11 +64,13 @@ def _fold(t, n):
     return [f"        s{k % 4} = s{k % 4} + {t}[{k}]" for k in range(n)]
 
 
-def _data_source(nsimd):
-    """numba source of the two passes of ``--data`` for ``nsimd`` lanes."""
+def _data_source(nsimd, link=18):
+    """numba source of the two passes of ``--data`` for ``nsimd`` lanes, reading ``link`` vectors a
+    link (18; 12 for links compressed to two rows)."""
     head = ["from numba import njit",
             "from pygrid.accelerator.simd_numba import vloadt, vstoret, vstoret_nt, vsplat, store_fence",
-            f"W = {int(nsimd)}", "U = np.uint64", "FS = U(24 * W)", "GS = U(72 * W)", "LK = U(18 * W)", ""]
+            f"W = {int(nsimd)}", "U = np.uint64", "FS = U(24 * W)", f"GS = U({4 * link} * W)",
+            f"LK = U({link} * W)", ""]
     sig = "(lo, hi, out, psi, uf, ub, nbr, n4, sites, nt, zero):"
     start = ["    N4 = U(n4)", "    s0 = vsplat(zero, W)", "    s1 = s0", "    s2 = s0", "    s3 = s0",
              "    for i in range(lo, hi):", "        uo = U(sites[i])"]
@@ -79,8 +83,8 @@ def _data_source(nsimd):
         loads += [f"        n = U(nbr[U({p}) * N4 + uo])", "        a = vloadt(psi, n * FS, 24, W)"]
         loads += _fold("a", 24)
         at = f"uo * GS + U({p}) * LK" if p < 4 else f"n * GS + U({p - 4}) * LK"
-        loads += [f"        c = vloadt({'uf' if p < 4 else 'ub'}, {at}, 18, W)"]
-        loads += _fold("c", 18)
+        loads += [f"        c = vloadt({'uf' if p < 4 else 'ub'}, {at}, {link}, W)"]
+        loads += _fold("c", link)
     stream = ["        a = vloadt(psi, uo * FS, 24, W)"] + _fold("a", 24)
     for k in range(3):
         stream += [f"        a = vloadt(uf, uo * GS + U({k}) * FS, 24, W)"] + _fold("a", 24)
@@ -89,11 +93,11 @@ def _data_source(nsimd):
                      + [deco, "def compulsory_stream" + sig] + start + stream + end)
 
 
-def data_kernels(nsimd):
-    """The two data-only passes of ``--data`` for ``nsimd`` lanes (the lane count is a constant of
-    the SIMD operations, so each count compiles its own)."""
+def data_kernels(nsimd, link=18):
+    """The two data-only passes of ``--data`` for ``nsimd`` lanes and ``link`` vectors a link (the
+    lane count is a constant of the SIMD operations, so each count compiles its own)."""
     scope = {"np": np}
-    exec(compile(_data_source(nsimd), f"<data passes, Nsimd {nsimd}>", "exec"), scope)
+    exec(compile(_data_source(nsimd, link), f"<data passes, Nsimd {nsimd}, links of {link}>", "exec"), scope)
     return scope["loads_and_stores"], scope["compulsory_stream"]
 
 
@@ -189,13 +193,25 @@ def main():
             for label, dk in zip(("loads and stores", "compulsory stream"), data_kernels(ns)):
                 for t in (int(x) for x in args.threads.split(",")):
                     variants.append((f"{label}, {t} thread{'s' if t > 1 else ''}", dk, da, None, t))
+            if args.compressed:  # the loads and stores of the kernel on compressed links
+                lk = mod.CompressedLinks.of(uf, u)
+                dc = (da[0], da[1], lk.uf.reshape(-1), lk.ub.reshape(-1)) + da[4:]
+                for t in (int(x) for x in args.threads.split(",")):
+                    variants.append((f"loads and stores, compressed, {t} thread{'s' if t > 1 else ''}",
+                                     data_kernels(ns, 12)[0], dc, None, t))
+
+    launches = {}
 
     def run(v):
         _, k, a, _, t = v
         if t == 1:
             k(0, n4, *a)
-        else:
-            pool.accelerator_for(n4, k, *a)
+            return
+        # the operators' launch: bound once, run by the thread team in balanced pieces
+        go = launches.get(id(v))
+        if go is None:
+            go = launches[id(v)] = pool.bind_kernel(k, *a, balance=True).prepared(n4)
+        go()
 
     for v in variants:
         run(v)
