@@ -25,6 +25,8 @@ SCRIPTS = [
      "compulsory stream, 2 threads"),
     ("bench_dhop_kernels.py", ["--grid", "4.4.4.8", "--reps", "1", "--threads", "1,2", "--compressed"],
      "kernels_wilson compressed, 2 threads"),
+    ("bench_dhop_kernels.py", ["--grid", "4.4.4.8", "--reps", "1", "--compressed", "--data"],
+     "loads and stores, compressed, 2 threads"),
     ("bench_dhop_kernels.py", ["--grid", "4.4.4.8", "--Ls", "4", "--reps", "1", "--last", "mul_solve"],
      "GFlop/s"),
     ("bench_wilson_in_cache.py", ["--Ls", "4"], "% of the FMA peak"),
