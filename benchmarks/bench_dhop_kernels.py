@@ -152,9 +152,12 @@ def main():
             raise SystemExit("--checkerboard times the 4D Wilson hop (--Ls 1)")
         psi, ue, U = pg.pick_checkerboard(1, psi), D.U_cb[0], D.U_cb[1]
         st = D.stencil_cb[1]
-    # writable copies, aligned to cache lines as fields are (the kernel copies a read-only input)
+    # writable copies, aligned to cache lines as fields are (the kernel copies a read-only input);
+    # on a full grid one array of links, as the operators pass (a link read forward at its site is
+    # read backward at the next one, from the caches)
     with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u, ue.view(pg.CpuRead) as uf:
-        p, u, uf = aligned_copy(p), aligned_copy(u), aligned_copy(uf)
+        p, u = aligned_copy(p), aligned_copy(u)
+        uf = u if ue is U else aligned_copy(uf)
     n4, ns = st.neighbours.shape[1], p.shape[3]
     pool = get_backend("openmp")
     tables = last_tables(args.last, Ls, U, dt)
