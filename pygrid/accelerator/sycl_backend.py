@@ -313,6 +313,8 @@ class SyclBackend:
         self.dpctl = import_dpctl()
         self.queue = make_queue(self.dpctl, selector)
         self.fp64 = bool(getattr(self.queue.sycl_device, "has_aspect_fp64", True))
+        # read once: every launch asks which form its kernels take (form())
+        self.is_cpu = bool(self.queue.sycl_device.is_cpu)
         from ..memory.devices import register_device
 
         queue = self.queue
@@ -420,9 +422,8 @@ class SyclBackend:
         """(most rows, rows a group) of ``pg_norm2`` / ``pg_inner`` on this device: on a CPU one
         contiguous chunk a work-item; on a GPU a work-group's rows on neighbouring vectors, the
         partial sums held to REDUCE_PARTIALS."""
-        dev = self.queue.sycl_device
-        if dev.is_cpu:
-            return self.CPU_ROWS_PER_UNIT * max(1, int(dev.max_compute_units)), 1
+        if self.is_cpu:
+            return self.CPU_ROWS_PER_UNIT * max(1, int(self.queue.sycl_device.max_compute_units)), 1
         L = threads_per_block()
         width = rk.vector_width(shape[3], dtype) * (2 if complex_ else 1)
         return max(L, self.REDUCE_PARTIALS // width // L * L), L
@@ -469,7 +470,7 @@ class SyclBackend:
         """The generated kernels' form on this device for ``nsimd`` lanes."""
         form = self.FORM
         if form is None:
-            form = "opencl-simd" if self.queue.sycl_device.is_cpu else "opencl"
+            form = "opencl-simd" if self.is_cpu else "opencl"
         if form == "opencl-simd" and int(nsimd) not in codegen_c.VECTOR_WIDTHS:
             form = "opencl"  # no OpenCL vector of that many lanes
         return form
