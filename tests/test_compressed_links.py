@@ -223,3 +223,21 @@ def test_the_configuration_switches_the_default_off(monkeypatch):
         config.set_current(before)
     with pytest.raises(pg.errors.GridError, match="compress_links"):
         pg.qcd.WilsonFermion(U, 0.1, compress_links="yes")
+
+
+def test_compression_checks_the_links_in_blocks(setup, monkeypatch):
+    """The same rows, phase rows and table when the links are checked a few sites at a time (as a
+    large lattice's are), and a bad link in a later block is still found."""
+    prec, grid, U, psi = setup
+    D = pg.qcd.WilsonFermion(U, 0.1, **BOUNDARIES["antiperiodic_t"])
+    with D.links.view(pg.CpuRead) as u:
+        u = np.array(u)
+    whole = kw.compress_links([u])
+    monkeypatch.setattr(kw, "_BLOCK_SITES", 7)
+    blocks = kw.compress_links([u, u])
+    assert np.array_equal(blocks[1], whole[1])
+    for rows, zi in blocks[0]:
+        assert np.array_equal(rows, whole[0][0][0]) and np.array_equal(zi, whole[0][0][1])
+    bad = u.copy()
+    bad[-1, 24] *= 1.01  # element (2, 0) of the last site's z link: its third row
+    assert kw.compress_links([u, bad]) is None
