@@ -443,7 +443,7 @@ def _register_body(nls, nlg, nlu, halo, itemsize, compressed=False):
         # the eight third rows first, read at an offset of zero (Ls - 1 of a 4D field) that LLVM
         # cannot see, so that their loads are not merged with the products' loads of the same rows:
         # merged, all eight links' rows stayed live from here to their points and spilled, and the
-        # kernel ran 0.6x in cache; apart, 0.8-0.9x in cache and 1.2-1.3x at 24^4
+        # kernel ran 0.6x in cache; apart, 0.8-0.9x in cache, and out of it the even-odd hop 1.1-1.4x
         at = body.index("for i in range(lo, hi):")
         body[at:at] = ["OPQ = U(Ls) - U(1)", "vz = vsplat(Z(0), W)", "TZ = (vz, vz, vz, vz, vz, vz)"]
         for p in range(8):
@@ -966,7 +966,8 @@ def compression_pays(n4, nsimd, dtype, Ls=1):
     """Whether the hop on fields of ``n4`` 4D outer sites reads its links compressed: on wide machines,
     4D fields larger than the caches (``FAR_BYTES``).  Where the fields fit the caches the arithmetic
     that rebuilds the third rows costs more than the bytes it saves (Wilson 8^4 double ran 0.8-0.9x
-    compressed; 16^4 and 24^4 1.2-1.3x, same-process A/B on the AVX-512 machine)."""
+    compressed; at 16^4 and 24^4 the even-odd hop 1.1-1.4x and the full-grid hop 1.03-1.2x,
+    same-process A/B on the AVX-512 machine)."""
     return int(Ls) == 1 and wide_default() and _field_bytes(n4, Ls, nsimd, dtype) > FAR_BYTES
 
 
