@@ -56,6 +56,8 @@ class WilsonFermion(FermionOperator):
                  compress_links: bool | None = None) -> None:
         if not isinstance(U, Lattice) or U.site_type.levels != _GAUGE.levels:
             raise SiteTypeError(f"WilsonFermion needs a LatticeGaugeField, got {U!r}")
+        if compress_links not in (None, True, False):
+            raise GridError(f"compress_links must be None, True or False, got {compress_links!r}")
         g = U.grid
         if not isinstance(g, GridCartesian) or g.checkerboarded or g.nd != 4:
             raise GridError(f"WilsonFermion needs a gauge field on a full 4D grid, got {g}")
@@ -74,12 +76,10 @@ class WilsonFermion(FermionOperator):
         self.stencil_cb = tuple(Stencil(self.rb_grid, wilson_displacements(), cb) for cb in (0, 1))
         self._link_halos = {}
         self._hop_calls = {}   # pygrid.qcd.hop: the calls on the same fields again
+        self.compress_links = compress_links
         # whether the full-grid and the even-odd hops would read compressed links (their fields' size
         # and the machine), and the compressed links made, per hop (None: the full grid, or the
         # source checkerboard), with the links' versions they were made from
-        if compress_links not in (None, True, False):
-            raise GridError(f"compress_links must be None, True or False, got {compress_links!r}")
-        self.compress_links = compress_links
         self._compress = tuple(
             bool(compress_links or compress_links is None
                  and kw.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype))
