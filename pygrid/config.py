@@ -290,8 +290,8 @@ class Config:
         (the fastest the backend has).
     compress_links
         Let the Wilson operator's hand-unrolled kernel read its links as two rows of each SU(3)
-        matrix, rebuilding the third, on fields larger than the caches of a machine with
-        AVX-512 (:func:`pygrid.qcd.kernels_wilson.compression_pays`); links that are not SU(3)
+        matrix, rebuilding the third, on fields larger than the caches
+        (:func:`pygrid.qcd.kernels_wilson.compression_pays`); links that are not SU(3)
         times a phase are always read whole.
     log
         Log level, one of :data:`LOG_LEVELS`.

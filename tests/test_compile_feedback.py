@@ -100,8 +100,8 @@ D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=pg.qcd.ANTIPERIODIC_T)
 b = pg.ParallelRNG(g, [2]).gaussian(pg.LatticeFermion(g))
 x, rec = pg.qcd.schur_solve(D, b, pg.algorithms.ConjugateGradient(1e-8, 1000, verbose=False))
 assert rec.converged
-if pg.qcd.kernels_wilson.wide_default():  # where large fields read compressed links: that kernel too
-    pg.qcd.WilsonFermion(U, 0.1, boundary_phases=pg.qcd.ANTIPERIODIC_T, compress_links=True).Dhop(b)
+# large fields read compressed links: that kernel too
+pg.qcd.WilsonFermion(U, 0.1, boundary_phases=pg.qcd.ANTIPERIODIC_T, compress_links=True).Dhop(b)
 print(len(history()), [w for w, _ in history() if 'Dhop' in w or 'dhop' in w])
 """
     r = _run(None, code=job)

@@ -2,8 +2,8 @@
 rebuilt links against the stored ones, the SIMD operations against numpy, and the Wilson operator
 on compressed links against the numpy reference and against itself on whole links.
 
-By default the operator compresses its links only on fields larger than the caches of an AVX-512
-machine; the operator tests here ask for it (``compress_links=True``) on small lattices, where
+By default the operator compresses its links only on fields larger than the caches; the operator
+tests here ask for it (``compress_links=True``) on small lattices, where
 every path is the same code.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pygrid as pg
 import pygrid.qcd
 from pygrid import config
 from pygrid.accelerator.simd_numba import vcmatvec, vcmatvec3, vloadt, vstoret, vthirdrow
-from pygrid.qcd import kernels_wilson as kw
+from pygrid.qcd import dslash, kernels_wilson as kw
 from pygrid.qcd.schur import SchurOperator
 
 DIMS = (4, 4, 4, 8)
@@ -145,8 +145,19 @@ def _used(D):
     return [k for k, (_, made) in D._links_c.items() if made is not None]
 
 
+def force_structure(monkeypatch, wide):
+    """The unrolled kernel in the register order (``wide``, AVX-512's) or the tiled order (AVX2's)
+    whatever the host: fresh modules, launch states and kept launches."""
+    monkeypatch.setattr(kw, "wide_default", lambda: wide)
+    monkeypatch.setattr(kw, "_modules", {})
+    monkeypatch.setattr(kw, "_states", {})
+    monkeypatch.setattr(dslash, "_BOUND", {})
+
+
+@pytest.mark.parametrize("wide", [True, False], ids=["register_order", "tiled_order"])
 @pytest.mark.parametrize("case", BOUNDARIES)
-def test_wilson_on_compressed_links_against_numpy(setup, case):
+def test_wilson_on_compressed_links_against_numpy(setup, case, wide, monkeypatch):
+    force_structure(monkeypatch, wide)
     prec, grid, U, psi = setup
     bc = BOUNDARIES[case]
     D = pg.qcd.WilsonFermion(U, 0.15, **bc, compress_links=True)
@@ -201,13 +212,22 @@ def test_links_that_do_not_compress_are_read_whole():
     assert D._links_c[None][1] is None and _used(D) == []
 
 
-def test_compression_pays_only_out_of_cache_on_wide_machines(monkeypatch):
-    monkeypatch.setattr(kw, "wide_default", lambda: True)
-    assert not kw.compression_pays(8 ** 4 // 8, 8, np.float64)       # 8^4 double: in the caches
-    assert kw.compression_pays(24 ** 4 // 8, 8, np.float64)
-    assert not kw.compression_pays(24 ** 4 // 8, 8, np.float64, Ls=8)  # 5D: the links are reused
-    monkeypatch.setattr(kw, "wide_default", lambda: False)
-    assert not kw.compression_pays(24 ** 4 // 8, 8, np.float64)
+@pytest.mark.parametrize("nsimd", [8, 4])
+def test_compression_pays_only_out_of_cache(nsimd):
+    assert not kw.compression_pays(8 ** 4 // nsimd, nsimd, np.float64)       # 8^4 double: in the caches
+    assert kw.compression_pays(24 ** 4 // nsimd, nsimd, np.float64)
+    assert not kw.compression_pays(24 ** 4 // nsimd, nsimd, np.float64, Ls=8)  # 5D: the links are reused
+
+
+def test_both_orders_rebuild_the_third_rows():
+    """The register order rebuilds a site's eight third rows before its first point, the tiled
+    order each point's before its product; both kernels take the phase tables."""
+    for wide in (True, False):
+        src = kw._source(4, "float64", False, wide, compressed=True)
+        assert src.count("vthirdrow(") == 16   # eight points, with the halo branches and without
+        assert "def dhop_local(" in src and "zif, zib, ztab):" in src
+    with pytest.raises(ValueError, match="4D"):
+        kw._source(4, "float64", True, False, compressed=True)
 
 
 def test_the_configuration_switches_the_default_off(monkeypatch):

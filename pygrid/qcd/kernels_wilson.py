@@ -213,9 +213,11 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
     ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
     ``wide``: the structure for 32 vector registers (both spins of the half spinor through
     the link together; for 4D fields the result spinor held in registers over the points).
-    ``compressed`` (4D fields, ``wide``): links stored as their first two rows
-    (:func:`compress_links`), the kernels ``dhop_local`` and ``dhop_kernel`` alone, taking the phase
-    tables ``zif, zib, ztab`` after their other arguments (the links of a halo, ``ubh``, whole).
+    ``compressed`` (4D fields): links stored as their first two rows (:func:`compress_links`), the
+    kernels ``dhop_local`` and ``dhop_kernel`` alone, taking the phase tables ``zif, zib, ztab``
+    after their other arguments (the links of a halo, ``ubh``, whole).  The register order rebuilds
+    a site's eight third rows before its first point, the tiled order each point's just before its
+    product.
     """
     NS = int(ns)
     out = [
@@ -326,10 +328,10 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
                + (", which also reads neighbours on other ranks." if halo else "."),
                "@_jit")
     if compressed:
-        if five_d or not wide:
-            raise ValueError("compressed links: the wide 4D kernel only")
+        if five_d:
+            raise ValueError("compressed links: the 4D kernel only")
         for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
-            body = _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize, compressed=True)
+            body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=True)
             fn(f"{name}({args}, zif, zib, ztab)", body,
                f"{name} on links stored as their first two rows (compress_links), the third rebuilt "
                "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab"
@@ -440,24 +442,37 @@ def _register_body(nls, nlg, nlu, halo, itemsize, compressed=False):
     for p in range(8):
         body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
     if compressed:
-        # the eight third rows first, read at an offset of zero (Ls - 1 of a 4D field) that LLVM
-        # cannot see, so that their loads are not merged with the products' loads of the same rows:
-        # merged, all eight links' rows stayed live from here to their points and spilled, and the
-        # kernel ran 0.6x in cache; apart, 0.8-0.9x in cache, and out of it the even-odd hop 1.1-1.4x
+        # the eight third rows first (in cache this order ran 0.8-0.9x of whole links, out of it the
+        # even-odd hop 1.1-1.4x)
         at = body.index("for i in range(lo, hi):")
-        body[at:at] = ["OPQ = U(Ls) - U(1)", "vz = vsplat(Z(0), W)", "TZ = (vz, vz, vz, vz, vz, vz)"]
+        body[at:at] = _third_row_constants()
         for p in range(8):
-            links, row, z = ("uf", "uo", "zif") if p < 4 else ("ub", f"n{p}", "zib")
-            third = (f"vthirdrow({links}, {row} * GS + M{p % 4} + OPQ, ztab, {z}[{row} * U(4) + U({p % 4})], "
-                     "W)")
-            if halo and p >= 4:  # a neighbour on another rank: its link is in the halo, whole
-                body += [f"    if n{p} < N4:", f"        t{p} = {third}", "    else:", f"        t{p} = TZ"]
-            else:
-                body += [f"    t{p} = {third}"]
+            body += _third_row("    ", p, "uo" if p < 4 else f"n{p}", halo)
     body += _register_points("    ", lambda n: f"{n} * FS", halo, compressed)
     body += _register_finish("    ", True)
     body += ["if nt:", "    store_fence()"]
     return body
+
+
+def _third_row_constants():
+    """Source lines before a compressed kernel's site loop: the offset of its third rows' loads
+    (:func:`_third_row`) and the zero rows of a halo's whole links."""
+    return ["OPQ = U(Ls) - U(1)", "vz = vsplat(Z(0), W)", "TZ = (vz, vz, vz, vz, vz, vz)"]
+
+
+def _third_row(ind, p, row, halo):
+    """Source lines (indented by ``ind``) setting ``t{p}``, the third row of point p's link (forward:
+    at site ``row`` of uf; backward: at the neighbour ``row`` of ub) rebuilt from its two rows and
+    its phase.  Its loads are made at an offset of zero (Ls - 1 of a 4D field) that LLVM cannot
+    see, so that they are not merged with the product's loads of the same rows: merged, the
+    register order kept all eight links' rows live from its site's start to their points and
+    spilled them (0.6x in cache)."""
+    links, z = ("uf", "zif") if p < 4 else ("ub", "zib")
+    mu = p % 4
+    third = f"vthirdrow({links}, {row} * GS + M{mu} + OPQ, ztab, {z}[{row} * U(4) + U({mu})], W)"
+    if halo and p >= 4:  # a neighbour on another rank: its link is in the halo, whole
+        return [f"{ind}if {row} < N4:", f"{ind}    t{p} = {third}", f"{ind}else:", f"{ind}    t{p} = TZ"]
+    return [f"{ind}t{p} = {third}"]
 
 
 def _register_points(ind, src, halo, compressed=False):
@@ -589,9 +604,9 @@ def _tile_points(nls, nlg, wide, halo):
     return body
 
 
-def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
+def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compressed=False):
     if wide and not five_d:
-        return _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize)
+        return _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize, compressed)
     pf = _prefetch(wide)
     body = [
         "sc = vsplat(coef[0], W)",
@@ -614,17 +629,19 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain"):
     ]
     if last == "mul_solve":  # one site's slices, B times the accumulator, for the solve that follows
         body.insert(body.index("for i0 in range(lo, hi, tile):"), "mul_t = np.empty(Ls * 24 * W, Z)")
+    if compressed:
+        body[body.index("for i0 in range(lo, hi, tile):"):0] = _third_row_constants()
     if five_d:
         body += [f"    {_POINTS[halo]}({_POINTS_ARGS})"]
     for p in range(7 if five_d else 0, 8):
-        body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ", last)
+        body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ", last, compressed)
     if last in _AT_TILE_END:
         body += ["    " + x for x in _tile_end(last)]
     body += ["if nt:", "    store_fence()"]
     return body
 
 
-def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain"):
+def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain", compressed=False):
     """Source lines (indented by ``ind0``) of point p's loop over the tile's sites: the projected
     neighbour through the link into the accumulator (the first point initialises it, the last
     writes the result: ``last`` 'plain' with the diagonal term as ``alpha * diag``, 'banded' with
@@ -667,11 +684,13 @@ def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain"):
         ind = i1
         body += [f"{i1}B = n * FS", f"{i1}A = (U(i) - I0) * FS", f"{i1}d = uo * FS"]
         halo_at = "(n - N4) * HS"
+        if compressed:  # the point's third row, just before its product
+            body += _third_row(i1, p, "uo" if p < 4 else "n", halo)
     # both spins of the half spinor (12 vectors) through the link at once, so each link element is
     # read once per point: with 16 registers a little spills, and still out of cache it ran 7-10%
     # faster on AVX2 than a pass per spin (equal in cache)
     body += _neighbour_product(ind, p, "n", "m", _projection(mu, "psi", "B", g), f"hload2(halo, {halo_at})",
-                               halo)
+                               halo, compressed)
     if p < 7 or last in _AT_TILE_END:
         return body + [f"{ind}{_reconstruction_into(mu, 'acc_t', 'A', 'w', g, p == 0)}"]
     for a, half in ((0, "w[:6]"), (1, "w[6:]")):
@@ -832,7 +851,7 @@ def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
     disk); ``wide`` picks the structure (default: from the host's registers, :func:`wide_default`);
     ``halo``: the kernel that also reads neighbours on other ranks (else one that never does);
-    ``compressed``: the 4D kernel on links of two rows (:func:`compress_links`; wide machines)."""
+    ``compressed``: the 4D kernel on links of two rows (:func:`compress_links`)."""
     if compressed and (int(Ls) > 1 or last != "plain"):
         raise ValueError("compressed links: the 4D kernel only")
     m = _module(nsimd, dtype, Ls, wide, compressed)
@@ -963,12 +982,14 @@ class CompressedLinks:
 
 
 def compression_pays(n4, nsimd, dtype, Ls=1):
-    """Whether the hop on fields of ``n4`` 4D outer sites reads its links compressed: on wide machines,
-    4D fields larger than the caches (``FAR_BYTES``).  Where the fields fit the caches the arithmetic
-    that rebuilds the third rows costs more than the bytes it saves (Wilson 8^4 double ran 0.8-0.9x
-    compressed; at 16^4 and 24^4 the even-odd hop 1.1-1.4x and the full-grid hop 1.03-1.2x,
-    same-process A/B on the AVX-512 machine)."""
-    return int(Ls) == 1 and wide_default() and _field_bytes(n4, Ls, nsimd, dtype) > FAR_BYTES
+    """Whether the hop on fields of ``n4`` 4D outer sites reads its links compressed: 4D fields larger
+    than the caches (``FAR_BYTES``).  Where the fields fit the caches the arithmetic that rebuilds
+    the third rows costs more than the bytes it saves (Wilson 8^4 double ran 0.8-0.9x compressed on
+    AVX-512).  Out of them, same-process A/B on the AVX-512 machine: the even-odd hop 1.1-1.4x and the
+    full-grid hop 1.03-1.2x at 16^4 and 24^4 in the register order; the AVX2 code there, in the
+    tiled order: the even-odd hop 1.09-1.31x in double, the full-grid hop 1.0-1.1x at 16^4 and 24^4
+    (docs/performance.md, "Links read compressed")."""
+    return int(Ls) == 1 and _field_bytes(n4, Ls, nsimd, dtype) > FAR_BYTES
 
 
 def _field_bytes(n4, Ls, nsimd, dtype):
@@ -1256,7 +1277,7 @@ class _LaunchState:
         """The kernel on compressed links, with the halo branches or without (compiled at its first
         launch)."""
         if self._kernel_c is None:
-            self._kernel_c = {h: kernel_for(self.nsimd, self.dtype, wide=True, halo=h, compressed=True)
+            self._kernel_c = {h: kernel_for(self.nsimd, self.dtype, halo=h, compressed=True)
                               for h in (False, True)}
         return self._kernel_c[halo]
 

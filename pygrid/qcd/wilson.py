@@ -43,8 +43,8 @@ class WilsonFermion(FermionOperator):
 
     ``compress_links``: whether the hops of the hand-unrolled kernel (openmp and numpy backends)
     read each link as the first two rows of an SU(3) matrix and rebuild the third
-    (``kernels_wilson.compress_links``).  None (the default): on fields larger than the caches of
-    an AVX-512 machine, unless the configuration says ``--no-compress-links``; True: on any
+    (``kernels_wilson.compress_links``).  None (the default): on fields larger than the caches,
+    unless the configuration says ``--no-compress-links``; True: on any
     fields and machine; False: never.  The operator then keeps that copy of its links, two thirds
     of their bytes, on the host, outside the device memory cache, and makes it again when the
     links are written.  Links that are not SU(3) times a phase to their precision are read whole.
