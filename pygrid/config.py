@@ -53,6 +53,10 @@ ACCELERATORS = ("openmp", "numpy", "cuda", "hip", "sycl", "auto")
 # backend.
 DSLASH_VARIANTS = ("auto", "generic", "unroll")
 
+#: Structures of the hand-unrolled Dirac kernel: ``wide`` for 32 vector registers (AVX-512's), ``narrow``
+#: for 16 (AVX2's); ``auto``: from the registers the kernels are compiled for.
+DSLASH_STRUCTURES = ("auto", "wide", "narrow")
+
 #: Log levels ``--log`` accepts, from least to most verbose.
 LOG_LEVELS = ("error", "warning", "message", "iterative", "debug")
 
@@ -217,6 +221,10 @@ def _parse_dslash(value: Any, label: str) -> str:
     return _parse_choice(value, label, DSLASH_VARIANTS, "Dirac kernel variant")
 
 
+def _parse_dslash_structure(value: Any, label: str) -> str:
+    return _parse_choice(value, label, DSLASH_STRUCTURES, "Dirac kernel structure")
+
+
 def _parse_log(value: Any, label: str) -> str:
     return _parse_choice(value, label, LOG_LEVELS, "unknown log level")
 
@@ -249,6 +257,7 @@ _FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "debug_mem": _parse_bool,
     "emulate_device": _parse_bool,
     "dslash": _parse_dslash,
+    "dslash_structure": _parse_dslash_structure,
     "compress_links": _parse_bool,
     "log": _parse_log,
 }
@@ -288,6 +297,12 @@ class Config:
         (generated from the one kernel description, every backend), ``unroll``
         (the hand-unrolled CPU kernel, openmp and numpy backends) or ``auto``
         (the fastest the backend has).
+    dslash_structure
+        The hand-unrolled kernel's structure, one of :data:`DSLASH_STRUCTURES`: ``wide`` (for 32
+        vector registers: on 4D fields the result spinor held in registers over a site's eight
+        points, the register order), ``narrow`` (for 16: the points in turn over a tile of sites,
+        the tiled order) or ``auto`` (``wide`` where the kernels are compiled for AVX-512;
+        :func:`pygrid.qcd.kernels_wilson.wide_default`).  Any structure gives the same results.
     compress_links
         Let the Wilson operator's hand-unrolled kernel read its links as two rows of each SU(3)
         matrix, rebuilding the third, on fields larger than the caches
@@ -311,6 +326,7 @@ class Config:
     debug_mem: bool = False
     emulate_device: bool = False
     dslash: str = "auto"
+    dslash_structure: str = "auto"
     compress_links: bool = True
     log: str = "message"
 
@@ -440,9 +456,13 @@ FLAGS: tuple[FlagSpec, ...] = (
              env=("PYGRID_DSLASH",), value="generic"),
     FlagSpec("--dslash-unroll", "dslash", None,
              "Dirac operators use the hand-unrolled CPU kernel (openmp, numpy)", "auto", value="unroll"),
+    FlagSpec("--dslash-structure", "dslash_structure", "NAME",
+             "the hand-unrolled kernel's structure: " + ", ".join(DSLASH_STRUCTURES)
+             + " (wide for 32 vector registers, narrow for 16)", "auto: wide on AVX-512",
+             env=("PYGRID_DSLASH_STRUCTURE",)),
     FlagSpec("--no-compress-links", "compress_links", None,
-             "the Wilson hop reads every link whole (by default, on large fields on AVX-512, two rows "
-             "of each SU(3) link and the third rebuilt)", "on", env=("PYGRID_COMPRESS_LINKS",), value=False),
+             "the Wilson hop reads every link whole (by default, on fields larger than the caches, two "
+             "rows of each SU(3) link and the third rebuilt)", "on", env=("PYGRID_COMPRESS_LINKS",), value=False),
     FlagSpec("--log", "log", "LEVEL",
              "log level: " + ", ".join(LOG_LEVELS), "message"),
 )
@@ -458,6 +478,7 @@ _MISSING_FORMS = {
     "accelerator_threads": _POSITIVE_INT_FORM,
     "device_mem": _DEVICE_MEM_FORM,
     "log": "choose one of " + ", ".join(LOG_LEVELS),
+    "dslash_structure": "choose one of " + ", ".join(DSLASH_STRUCTURES),
 }
 
 # Environment variables, in increasing priority: a later one wins over an earlier one.
@@ -467,6 +488,7 @@ _ENV_VARS: tuple[tuple[str, str, Callable[[Any, str], Any]], ...] = (
     ("PYGRID_ACCELERATOR", "accelerator", _parse_accelerator),
     ("PYGRID_DEVICE_MEM", "device_mem", _parse_device_mem),
     ("PYGRID_DSLASH", "dslash", _parse_dslash),
+    ("PYGRID_DSLASH_STRUCTURE", "dslash_structure", _parse_dslash_structure),
     ("PYGRID_COMPRESS_LINKS", "compress_links", _parse_bool),
 )
 

@@ -38,7 +38,8 @@ config = importlib.import_module("pygrid.config")  # pg.config is a function
 FLAGS = {spec.flag: spec for spec in config.FLAGS}
 VALUE_FLAGS = [spec.flag for spec in config.FLAGS if spec.takes_value]
 SWITCHES = [spec.flag for spec in config.FLAGS if not spec.takes_value]
-ENV_VARS = ["PYGRID_THREADS", "OMP_NUM_THREADS", "PYGRID_ACCELERATOR", "PYGRID_DEVICE_MEM", "PYGRID_DSLASH"]
+ENV_VARS = ["PYGRID_THREADS", "OMP_NUM_THREADS", "PYGRID_ACCELERATOR", "PYGRID_DEVICE_MEM", "PYGRID_DSLASH",
+            "PYGRID_DSLASH_STRUCTURE"]
 
 
 # ---- random values ----------------------------------------------------------------------------
@@ -95,6 +96,7 @@ ACCEPTS = {
     "accelerator": lambda v: v.strip().lower() in config.ACCELERATORS,
     "log": lambda v: v.strip().lower() in config.LOG_LEVELS,
     "dslash": lambda v: v.strip().lower() in config.DSLASH_VARIANTS,
+    "dslash_structure": lambda v: v.strip().lower() in config.DSLASH_STRUCTURES,
 }
 
 
@@ -114,7 +116,7 @@ def check_config(cfg):
     assert 1 <= cfg.accelerator_threads <= config.MAX_ACCELERATOR_THREADS
     assert cfg.device_mem is None or 0 <= cfg.device_mem <= config.MAX_DEVICE_MEM_MB
     assert cfg.accelerator in config.ACCELERATORS and cfg.log in config.LOG_LEVELS
-    assert cfg.dslash in config.DSLASH_VARIANTS
+    assert cfg.dslash in config.DSLASH_VARIANTS and cfg.dslash_structure in config.DSLASH_STRUCTURES
     assert config.parse_args(cfg.to_argv(), env={})[0] == cfg
 
 
@@ -180,7 +182,7 @@ def test_environment_variables():
             var = str(e).split("=", 1)[0]
             field = {"PYGRID_THREADS": "threads", "OMP_NUM_THREADS": "threads",
                      "PYGRID_ACCELERATOR": "accelerator", "PYGRID_DEVICE_MEM": "device_mem",
-                     "PYGRID_DSLASH": "dslash"}[var]
+                     "PYGRID_DSLASH": "dslash", "PYGRID_DSLASH_STRUCTURE": "dslash_structure"}[var]
             value = env[var].split(",", 1)[0] if var == "OMP_NUM_THREADS" else env[var]
             assert not ACCEPTS[field](value), (var, env[var], str(e))
             return

@@ -141,6 +141,37 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
     check_5d_hop(grid, U, D)
 
 
+def test_the_configuration_chooses_the_structure():
+    """``--dslash-structure`` (the configuration's ``dslash_structure``) picks the structure the
+    host would not: the same results, from a kernel module of that structure, and back."""
+    import dataclasses
+
+    from pygrid import config
+
+    if dslash.variant() != "unroll":
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    host = kw.wide_default()
+    grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    other = "narrow" if host else "wide"
+    before = config.set_current(dataclasses.replace(config.current(), dslash_structure=other))
+    try:
+        assert kw.wide_default() is (not host)
+        D = pg.qcd.WilsonFermion(U, MASS)
+        out = D.new_fermion()
+        for _ in range(2):   # the second call kept: bound under this configuration
+            D.M(psi, out=out)
+            assert relerr(out.to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
+        st = kw._launch_state(D.stencil, 1, grid.nsimd, np.float64)
+        assert st.kernel["plain"] is kw.kernel_for(grid.nsimd, "float64", wide=not host)
+    finally:
+        config.set_current(before)
+    assert kw.wide_default() is host
+    assert kw._launch_state(D.stencil, 1, grid.nsimd, np.float64).kernel["plain"] is kw.kernel_for(
+        grid.nsimd, "float64", wide=host)
+    assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
+
+
 def test_far_prefetch_path_against_numpy(monkeypatch):
     """The wide 4D kernel's prefetches for fields larger than the caches (forced on a small lattice)
     leave the result as it was (tests/mpi has the same with halos from other ranks)."""

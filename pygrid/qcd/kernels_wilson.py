@@ -43,8 +43,8 @@ only when the neighbour wrapped around a virtual node (a constant lane map
 any other map through the lane table); it is multiplied by U (or U^dag of the
 backward link, whose product is permuted instead of the link), reading the link
 from memory; and the spins of the result that it rebuilds are updated.  The
-order of that work follows the host's registers (:func:`wide_default`, fixed
-when numba compiles for the host):
+order of that work follows the registers the kernels are compiled for (:func:`wide_default`;
+``--dslash-structure wide|narrow`` chooses it instead):
 
 * wide (AVX-512, 32 vector registers), 4D fields: site by site, the eight points
   in turn, the result spinor held in 24 vector variables and written once; both
@@ -99,6 +99,7 @@ from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
 from ..accelerator.host import read_only
 from ..cartesian.simd import host_simd_bits
+from ..config import current
 from ..errors import ConformabilityError, SiteTypeError
 from ..stencil.halo import exchange_rows
 from ..tensors.constant import Gamma
@@ -819,18 +820,24 @@ _modules = {}
 
 
 def wide_default():
-    """Whether the host's vector registers take the wide kernel (AVX-512's 32; AVX2 has 16)."""
+    """Whether the kernels take the wide structure: as the configuration's ``dslash_structure``
+    says, or by default where the kernels are compiled for AVX-512's 32 vector registers (AVX2
+    has 16)."""
+    structure = current().dslash_structure
+    if structure != "auto":
+        return structure == "wide"
     return host_simd_bits() >= 512
 
 
 def _module(nsimd, dtype, Ls, wide=None, compressed=False):
+    if wide is None:
+        wide = wide_default()
     # what dhop() passes: a lookup without np.dtype(...).name (7 us)
     fast = (nsimd, dtype, Ls > 1, wide, compressed)
     m = _modules.get(fast)
     if m is not None:
         return m
-    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, wide_default() if wide is None else bool(wide),
-           bool(compressed))
+    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, bool(wide), bool(compressed))
     m = _modules.get(key)
     if m is None:
         # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
@@ -849,7 +856,7 @@ def _module(nsimd, dtype, Ls, wide=None, compressed=False):
 
 def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain", compressed=False):
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
-    disk); ``wide`` picks the structure (default: from the host's registers, :func:`wide_default`);
+    disk); ``wide`` picks the structure (default: :func:`wide_default`);
     ``halo``: the kernel that also reads neighbours on other ranks (else one that never does);
     ``compressed``: the 4D kernel on links of two rows (:func:`compress_links`)."""
     if compressed and (int(Ls) > 1 or last != "plain"):
@@ -1297,7 +1304,7 @@ _states = {}
 
 
 def _launch_state(stencil, Ls, nsimd, dtype):
-    key = (id(stencil), Ls, nsimd, dtype)
+    key = (id(stencil), Ls, nsimd, dtype, wide_default())
     st = _states.get(key)
     if st is None or st.stencil is not stencil:
         if len(_states) > 64:
