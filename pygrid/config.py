@@ -462,7 +462,8 @@ FLAGS: tuple[FlagSpec, ...] = (
              env=("PYGRID_DSLASH_STRUCTURE",)),
     FlagSpec("--no-compress-links", "compress_links", None,
              "the Wilson hop reads every link whole (by default, on fields larger than the caches, two "
-             "rows of each SU(3) link and the third rebuilt)", "on", env=("PYGRID_COMPRESS_LINKS",), value=False),
+             "rows of each SU(3) link and the third rebuilt)", "on", env=("PYGRID_COMPRESS_LINKS",),
+             value=False),
     FlagSpec("--log", "log", "LEVEL",
              "log level: " + ", ".join(LOG_LEVELS), "message"),
 )
