@@ -28,7 +28,8 @@ table of the rows it reached, the last one with the rounds it had, and exits wit
 without AVX-512 (``NUMBA_CPU_FEATURES``: the host's features, the AVX-512 ones turned off; Nsimd
 and the kernels' structure follow, :func:`pygrid.cartesian.host_simd_bits`), against a Grid build
 configured with ``--enable-simd=AVX2``.  The SIMD of the Grid build (its
-``grid.configure.summary``) must match pygrid's.
+``grid.configure.summary``) must match pygrid's.  pygrid's processes inherit the environment, so
+``PYGRID_DSLASH_STRUCTURE=wide|narrow`` in it runs pygrid's hand-unrolled kernel in that structure.
 """
 from __future__ import annotations
 
