@@ -213,6 +213,9 @@ def test_json(kind, tmp_path):
         (v,) = doc["verification"]
         assert v["passed"] and v["max_rel_error"] < 1e-12
         assert "verified against numpy reference: max rel. error" in r.stdout
+        d = run["dslash"]
+        assert d["variant"] in ("unroll", "generic")
+        assert ("Dirac kernel: " + ("hand-unrolled" if d["variant"] == "unroll" else "generic")) in r.stdout
     if kind == "su3":
         assert run["kernels"]["su3_mul"]["flops_per_site"] == 198
     if kind == "cache":
@@ -224,6 +227,17 @@ def test_json(kind, tmp_path):
     # the human-readable output states the counts, per site (per view opened for the cache)
     assert "flop/site" in r.stdout or kind == "cache"
     assert ("B/view" if kind == "cache" else "B/site") in r.stdout and "roofline" in r.stdout
+
+
+@pytest.mark.skipif(not wilson_available(), reason="pygrid.qcd.WilsonFermion not available")
+@pytest.mark.parametrize("structure", ["wide", "narrow"])
+def test_the_benchmark_says_which_dirac_kernel_ran(structure, tmp_path):
+    out = tmp_path / "w.json"
+    r = run_cli("benchmark", "wilson", *TINY, "--accelerator", "openmp", "--dslash-structure", structure,
+                "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["runs"][0]["dslash"] == {"variant": "unroll", "structure": structure}
+    assert f"Dirac kernel: hand-unrolled, {structure} structure" in r.stdout
 
 
 def test_debug_mem_and_both_precisions():

@@ -66,6 +66,20 @@ def lanes_note(grid, precision):
     return None
 
 
+def dslash_note():
+    """Which Dirac kernel the operators run, as a note, and the same as a record for the JSON."""
+    from pygrid.accelerator.backends import get_backend
+    from pygrid.qcd import dslash, kernels_wilson
+
+    if dslash.variant() == "unroll":
+        structure = "wide" if kernels_wilson.wide_default() else "narrow"
+        return (f"Dirac kernel: hand-unrolled, {structure} structure (--dslash-structure wide|narrow, "
+                "--dslash-generic)"), {"variant": "unroll", "structure": structure}
+    backend = get_backend().name
+    return (f"Dirac kernel: generic, generated for {backend}",
+            {"variant": "generic", "backend": backend})
+
+
 def check_red_black(dims, precision, simd_layout, cfg, label):
     """A preflight of the Dirac operators: the lattice has a red-black grid (even local extents)."""
     from pygrid.errors import ConfigError, PyGridError

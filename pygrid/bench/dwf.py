@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..qcd.kernels_wilson import FLOPS_PER_SITE
-from .common import NO_NUMPY_UNDER_MPI, check_red_black, lanes_note, make_grid, new_run
+from .common import NO_NUMPY_UNDER_MPI, check_red_black, dslash_note, lanes_note, make_grid, new_run
 from .kinds import Kind
 from .report import Kernel
 from .roofline import measure_copy
@@ -72,6 +72,8 @@ def run(dims, precision, ctx):
     note = lanes_note(grid4, precision)
     if note:
         r.notes.append(note)
+    note, r.extra["dslash"] = dslash_note()
+    r.notes.append(note)
     ctx.progress.step(f"dwf {precision}: compiling and timing Dhop (Ls={Ls})")
     t, tmin, it, extra = time_operator(ctx, lambda: D.Dhop(psi, out=chi), f"dwf {precision} Dhop", grid4)
     r.kernels.append(
