@@ -39,6 +39,8 @@ SCRIPTS = [
     ("bench_solver_fusions.py", ["--what", "links", "--grid", "4.4.4.8", "--iterations", "3",
                                  "--rounds", "1"], "links compressed / links whole"),
     ("bench_compressed_links.py", ["--grid", "4.4.4.8", "--rounds", "1"], "compressed / whole: median"),
+    ("bench_compressed_links.py", ["--grid", "4.4.4.8", "--rounds", "1", "--calls", "Meooe",
+                                   "--structures", "wide,narrow"], "narrow, links compressed"),
     ("bench_solver_fusions.py", ["--what", "kept", "--grid", "4.4.4.8", "--Ls", "1", "--iterations", "5",
                                  "--rounds", "2"], "ratio"),
     ("bench_call_overhead.py", ["--operator", "schur", "--grid", "4.4.4.8", "--calls", "20"],
