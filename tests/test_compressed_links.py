@@ -20,7 +20,7 @@ import pygrid as pg
 import pygrid.qcd
 from pygrid import config
 from pygrid.accelerator.simd_numba import vcmatvec, vcmatvec3, vloadt, vstoret, vthirdrow
-from pygrid.qcd import dslash, kernels_wilson as kw
+from pygrid.qcd import kernels_wilson as kw
 from pygrid.qcd.schur import SchurOperator
 
 DIMS = (4, 4, 4, 8)
@@ -145,19 +145,17 @@ def _used(D):
     return [k for k, (_, made) in D._links_c.items() if made is not None]
 
 
-def force_structure(monkeypatch, wide):
-    """The unrolled kernel in the register order (``wide``, AVX-512's) or the tiled order (AVX2's)
-    whatever the host: fresh modules, launch states and kept launches."""
-    monkeypatch.setattr(kw, "wide_default", lambda: wide)
-    monkeypatch.setattr(kw, "_modules", {})
-    monkeypatch.setattr(kw, "_states", {})
-    monkeypatch.setattr(dslash, "_BOUND", {})
+@pytest.fixture(params=["wide", "narrow"], ids=["register_order", "tiled_order"])
+def structure(request):
+    """The unrolled kernel in the register order (wide, AVX-512's) or the tiled order (narrow,
+    AVX2's) whatever the host, through the configuration (``--dslash-structure``)."""
+    before = config.set_current(dataclasses.replace(config.current(), dslash_structure=request.param))
+    yield request.param
+    config.set_current(before)
 
 
-@pytest.mark.parametrize("wide", [True, False], ids=["register_order", "tiled_order"])
 @pytest.mark.parametrize("case", BOUNDARIES)
-def test_wilson_on_compressed_links_against_numpy(setup, case, wide, monkeypatch):
-    force_structure(monkeypatch, wide)
+def test_wilson_on_compressed_links_against_numpy(setup, case, structure):
     prec, grid, U, psi = setup
     bc = BOUNDARIES[case]
     D = pg.qcd.WilsonFermion(U, 0.15, **bc, compress_links=True)

@@ -76,18 +76,24 @@ def test_wilson_with_far_prefetch(layout, monkeypatch):
 
 
 @pytest.mark.skipif("unroll" not in VARIANTS, reason="the unrolled kernel runs on the CPU backends only")
-@pytest.mark.parametrize("wide", [True, False], ids=["register_order", "tiled_order"])
+@pytest.mark.parametrize("structure", ["wide", "narrow"], ids=["register_order", "tiled_order"])
 @pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
-def test_wilson_on_compressed_links(layout, wide, monkeypatch):
+def test_wilson_on_compressed_links(layout, structure):
     """Links read as two rows of SU(3) (the halo's links whole) on a lattice split over the ranks
     give what whole links give on one rank, with boundary phases on the edge links, in both
-    orders of the unrolled kernel (AVX-512's and AVX2's, whatever the host)."""
-    from pygrid.qcd import dslash, kernels_wilson as kw
+    orders of the unrolled kernel (AVX-512's and AVX2's, whatever the host: --dslash-structure)."""
+    import dataclasses
 
-    monkeypatch.setattr(kw, "wide_default", lambda: wide)
-    monkeypatch.setattr(kw, "_modules", {})
-    monkeypatch.setattr(kw, "_states", {})
-    monkeypatch.setattr(dslash, "_BOUND", {})
+    from pygrid import config
+
+    before = config.set_current(dataclasses.replace(config.current(), dslash_structure=structure))
+    try:
+        _wilson_on_compressed_links(layout)
+    finally:
+        config.set_current(before)
+
+
+def _wilson_on_compressed_links(layout):
     res = []
     for g in grids(DIMS, layout):
         U, psi = setup(g)
