@@ -22,10 +22,10 @@ order and arguments).
 ``--checkerboard`` times the even-odd hop a Schur solve runs (``DhopEO``: an odd source, the
 even links forward and the odd links backward, on half the sites) in place of the full-grid one.
 
-``--compressed`` (4D fields) adds the first module's kernel on links compressed to two rows of
+``--compressed`` (4D fields) adds each module's kernel on links compressed to two rows of
 each SU(3) matrix (``kernels_wilson.compress_links``; the third rebuilt in the kernel, times the
-phase of an antiperiodic time direction on the edge links), as the Wilson operator runs on large
-fields on AVX-512.  The gauge field carries that boundary phase in every variant.
+phase of an antiperiodic time direction on the edge links; each module compresses them its own way),
+as the Wilson operator reads them on fields larger than the caches.  The gauge field carries that boundary phase in every variant.
 
 ``--data`` (4D fields) adds two passes that move the data without the kernel's arithmetic (one add
 per vector loaded, into four accumulators), in the kernel's site order and with its stores: "loads
@@ -66,13 +66,14 @@ def _fold(t, n):
 
 def _data_source(nsimd, link=18):
     """numba source of the two passes of ``--data`` for ``nsimd`` lanes, reading ``link`` vectors a
-    link (18; 12 for links compressed to two rows)."""
+    link (18, a site's four links together; 12 for links compressed to two rows, stored direction by
+    direction)."""
     head = ["from numba import njit",
             "from pygrid.accelerator.simd_numba import vloadt, vstoret, vstoret_nt, vsplat, store_fence",
             f"W = {int(nsimd)}", "U = np.uint64", "FS = U(24 * W)", f"GS = U({4 * link} * W)",
             f"LK = U({link} * W)", ""]
     sig = "(lo, hi, out, psi, uf, ub, nbr, n4, sites, nt, zero):"
-    start = ["    N4 = U(n4)", "    s0 = vsplat(zero, W)", "    s1 = s0", "    s2 = s0", "    s3 = s0",
+    start = ["    N4 = U(n4)", "    DL = U(uf.size) // U(4)", "    s0 = vsplat(zero, W)", "    s1 = s0", "    s2 = s0", "    s3 = s0",
              "    for i in range(lo, hi):", "        uo = U(sites[i])"]
     end = ["        r = (" + ", ".join(f"s{k % 4}" for k in range(24)) + ",)",
            "        if nt:", "            vstoret_nt(out, uo * FS, r)",
@@ -82,7 +83,10 @@ def _data_source(nsimd, link=18):
     for p in range(8):
         loads += [f"        n = U(nbr[U({p}) * N4 + uo])", "        a = vloadt(psi, n * FS, 24, W)"]
         loads += _fold("a", 24)
-        at = f"uo * GS + U({p}) * LK" if p < 4 else f"n * GS + U({p - 4}) * LK"
+        if link == 18:  # whole links: a site's four together
+            at = f"uo * GS + U({p}) * LK" if p < 4 else f"n * GS + U({p - 4}) * LK"
+        else:  # compressed links: direction by direction (kernels_wilson.compress_links)
+            at = f"uo * LK + U({p}) * DL" if p < 4 else f"n * LK + U({p - 4}) * DL"
         loads += [f"        c = vloadt({'uf' if p < 4 else 'ub'}, {at}, {link}, W)"]
         loads += _fold("c", link)
     stream = ["        a = vloadt(psi, uo * FS, 24, W)"] + _fold("a", 24)
@@ -178,7 +182,7 @@ def main():
         k = ls.kernel[args.last] if isinstance(ls.kernel, dict) else ls.kernel
         for t in (int(x) for x in args.threads.split(",")):
             variants.append((f"{name}, {t} thread{'s' if t > 1 else ''}", k, a, o, t))
-        if args.compressed and name == args.modules.split(",")[0]:
+        if args.compressed:
             lc = mod.CompressedLinks.of(uf, u)
             if lc is None:
                 raise SystemExit("the gauge field's links do not compress (not SU(3) times a phase)")

@@ -44,9 +44,9 @@ def _complex_links(buf):
 
 
 def _rebuilt(rows, zi, ztab):
-    """The whole links from two rows and the phase tables, by the formula written out in numpy."""
-    W = rows.shape[3]
-    r = rows.reshape(-1, 4, 2, 3, 2, W).astype(np.float64)
+    """The whole links from two rows (stored direction by direction) and the phase tables, by the formula written out in numpy."""
+    W = rows.shape[-1]
+    r = np.moveaxis(rows, 0, 1).reshape(-1, 4, 2, 3, 2, W).astype(np.float64)
     r = np.moveaxis(r[..., 0, :] + 1j * r[..., 1, :], -1, 2)  # (osites, 4, W, 2, 3)
     a, b = r[..., 0, :], r[..., 1, :]
     third = np.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
@@ -79,7 +79,7 @@ def test_compressed_links_rebuild_the_links(setup, case):
             rows, ztab = made
             assert ztab.shape[1:] == (2, grid.nsimd) and np.array_equal(ztab[0, 0], np.ones(grid.nsimd))
             for (r, zi), buf in zip(rows, bufs):
-                assert r.shape == (buf.shape[0], 24, 2, buf.shape[3]) and zi.shape == (4 * buf.shape[0],)
+                assert r.shape == (4, buf.shape[0], 6, 2, buf.shape[3]) and zi.shape == (4 * buf.shape[0],)
                 assert np.abs(_rebuilt(r, zi, ztab) - _complex_links(buf)).max() < TOL[prec]
             # a boundary phase on the edge links needs a row of its own
             if case != "periodic":
