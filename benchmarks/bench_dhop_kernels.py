@@ -25,7 +25,8 @@ even links forward and the odd links backward, on half the sites) in place of th
 ``--compressed`` (4D fields) adds each module's kernel on links compressed to two rows of
 each SU(3) matrix (``kernels_wilson.compress_links``; the third rebuilt in the kernel, times the
 phase of an antiperiodic time direction on the edge links; each module compresses them its own way),
-as the Wilson operator reads them on fields larger than the caches.  The gauge field carries that boundary phase in every variant.
+as the Wilson operator reads them on fields larger than the caches.  The gauge field carries that
+boundary phase in every variant.
 
 ``--data`` (4D fields) adds two passes that move the data without the kernel's arithmetic (one add
 per vector loaded, into four accumulators), in the kernel's site order and with its stores: "loads
@@ -73,8 +74,8 @@ def _data_source(nsimd, link=18):
             f"W = {int(nsimd)}", "U = np.uint64", "FS = U(24 * W)", f"GS = U({4 * link} * W)",
             f"LK = U({link} * W)", ""]
     sig = "(lo, hi, out, psi, uf, ub, nbr, n4, sites, nt, zero):"
-    start = ["    N4 = U(n4)", "    DL = U(uf.size) // U(4)", "    s0 = vsplat(zero, W)", "    s1 = s0", "    s2 = s0", "    s3 = s0",
-             "    for i in range(lo, hi):", "        uo = U(sites[i])"]
+    start = ["    N4 = U(n4)", "    DL = U(uf.size) // U(4)", "    s0 = vsplat(zero, W)", "    s1 = s0",
+             "    s2 = s0", "    s3 = s0", "    for i in range(lo, hi):", "        uo = U(sites[i])"]
     end = ["        r = (" + ", ".join(f"s{k % 4}" for k in range(24)) + ",)",
            "        if nt:", "            vstoret_nt(out, uo * FS, r)",
            "        else:", "            vstoret(out, uo * FS, r)",

@@ -44,7 +44,8 @@ def _complex_links(buf):
 
 
 def _rebuilt(rows, zi, ztab):
-    """The whole links from two rows (stored direction by direction) and the phase tables, by the formula written out in numpy."""
+    """The whole links from two rows (stored direction by direction) and the phase tables, by the
+    formula written out in numpy."""
     W = rows.shape[-1]
     r = np.moveaxis(rows, 0, 1).reshape(-1, 4, 2, 3, 2, W).astype(np.float64)
     r = np.moveaxis(r[..., 0, :] + 1j * r[..., 1, :], -1, 2)  # (osites, 4, W, 2, 3)

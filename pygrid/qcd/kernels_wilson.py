@@ -486,7 +486,8 @@ def _third_row(ind, p, row, halo):
     spilled them (0.6x in cache)."""
     links, z = ("uf", "zif") if p < 4 else ("ub", "zib")
     mu = p % 4
-    third = f"vthirdrow({links}, {_link_at(links, row, mu, True)} + OPQ, ztab, {z}[{row} * U(4) + U({mu})], W)"
+    at = _link_at(links, row, mu, True)
+    third = f"vthirdrow({links}, {at} + OPQ, ztab, {z}[{row} * U(4) + U({mu})], W)"
     if halo and p >= 4:  # a neighbour on another rank: its link is in the halo, whole
         return [f"{ind}if {row} < N4:", f"{ind}    t{p} = {third}", f"{ind}else:", f"{ind}    t{p} = TZ"]
     return [f"{ind}t{p} = {third}"]
@@ -678,7 +679,7 @@ def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain", compressed=Fa
         f"{i2}n2 = U(nbr[U({p}) * N4 + u2])",
         f"{i2}b2 = n2 * LS * FS",
         f"{i2}{pf}(psi, b2, {nls})",
-        f"{i2}b2 = " + (_link_at("uf", "u2", mu, compressed) if p < 4 else _link_at("ub", "n2", mu, compressed)),
+        f"{i2}b2 = " + _link_at(*(("uf", "u2") if p < 4 else ("ub", "n2")), mu, compressed),
         f"{i2}{pf}({'uf' if p < 4 else 'ub'}, b2, {nlg})",
         f"{i1}n = U(nbr[k])", f"{i1}m = perm[k]",
     ]
