@@ -19,7 +19,7 @@ take ``b + c S^dag`` after the adjoint hop (without them: ``b + c S`` and ``b + 
 kernels of their own as well).  ``links``: the library's CG on the Schur operators of two Wilson
 operators on the same gauge field (antiperiodic in time), one reading its links whole and one
 compressed (``compress_links=False`` and ``True``; by default an operator compresses them on
-fields larger than the caches of an AVX-512 machine).
+fields larger than the caches).
 
 Rounds alternate between the two, so the machine's slow and fast phases hit both alike; the
 median time per iteration of each and the median of the paired ratios are printed, after a
