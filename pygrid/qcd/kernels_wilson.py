@@ -121,6 +121,14 @@ FAR_DISTANCE = 2
 #: on 4 MB and gained 17-19% on 15-20 MB
 FAR_BYTES = 12 << 20
 
+#: 4D fields (spinor in and out, the links read) of more bytes than this read their links compressed
+#: (:func:`compression_pays`).  Same-process A/B on the AVX-512 machine (32 MiB of L3), the links
+#: direction by direction, 2026-11-28: Wilson double `Dhop` ran 0.85-0.9x compressed at 8^4 (8 MB),
+#: 0.94-0.97x at 12^4 (20 MB), 1.16x at 12^3 x 24 (40 MB); the even-odd hop 0.96-0.98x at 12^4
+#: (16 MB), 1.11x at 12^3 x 24 (32 MB), 1.10x at 16^4 single (25 MB).  The AVX2 code there ran
+#: level at 12^4.
+COMPRESS_BYTES = 22 << 20
+
 #: 5D fields of at most this many bytes take the register order on wide machines, beyond it the
 #: tiled order (see :func:`_register_body_5d`): on AVX-512 (32 MB of L3, shared with the machine's
 #: other tenants) the register order ran 1.2-1.5x on 7-15 MB of fields, 1.05-1.09x and 0.7-0.8x in
@@ -1012,15 +1020,16 @@ class CompressedLinks:
         return self.zif, self.zib, self.ztab
 
 
-def compression_pays(n4, nsimd, dtype, Ls=1):
-    """Whether the hop on fields of ``n4`` 4D outer sites reads its links compressed: 4D fields larger
-    than the caches (``FAR_BYTES``).  Where the fields fit the caches the arithmetic that rebuilds
-    the third rows costs more than the bytes it saves (Wilson 8^4 double ran 0.8-0.9x compressed on
-    AVX-512).  Out of them, same-process A/B on the AVX-512 machine: the even-odd hop 1.1-1.4x and the
-    full-grid hop 1.03-1.2x at 16^4 and 24^4 in the register order; the AVX2 code there, in the
-    tiled order: the even-odd hop 1.09-1.31x in double, the full-grid hop 1.0-1.1x at 16^4 and 24^4
-    (docs/performance.md, "Links read compressed")."""
-    return int(Ls) == 1 and _field_bytes(n4, Ls, nsimd, dtype) > FAR_BYTES
+def compression_pays(n4, nsimd, dtype, Ls=1, links=4):
+    """Whether the hop on fields of ``n4`` 4D outer sites, reading ``links`` links a site from memory
+    (4 on a full grid, where a link read forward at its site is read backward at a neighbour; 8 for
+    the even-odd hop, whose forward and backward links are of the two checkerboards), reads its links
+    compressed: 4D fields of more than ``COMPRESS_BYTES``.  Where the fields fit the caches the
+    arithmetic that rebuilds the third rows costs more than the bytes it saves (docs/performance.md,
+    "Links read compressed")."""
+    if int(Ls) != 1:
+        return False
+    return int(n4) * (48 + 18 * int(links)) * int(nsimd) * np.dtype(dtype).itemsize > COMPRESS_BYTES
 
 
 def _field_bytes(n4, Ls, nsimd, dtype):

@@ -82,8 +82,8 @@ class WilsonFermion(FermionOperator):
         # source checkerboard), with the links' versions they were made from
         self._compress = tuple(
             bool(compress_links or compress_links is None
-                 and kw.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype))
-            for s in (self.stencil, self.stencil_cb[0]))
+                 and kw.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype, links=links))
+            for s, links in ((self.stencil, 4), (self.stencil_cb[0], 8)))
         self._links_c = {}
 
     def __repr__(self):
