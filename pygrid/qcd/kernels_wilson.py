@@ -1015,6 +1015,11 @@ class CompressedLinks:
         (cf, zf), (cb, zb) = rows[0], rows[-1]
         return cls(cf, cb, zf, zb, ztab)
 
+    def swapped(self):
+        """The same compressed links for the hop that reads ``ub`` forward and ``uf`` backward (the
+        even-odd hop from the other checkerboard), sharing the arrays."""
+        return CompressedLinks(self.ub, self.uf, self.zib, self.zif, self.ztab)
+
     def tables(self):
         """The kernel's last arguments."""
         return self.zif, self.zib, self.ztab

@@ -124,12 +124,17 @@ class WilsonFermion(FermionOperator):
             return hit[1]
         if hit is not None:
             self._hop_calls.clear()
-        with uf.view(ViewMode.CpuRead) as a:
-            if ub is uf:
-                made = kw.CompressedLinks.of(a, a)
-            else:
-                with ub.view(ViewMode.CpuRead) as b:
-                    made = kw.CompressedLinks.of(a, b)
+        # the hops from the two checkerboards read the same two link fields, swapped: one copy
+        mirror = None if cb_in is None else self._links_c.get(1 - cb_in)
+        if mirror is not None and mirror[0] == version[::-1]:
+            made = None if mirror[1] is None else mirror[1].swapped()
+        else:
+            with uf.view(ViewMode.CpuRead) as a:
+                if ub is uf:
+                    made = kw.CompressedLinks.of(a, a)
+                else:
+                    with ub.view(ViewMode.CpuRead) as b:
+                        made = kw.CompressedLinks.of(a, b)
         self._links_c[cb_in] = (version, made)
         return made
 
