@@ -1032,14 +1032,12 @@ def compression_pays(n4, nsimd, dtype, Ls=1, links=4):
     compressed: 4D fields of more than ``COMPRESS_BYTES``.  Where the fields fit the caches the
     arithmetic that rebuilds the third rows costs more than the bytes it saves (docs/performance.md,
     "Links read compressed")."""
-    if int(Ls) != 1:
-        return False
-    return int(n4) * (48 + 18 * int(links)) * int(nsimd) * np.dtype(dtype).itemsize > COMPRESS_BYTES
+    return int(Ls) == 1 and _field_bytes(n4, Ls, nsimd, dtype, links) > COMPRESS_BYTES
 
 
-def _field_bytes(n4, Ls, nsimd, dtype):
-    """The bytes of a hop's fields: the spinor in and out, and the links."""
-    return int(n4) * (2 * int(Ls) * 24 + 72) * int(nsimd) * np.dtype(dtype).itemsize
+def _field_bytes(n4, Ls, nsimd, dtype, links=4):
+    """The bytes of a hop's fields: the spinor in and out, and ``links`` links a site."""
+    return int(n4) * (2 * int(Ls) * 24 + 18 * int(links)) * int(nsimd) * np.dtype(dtype).itemsize
 
 
 #: the sites between a site and its t-neighbour should hold at most this many bytes (spinors and links)
