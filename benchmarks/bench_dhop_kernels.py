@@ -33,10 +33,12 @@ per vector loaded, into four accumulators), in the kernel's site order and with 
 and stores" reads what the kernel reads (each point's neighbour spinor and its link, forward at the
 site, backward at the neighbour) and writes the result;
 "compulsory stream" reads each input once (the site's spinor and its four links) and writes the
-result, the traffic a perfect kernel moves, as streams.  Their GFlop/s are the kernel's flop count
+result, the traffic a perfect kernel moves, as streams; "copy of N B a site" is the roofline's
+parallel copy (``pygrid.bench.roofline``) moving the same bytes, read + write.  Their GFlop/s are the kernel's flop count
 over their time: the kernel's pace if it were bound by its access pattern, and by the compulsory
 traffic alone.  With ``--compressed`` as well, "loads and stores, compressed" reads the links as the
-kernel on compressed links does (12 vectors a link).
+kernel on compressed links does (12 vectors a link), "compulsory stream, compressed" each site's
+spinor and two rows of its four links once, and a second copy moves those 768 B a site (double).
 
 Every variant's result is checked against the first one's.
 """
@@ -50,6 +52,7 @@ import numpy as np
 
 import pygrid as pg
 from pygrid.accelerator.backends import get_backend
+from pygrid.bench.roofline import copy_kernel, touched
 from pygrid.memory.aligned import aligned_empty
 
 
@@ -91,8 +94,12 @@ def _data_source(nsimd, link=18):
         loads += [f"        c = vloadt({'uf' if p < 4 else 'ub'}, {at}, {link}, W)"]
         loads += _fold("c", link)
     stream = ["        a = vloadt(psi, uo * FS, 24, W)"] + _fold("a", 24)
-    for k in range(3):
-        stream += [f"        a = vloadt(uf, uo * GS + U({k}) * FS, 24, W)"] + _fold("a", 24)
+    if link == 18:  # the site's four links, one stream
+        for k in range(3):
+            stream += [f"        a = vloadt(uf, uo * GS + U({k}) * FS, 24, W)"] + _fold("a", 24)
+    else:  # the site's link of each direction, four streams
+        for mu in range(4):
+            stream += [f"        c = vloadt(uf, uo * LK + U({mu}) * DL, {link}, W)"] + _fold("c", link)
     deco = '@njit(fastmath=True, nogil=True, boundscheck=False, error_model="numpy")'
     return "\n".join(head + [deco, "def loads_and_stores" + sig] + start + loads + end
                      + [deco, "def compulsory_stream" + sig] + start + stream + end)
@@ -168,7 +175,7 @@ def main():
     tables = last_tables(args.last, Ls, U, dt)
     if (args.data or args.compressed) and (Ls > 1 or args.last != "plain"):
         raise SystemExit("--data and --compressed time the 4D hop (--Ls 1, --last plain)")
-    variants = []
+    variants, copies = [], []
     for name in args.modules.split(","):
         mod = importlib.import_module("pygrid.qcd." + name)
         # each module's own launch state: its site order, tile and table layout
@@ -201,17 +208,26 @@ def main():
             for label, dk in zip(("loads and stores", "compulsory stream"), data_kernels(ns)):
                 for t in (int(x) for x in args.threads.split(",")):
                     variants.append((f"{label}, {t} thread{'s' if t > 1 else ''}", dk, da, None, t))
-            if args.compressed:  # the loads and stores of the kernel on compressed links
+            if args.compressed:  # the kernel's loads and stores, and the compulsory bytes, on compressed links
                 lk = mod.CompressedLinks.of(uf, u)
                 dc = (da[0], da[1], lk.uf.reshape(-1), lk.ub.reshape(-1)) + da[4:]
-                for t in (int(x) for x in args.threads.split(",")):
-                    variants.append((f"loads and stores, compressed, {t} thread{'s' if t > 1 else ''}",
-                                     data_kernels(ns, 12)[0], dc, None, t))
+                for label, dk in zip(("loads and stores, compressed", "compulsory stream, compressed"),
+                                     data_kernels(ns, 12)):
+                    for t in (int(x) for x in args.threads.split(",")):
+                        variants.append((f"{label}, {t} thread{'s' if t > 1 else ''}", dk, dc, None, t))
+            # the roofline's copy, moving the compulsory bytes of the hop (read + write)
+            for reals in ((24 + 4 * 18 + 24,) + ((24 + 4 * 12 + 24,) if args.compressed else ())):
+                n = int(np.prod(dims)) // (2 if args.checkerboard else 1) * reals // 2
+                src, dst = touched(n, dt, 1), touched(n, dt, 2)
+                copies.append((f"copy of {reals * dt().itemsize} B a site", src, dst, reals))
 
     launches = {}
 
     def run(v):
         _, k, a, _, t = v
+        if k is None:  # the roofline's copy: the parallel numba copy of pygrid.bench
+            copy_kernel(*a)
+            return
         if t == 1:
             k(0, n4, *a)
             return
@@ -221,6 +237,9 @@ def main():
             go = launches[id(v)] = pool.bind_kernel(k, *a, balance=True).prepared(n4)
         go()
 
+    for label, src, dst, reals in copies:
+        # a copy moves the hop's bytes, so its calls a second are the hop's at the copy's pace
+        variants.append((label + " (copy)", None, (dst, src), None, 0))
     for v in variants:
         run(v)
         run(v)
@@ -247,6 +266,7 @@ def main():
                 run(v)
                 n += 1
             res[i].append(flops * n / (time.perf_counter() - t0) / 1e9)
+
     what = "DhopEO" if args.checkerboard else "Dhop"
     print(f"{what} kernel on {args.grid}, {prec}, Ls {Ls}, {time.strftime('%H:%M:%S', time.gmtime())} UTC")
     for v, r in zip(variants, res):
