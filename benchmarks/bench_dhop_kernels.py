@@ -31,12 +31,12 @@ boundary phase in every variant.
 ``--data`` (4D fields) adds two passes that move the data without the kernel's arithmetic (one add
 per vector loaded, into four accumulators), in the kernel's site order and with its stores: "loads
 and stores" reads what the kernel reads (each point's neighbour spinor and its link, forward at the
-site, backward at the neighbour) and writes the result;
-"compulsory stream" reads each input once (the site's spinor and its four links) and writes the
-result, the traffic a perfect kernel moves, as streams; "copy of N B a site" is the roofline's
-parallel copy (``pygrid.bench.roofline``) moving the same bytes, read + write.  Their GFlop/s are the kernel's flop count
-over their time: the kernel's pace if it were bound by its access pattern, and by the compulsory
-traffic alone.  With ``--compressed`` as well, "loads and stores, compressed" reads the links as the
+site, backward at the neighbour) and writes the result; "compulsory stream" reads each input once
+(the site's spinor and its four links) and writes the result, the traffic a perfect kernel moves,
+as streams; "copy of N B a site" is the roofline's parallel copy (``pygrid.bench.roofline``) moving
+the same bytes, read + write.  Their GFlop/s are the kernel's flop count over their time: the
+kernel's pace if it were bound by its access pattern, by the compulsory traffic alone, and by the
+roofline.  With ``--compressed`` as well, "loads and stores, compressed" reads the links as the
 kernel on compressed links does (12 vectors a link), "compulsory stream, compressed" each site's
 spinor and two rows of its four links once, and a second copy moves those 768 B a site (double).
 
@@ -208,7 +208,7 @@ def main():
             for label, dk in zip(("loads and stores", "compulsory stream"), data_kernels(ns)):
                 for t in (int(x) for x in args.threads.split(",")):
                     variants.append((f"{label}, {t} thread{'s' if t > 1 else ''}", dk, da, None, t))
-            if args.compressed:  # the kernel's loads and stores, and the compulsory bytes, on compressed links
+            if args.compressed:  # the kernel's loads and stores and the compulsory bytes, links compressed
                 lk = mod.CompressedLinks.of(uf, u)
                 dc = (da[0], da[1], lk.uf.reshape(-1), lk.ub.reshape(-1)) + da[4:]
                 for label, dk in zip(("loads and stores, compressed", "compulsory stream, compressed"),
@@ -219,7 +219,7 @@ def main():
             for reals in ((24 + 4 * 18 + 24,) + ((24 + 4 * 12 + 24,) if args.compressed else ())):
                 n = int(np.prod(dims)) // (2 if args.checkerboard else 1) * reals // 2
                 src, dst = touched(n, dt, 1), touched(n, dt, 2)
-                copies.append((f"copy of {reals * dt().itemsize} B a site", src, dst, reals))
+                copies.append((f"copy of {reals * dt().itemsize} B a site", src, dst))
 
     launches = {}
 
@@ -237,7 +237,7 @@ def main():
             go = launches[id(v)] = pool.bind_kernel(k, *a, balance=True).prepared(n4)
         go()
 
-    for label, src, dst, reals in copies:
+    for label, src, dst in copies:
         # a copy moves the hop's bytes, so its calls a second are the hop's at the copy's pace
         variants.append((label + " (copy)", None, (dst, src), None, 0))
     for v in variants:

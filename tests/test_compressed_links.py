@@ -290,22 +290,47 @@ def test_the_configuration_switches_the_default_off(monkeypatch):
         pg.qcd.WilsonFermion(U, 0.1, compress_links="yes")
 
 
-def test_compression_checks_the_links_in_blocks(setup, monkeypatch):
-    """The same rows, phase rows and table when the links are checked a few sites at a time (as a
-    large lattice's are), and a bad link in a later block is still found."""
+def test_compression_of_several_buffers(setup):
+    """Each buffer's rows and phase rows are those it has alone (the table shared), and a bad link
+    at the last site of a later buffer is still found."""
     prec, grid, U, psi = setup
     D = pg.qcd.WilsonFermion(U, 0.1, **BOUNDARIES["antiperiodic_t"])
     with D.links.view(pg.CpuRead) as u:
         u = np.array(u)
     whole = kw.compress_links([u])
-    monkeypatch.setattr(kw, "_BLOCK_SITES", 7)
-    blocks = kw.compress_links([u, u])
-    assert np.array_equal(blocks[1], whole[1])
-    for rows, zi in blocks[0]:
+    both = kw.compress_links([u, u])
+    assert np.array_equal(both[1], whole[1])
+    for rows, zi in both[0]:
         assert np.array_equal(rows, whole[0][0][0]) and np.array_equal(zi, whole[0][0][1])
     bad = u.copy()
     bad[-1, 24] *= 1.01  # element (2, 0) of the last site's z link: its third row
     assert kw.compress_links([u, bad]) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_compiled_link_helpers_against_numpy(dtype):
+    """link_rows' determinants and third-row differences against np.linalg.det and np.cross on
+    random complex matrices (not unitary: every term of the formulas counts)."""
+    from pygrid.qcd import link_rows
+
+    rng = np.random.default_rng(7)
+    n, W = 5, 4
+    buf = rng.normal(size=(n, 36, 2, W)).astype(dtype)
+    z = np.moveaxis(buf.reshape(n, 4, 3, 3, 2, W).astype(np.float64), -1, 2)
+    z = z[..., 0] + 1j * z[..., 1]                                  # (n, 4, W, 3, 3)
+    f = np.zeros((3 + 4 * n, W), np.complex128)
+    link_rows.link_dets(buf, f, 3)
+    want = np.linalg.det(z).reshape(-1, W)
+    assert np.allclose(f[3:], want, rtol=1e-12, atol=1e-12) and not f[:3].any()
+    table = np.exp(1j * rng.uniform(0, 6, size=(2, W)))
+    index = np.concatenate([np.zeros(3, np.int64), rng.integers(0, 2, size=4 * n)])
+    rows = np.zeros((4, n, 6, 2, W), dtype)
+    planes = np.stack([table.real, table.imag], axis=1)
+    worst = link_rows.pack_rows(buf, index, 3, planes, rows)
+    phase = table[index[3:]].reshape(n, 4, W)
+    third = phase[..., None] * np.conj(np.cross(z[..., 0, :], z[..., 1, :]))
+    assert np.isclose(worst, np.abs(third - z[..., 2, :]).max(), rtol=1e-12)
+    assert np.array_equal(rows, buf.reshape(n, 4, 9, 2, W)[:, :, :6].transpose(1, 0, 2, 3, 4))
 
 
 def test_the_generic_kernel_reads_links_whole():

@@ -40,7 +40,7 @@ import sys, time
 import pygrid as pg
 pg.init(["--threads", "{threads}"])
 prec = "{precision}"
-g = pg.GridCartesian([8, 8, 8, 8], precision=prec)
+g = pg.GridCartesian([{L}] * 4, precision=prec)
 rng = pg.ParallelRNG(g, [1])
 U = pg.qcd.random_gauge(g, rng, precision=prec)
 if {Ls} == 0:
@@ -64,8 +64,8 @@ print(t1 - t0, time.perf_counter() - t1)
 """
 
 
-def dirac_first_call_times(Ls=0, precision="double", threads=2, mobius=False):
-    """Seconds of the first ``D.Dhop`` at 8^4 (Wilson for ``Ls`` 0, else domain wall) in a process
+def dirac_first_call_times(Ls=0, precision="double", threads=2, mobius=False, L=8):
+    """Seconds of the first ``D.Dhop`` at ``L``^4 (Wilson for ``Ls`` 0, else domain wall) in a process
     with an empty cache, and in a second process with the cache the first one left.  With
     ``mobius`` the operator is Möbius (b = 1.5, c = 0.5) and the process then applies its Schur
     operator's ``MdagM`` once (the kernels a Schur solve adds): its seconds are ``schur_cold``
@@ -74,7 +74,7 @@ def dirac_first_call_times(Ls=0, precision="double", threads=2, mobius=False):
     operator = (f"pg.qcd.MobiusFermion(U, {int(Ls)}, 0.1, 1.8, 1.5, 0.5)" if mobius else
                 f"pg.qcd.DomainWallFermion(U, {int(Ls)}, 0.1, 1.8)")
     code = code.replace("{Ls}", str(int(Ls))).replace("{schur}", str(bool(mobius)))
-    code = code.replace("{operator}", operator)
+    code = code.replace("{operator}", operator).replace("{L}", str(int(L)))
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, PYGRID_CACHE_DIR=d, NUMBA_CACHE_DIR=os.path.join(d, "numba"))
         runs = []

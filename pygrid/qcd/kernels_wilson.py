@@ -103,6 +103,7 @@ from ..config import current
 from ..errors import ConformabilityError, SiteTypeError
 from ..stencil.halo import exchange_rows
 from ..tensors.constant import Gamma
+from . import link_rows
 
 #: outer sites ahead of the current one whose neighbour data each point helper prefetches
 PREFETCH_DISTANCE = 4
@@ -949,7 +950,10 @@ def compress_links(links, rtol=32.0):
         if buf.ndim != 4 or buf.shape[1:3] != (36, 2) or buf.dtype != dtype or buf.shape[3] != W:
             raise ConformabilityError(f"compress_links: a link buffer shaped {buf.shape} {buf.dtype}; "
                                       f"expected (n, 36, 2, {W}) {dtype}")
-    f = np.concatenate([np.linalg.det(z).reshape(-1, W) for buf in links for z in _link_blocks(buf)])
+    starts = np.cumsum([0] + [4 * len(buf) for buf in links])
+    f = np.empty((starts[-1], W), np.complex128)
+    for buf, at in zip(links, starts):
+        link_rows.link_dets(buf, f, at)
     if not np.all(np.isfinite(f)):
         return None
     # the phases grouped greedily, each group's vector the first met (row 0 is 1 exactly: the
@@ -965,32 +969,15 @@ def compress_links(links, rtol=32.0):
             return None
         table.append(f[left[0]])
     table = np.array(table)
-    out, at = [], 0
-    for buf in links:
-        for z in _link_blocks(buf):
-            phase = table[index[at:at + 4 * len(z)]].reshape(z.shape[:3])
-            third = phase[..., None] * np.conj(np.cross(z[..., 0, :], z[..., 1, :]))
-            if np.abs(third - z[..., 2, :]).max(initial=0.0) > tol:
-                return None
-            at += 4 * len(z)
-        rows = np.ascontiguousarray(buf.reshape(-1, 4, 9, 2, W)[:, :, :6].transpose(1, 0, 2, 3, 4))
-        out.append((rows, np.ascontiguousarray(index[at - 4 * len(buf):at], np.int32)))
+    planes = np.ascontiguousarray(np.stack([table.real, table.imag], axis=1))
+    out = []
+    for buf, at in zip(links, starts):
+        rows = np.empty((4, len(buf), 6, 2, W), dtype)
+        if not link_rows.pack_rows(buf, index, at, planes, rows) <= tol:
+            return None
+        out.append((rows, np.ascontiguousarray(index[at:at + 4 * len(buf)], np.int32)))
     ztab = np.ascontiguousarray(np.stack([table.real, table.imag], axis=1), dtype)
     return out, ztab
-
-
-#: outer sites whose links :func:`compress_links` checks at a time (in complex128, 9 KiB a site at
-#: 8 lanes): the work arrays of a 48^4 lattice's 5 GB of links at once would take tens of GB
-_BLOCK_SITES = 4096
-
-
-def _link_blocks(buf):
-    """The links of ``buf`` as complex128 arrays (sites, 4, W, 3, 3), ``_BLOCK_SITES`` outer sites
-    at a time."""
-    W = buf.shape[3]
-    for lo in range(0, buf.shape[0], _BLOCK_SITES):
-        u = buf[lo:lo + _BLOCK_SITES].reshape(-1, 4, 3, 3, 2, W).astype(np.float64)
-        yield np.moveaxis(u[..., 0, :] + 1j * u[..., 1, :], -1, 2)
 
 
 class CompressedLinks:
