@@ -348,7 +348,9 @@ class OpenMPBackend:
         covariant.host_launch(self, kernel, args, nsimd, dtype)
 
     def relayout(self, kind, out, inp, om=None, lm=None) -> None:
-        host.relayout(kind, out, inp, om, lm)
+        from . import layout_numba
+
+        layout_numba.relayout(kind, out, inp, om, lm)
 
     # ---- reductions (numba: numpy's BLAS threads would fight the kernels' OpenMP threads) ----
     def norm2(self, a) -> float:
