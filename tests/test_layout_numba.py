@@ -8,6 +8,12 @@ from pygrid.accelerator import host, layout_numba
 RNG = np.random.default_rng(11)
 
 
+@pytest.fixture(autouse=True)
+def compiled_on_small_buffers(monkeypatch):
+    """The loops on these small buffers too (the backend takes numpy below COMPILED_BYTES)."""
+    monkeypatch.setattr(layout_numba, "COMPILED_BYTES", 0)
+
+
 def _maps(n_small, ns_small, n_big, ns_big, dtype):
     """Distinct (outer site, lane) pairs of the bigger side, one per site and lane of the smaller."""
     pick = RNG.permutation(n_big * ns_big)[:n_small * ns_small]
