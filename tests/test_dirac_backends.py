@@ -145,7 +145,8 @@ def _dwf_refs(op, psi5):
 def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     """Neighbour rows renumbered into a halo array, as rows from another rank arrive
     (E.read_either), give the same hopping term on every target; the local copies of
-    those rows are poisoned, so a read that ignored the halo would show."""
+    those rows are poisoned, so a read that ignored the halo would show.  The kernel of a
+    lattice without a halo gives it too."""
     if name != "openmp" and shutil.which("g++") is None:
         pytest.skip("no host C++ compiler")
     grid, U, psi = setup(dims=(4, 4, 4, 4), Ls=None if Ls == 1 else Ls)
@@ -197,8 +198,17 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
                 dt,
             )
             outs.append(out)
+        # the kernel of a lattice without a halo, on the local fields: the same hopping term
+        out = np.zeros_like(p)
+        pg.get_backend().launch(
+            kg.WILSON_HOP_5D_LOCAL if Ls > 1 else kg.WILSON_HOP_LOCAL,
+            dict(out=out, psi=p, uf=u, ub=u, nbr=st.neighbours, perm=st.perm, lanes=st.lanes,
+                 pxor=st.lane_xor, coef=coef, diag=out, use_diag=0, n4=n4, Ls=Ls, halo=p, ubh=u),
+            ns, dt)
+        outs.append(out)
     assert np.all(np.isfinite(outs[1]))
     np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_array_equal(outs[2], outs[0])
 
 
 @pytest.mark.parametrize("name,prec", [(n, p) for n in ("cuda-emulated", "opencl-emulated")
@@ -238,7 +248,8 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
     expression_kernel = cp.RawKernel
     from pygrid.accelerator import layout_kernels as lk
 
-    kernels = {k.name: k for k in (kg.WILSON_HOP, kg.WILSON_HOP_5D, kg.BIDIAG_MULT, kg.BIDIAG_MULT_ACC,
+    kernels = {k.name: k for k in (kg.WILSON_HOP, kg.WILSON_HOP_5D, kg.WILSON_HOP_LOCAL,
+                                   kg.WILSON_HOP_5D_LOCAL, kg.BIDIAG_MULT, kg.BIDIAG_MULT_ACC,
                                    kg.BIDIAG_MULT_ACC_DIAG, kg.BIDIAG_STREAM, kg.BIDIAG_STREAM_ACC_DIAG,
                                    kg.BIDIAG_SOLVE)}
     LAYOUT = lk.KERNELS
@@ -293,7 +304,7 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
         assert relerr(D.M(psi).to_numpy(), want_w) < 1e-13
         assert relerr(dwf.M(psi5).to_numpy(), want_d) < 1e-13
         assert relerr(dwf.MooeeInv(pg.pick_checkerboard(0, psi5)).to_numpy(), want_inv) < 1e-13
-    assert {"wilson_hop", "bidiag_stream", "bidiag_solve"} <= set(launched)
+    assert {"wilson_hop_local", "bidiag_stream", "bidiag_solve"} <= set(launched)
 
     # and with the fields in the stand-in's device memory, allocated by CupyDevice under the manager
     from pygrid import memory as mem
@@ -309,7 +320,7 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
         assert relerr(pg.qcd.WilsonFermion(U2, 0.1).M(psi2).to_numpy(), want_w) < 1e-13
         st = m.stats()
         assert type(m.device).__name__ == "CupyDevice" and st["h2d_count"] >= 2 and st["d2h_count"] >= 1
-        assert "wilson_hop" in launched and "pg_gather" in launched  # the operator's checkerboards of U
+        assert "wilson_hop_local" in launched and "pg_gather" in launched  # the operator's checkerboards of U
 
 
 # ---- the vocabulary's rules ------------------------------------------------------------

@@ -192,7 +192,11 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         halo = halo.reshape(-1, 12, 2, nsimd)
         ubh = link_halo if link_halo is not None else exchange_rows(
             stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
-    backend.launch(kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP, dict(
+    if stencil.nhalo:
+        kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP
+    else:
+        kernel = kg.WILSON_HOP_5D_LOCAL if Ls > 1 else kg.WILSON_HOP_LOCAL
+    backend.launch(kernel, dict(
         out=out, psi=psi, uf=uf, ub=ub, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
         pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls),
         halo=halo, ubh=ubh), nsimd, dtype)

@@ -16,7 +16,9 @@ sycl.  The kernels, on raw field buffers ``[osites][12][2][nsimd]``:
   for Dhop, +1, -1 for its adjoint).  Per point: the neighbour read with its
   lane permute, spin projection to a half spinor, SU(3) multiply (by U(x), or
   by U(x - mu)^dag read at the neighbour), reconstruction into the accumulator;
-  1320 flops per site.
+  1320 flops per site.  A neighbour past the local sites is read from the halo
+  other ranks sent; :data:`WILSON_HOP_LOCAL` and :data:`WILSON_HOP_5D_LOCAL` are
+  the kernels for a lattice without one.
 * :func:`bidiag_multiply_kernel`: ``out = A x`` (or ``out = A x + B y``) for a
   cyclic bidiagonal matrix A in s per chirality (Mooee, M5D, b + c S and their
   daggers), row by row in the sweep's order so that out may be x or y;
@@ -105,9 +107,12 @@ def _wilson_body(E, o, s):
     gam = gamma_structure()
     n4, Ls = E.int_param("n4"), E.int_param("Ls")
     nbr, perm = E.itable("nbr"), E.itable("perm")
-    limit = E.let(n4 * Ls, "lim")
+    local = "local" in E.k.statics
+    limit = None if local else E.let(n4 * Ls, "lim")
 
     def rd(site, plane, P):
+        if local:
+            return E.read("psi", site, plane, P)
         # a neighbour past the local sites is a row of the halo another rank sent (the whole spinor)
         return E.read_either("psi", "halo", site, limit, plane, P)
 
@@ -119,7 +124,7 @@ def _wilson_body(E, o, s):
         n = E.let(nbr[k], "n")
         P = E.permutation(perm[k])
         site = n * Ls + s
-        if E.k.statics and E.k.statics[0] == "prefetch":
+        if "prefetch" in E.k.statics:
             # the neighbour's slices ahead: prefetching them past the end of psi is harmless (never faults)
             E.prefetch("psi", site + SLICE_PREFETCH)
         pa, pb = gam[mu]
@@ -136,7 +141,7 @@ def _wilson_body(E, o, s):
             h = _unflatten(E.permute(_flatten(h), P))
             w = [_su3_times(E, "uf", o, mu, h[a], False, None) for a in range(2)]
         else:
-            w = [_su3_times(E, "ub", n, mu, h[a], True, P, ("ubh", n4)) for a in range(2)]
+            w = [_su3_times(E, "ub", n, mu, h[a], True, P, None if local else ("ubh", n4)) for a in range(2)]
             w = _unflatten(E.permute(_flatten(w), P))
         # rebuild the four spins: upper spin a is w_a, lower spin 2 + b is a phase times w_{k_b}
         if acc is None:
@@ -161,9 +166,9 @@ def _wilson_body(E, o, s):
             E.store("out", out_site, q, sc * v)
 
 
-def _wilson_hop(prefetch):
+def _wilson_hop(prefetch, local=False):
     return Kernel(
-        name="wilson_hop_5d" if prefetch else "wilson_hop",
+        name=("wilson_hop_5d" if prefetch else "wilson_hop") + ("_local" if local else ""),
         params=(
             Param("out", "field", 12, out=True),
             Param("psi", "field", 12),
@@ -185,7 +190,7 @@ def _wilson_hop(prefetch):
         inner="Ls",
         body=_wilson_body,
         prologue=_wilson_prologue,
-        statics=("prefetch",) if prefetch else (),
+        statics=(("prefetch",) if prefetch else ()) + (("local",) if local else ()),
         doc="The Wilson hopping term on outer 4D sites [lo, hi), all Ls slices (pygrid.qcd.kernels_generic).",
     )
 
@@ -193,6 +198,11 @@ def _wilson_hop(prefetch):
 #: the hopping kernel for 4D fields, and for 5D fields (which also prefetches the neighbour's slices ahead)
 WILSON_HOP = _wilson_hop(False)
 WILSON_HOP_5D = _wilson_hop(True)
+#: the same on a lattice with no halo (one rank): every read from the local fields, none choosing between
+#: them and the halo, which in 5D kept the loop over s from being compiled well (openmp 1.2-1.8x,
+#: sycl 1.07x; docs/performance.md, "Backends compared")
+WILSON_HOP_LOCAL = _wilson_hop(False, True)
+WILSON_HOP_5D_LOCAL = _wilson_hop(True, True)
 
 
 # ---- the fifth dimension: cyclic bidiagonal matrices in s, per chirality ----------------------
