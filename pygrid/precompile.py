@@ -105,6 +105,10 @@ def run(argv) -> int:
     serial_below = getattr(backend, "min_parallel_bytes", None)
     if serial_below is not None:
         backend.min_parallel_bytes = 0
+    # and the layout moves that a large lattice's operators run compiled (openmp), on this small one
+    from .accelerator import layout_numba
+
+    numpy_below, layout_numba.COMPILED_BYTES = layout_numba.COMPILED_BYTES, 0
     try:
         for i, (op, prec) in enumerate(jobs, 1):
             grid = pg.GridCartesian(list(dims), precision=prec)
@@ -114,6 +118,7 @@ def run(argv) -> int:
             print(f"[{i}/{len(jobs)}] {op:<7} {prec:<7} Nsimd {grid.nsimd:<3} {n - n0:3d} kernels compiled "
                   f"in {c - c0:6.1f} s ({time.perf_counter() - t0:.1f} s in all)", flush=True)
     finally:
+        layout_numba.COMPILED_BYTES = numpy_below
         if serial_below is not None:
             backend.min_parallel_bytes = serial_below
     n, c = totals()
