@@ -22,6 +22,12 @@ def _element(buf, s, k, lane):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _row(buf, s, k, lane):
+    """The row of three complex elements from element k of site s, in one lane."""
+    return _element(buf, s, k, lane), _element(buf, s, k + 1, lane), _element(buf, s, k + 2, lane)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _norm(c):
     """|c|^2 (the largest of them is taken before one square root, not each)."""
     return c.real * c.real + c.imag * c.imag
@@ -35,15 +41,9 @@ def link_dets(buf, out, at):
             b = 9 * mu
             row = at + 4 * s + mu
             for lane in range(buf.shape[3]):
-                a00 = _element(buf, s, b, lane)
-                a01 = _element(buf, s, b + 1, lane)
-                a02 = _element(buf, s, b + 2, lane)
-                a10 = _element(buf, s, b + 3, lane)
-                a11 = _element(buf, s, b + 4, lane)
-                a12 = _element(buf, s, b + 5, lane)
-                a20 = _element(buf, s, b + 6, lane)
-                a21 = _element(buf, s, b + 7, lane)
-                a22 = _element(buf, s, b + 8, lane)
+                a00, a01, a02 = _row(buf, s, b, lane)
+                a10, a11, a12 = _row(buf, s, b + 3, lane)
+                a20, a21, a22 = _row(buf, s, b + 6, lane)
                 out[row, lane] = (a00 * (a11 * a22 - a12 * a21) - a01 * (a10 * a22 - a12 * a20)
                                   + a02 * (a10 * a21 - a11 * a20))
 
@@ -63,12 +63,8 @@ def pack_rows(buf, index, at, table, rows):
                     for lane in range(buf.shape[3]):
                         rows[mu, s, k, ri, lane] = buf[s, b + k, ri, lane]
             for lane in range(buf.shape[3]):
-                x0 = _element(buf, s, b, lane)
-                x1 = _element(buf, s, b + 1, lane)
-                x2 = _element(buf, s, b + 2, lane)
-                y0 = _element(buf, s, b + 3, lane)
-                y1 = _element(buf, s, b + 4, lane)
-                y2 = _element(buf, s, b + 5, lane)
+                x0, x1, x2 = _row(buf, s, b, lane)
+                y0, y1, y2 = _row(buf, s, b + 3, lane)
                 ph = complex(table[z, 0, lane], table[z, 1, lane])
                 d0 = _norm(ph * (x1 * y2 - x2 * y1).conjugate() - _element(buf, s, b + 6, lane))
                 d1 = _norm(ph * (x2 * y0 - x0 * y2).conjugate() - _element(buf, s, b + 7, lane))
