@@ -6,6 +6,8 @@ cshift(x, mu, disp)(x) = x(x + disp e_mu), i.e. np.roll(a, -disp, axis=mu).
 """
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import GAMMA, assert_close, check_both, eval_both, grid, grid5, random_field, roll, spin_mul
 
 import pygrid as pg
@@ -154,3 +156,29 @@ def test_cshift_single_precision_expression():
     ua, pa = U.to_numpy(), psi.to_numpy()
     want = np.einsum("xyztab,xyztb->xyzta", ua, roll(pa, 2, -1)) + 0.5 * roll(pa, 1, 1)
     check_both(U * pg.cshift(psi, 2, -1) + 0.5 * pg.cshift(psi, 1, 1), "single", want=want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.sampled_from([1, 2, 4, 8, 16, 32]), width=st.integers(1, 20), nrows=st.integers(1, 300),
+       seed=st.integers(0, 2**31))
+def test_unique_rows_matches_numpy(base, width, nrows, seed):
+    """The shift tables' lane maps (a few distinct rows repeated) found as np.unique along axis 0
+    finds them, packed into keys or not (wide rows of a large base do not fit 64 bits)."""
+    from pygrid.cartesian.shift import unique_rows
+
+    rng = np.random.default_rng(seed)
+    distinct = rng.integers(0, base, (rng.integers(1, 6), width))
+    rows = distinct[rng.integers(0, len(distinct), nrows)]
+    maps, inv = unique_rows(rows, base)
+    want_maps, want_inv = np.unique(rows, axis=0, return_inverse=True)
+    assert np.array_equal(maps, want_maps)
+    assert np.array_equal(inv, want_inv.reshape(-1))
+    assert np.array_equal(maps[inv], rows)
+
+
+def test_unique_rows_rejects_entries_out_of_range():
+    from pygrid.cartesian.shift import unique_rows
+    from pygrid.errors import GridError
+
+    with pytest.raises(GridError, match=r"outside \[0, 4\)"):
+        unique_rows(np.array([[0, 1], [4, 0]]), 4)

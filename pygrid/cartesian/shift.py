@@ -22,6 +22,25 @@ def shifted_checkerboard(grid, cb, disp):
     return cb ^ odd
 
 
+def unique_rows(rows, base):
+    """``np.unique(rows, axis=0, return_inverse=True)`` for rows of integers in [0, base): the
+    distinct rows in lexicographic order and the index of each row's.  A row packs into one
+    integer key where its digits fit 64 bits, so that the sort is of keys: ``np.unique`` along an
+    axis sorts the rows as opaque records, 1.2 s of the first operator on 24^4 (3 stencils)."""
+    rows = np.asarray(rows)
+    bits = max(1, (int(base) - 1).bit_length())
+    if rows.ndim != 2 or rows.shape[1] * bits > 64 or not len(rows):
+        maps, inv = np.unique(rows, axis=0, return_inverse=True)
+        return maps, inv.reshape(-1)
+    if rows.min() < 0 or rows.max() >= base:
+        raise GridError(f"unique_rows: entries outside [0, {base})")
+    key = np.zeros(len(rows), np.uint64)
+    for col in rows.T.astype(np.uint64):  # the first column most significant: lexicographic order
+        key = (key << np.uint64(bits)) | col
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return rows[first], inv.reshape(-1)
+
+
 @functools.lru_cache(maxsize=256)
 def shift_table(grid, cb, disp):
     """Tables for reading field(x + disp) into a field of the shifted checkerboard.
@@ -44,7 +63,7 @@ def shift_table(grid, cb, disp):
         raise GridError(
             f"shift {disp} on {grid} is not lane-uniform; use a simd_layout with even outer extents"
         )
-    maps, perm = np.unique(src_l, axis=0, return_inverse=True)
+    maps, perm = unique_rows(src_l, grid.nsimd)
     ident = np.arange(grid.nsimd)
     # put the identity first so that kernels can test perm == 0
     order = sorted(range(len(maps)), key=lambda i: 0 if np.array_equal(maps[i], ident) else 1)
