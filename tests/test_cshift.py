@@ -6,9 +6,8 @@ cshift(x, mu, disp)(x) = x(x + disp e_mu), i.e. np.roll(a, -disp, axis=mu).
 """
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from conftest import GAMMA, assert_close, check_both, eval_both, grid, grid5, random_field, roll, spin_mul
+from hypothesis import given, settings, strategies as st
 
 import pygrid as pg
 
