@@ -211,6 +211,44 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     np.testing.assert_array_equal(outs[2], outs[0])
 
 
+@needs_cxx
+@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
+@pytest.mark.parametrize("prec,layout,cb", [("double", None, False), ("single", None, False),
+                                             ("double", (1, 1, 2, 2), True)])
+def test_generic_kernel_on_compressed_links(name, prec, layout, cb):
+    """The generic kernel reading the links as two rows and a phase (WILSON_HOP_LOCAL_C) gives the
+    kernel on whole links on every target: antiperiodic in time (the edge links' phase -1) and
+    twisted in x (a phase that is not real), the full grid and the even-odd hop (forward and
+    backward links of different fields), Dhop and its adjoint."""
+    from pygrid.qcd import kernels_wilson as kw
+
+    grid, U, psi = setup(layout=layout, prec=prec)
+    D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[np.exp(0.7j), 1, 1, -1])
+    if cb:
+        psi, st = pg.pick_checkerboard(1, psi), D.stencil_cb[1]
+        uf_f, ub_f = D.U_cb[0], D.U_cb[1]
+    else:
+        st, uf_f, ub_f = D.stencil, D.links, D.links
+    with psi.view(pg.CpuRead) as p, uf_f.view(pg.CpuRead) as a, ub_f.view(pg.CpuRead) as b:
+        p, uf, ub = p.copy(), a.copy(), b.copy()
+    ub = uf if ub_f is uf_f else ub
+    lc = kw.CompressedLinks.of(uf, ub)
+    assert lc is not None and len(lc.ztab) > 2  # 1, -1 and the twist at least
+    n4, ns, dt = st.neighbours.shape[1], p.shape[3], p.dtype
+    for dag in (False, True):
+        coef = np.array([-0.5, 0.0, 1.0 if dag else -1.0, -1.0 if dag else 1.0], dt)
+        tables = dict(nbr=st.neighbours, perm=st.perm, lanes=st.lanes, pxor=st.lane_xor, coef=coef,
+                      use_diag=0, n4=n4, Ls=1)
+        whole, comp = np.zeros_like(p), np.zeros_like(p)
+        with backend(name):
+            pg.get_backend().launch(kg.WILSON_HOP_LOCAL, dict(out=whole, psi=p, uf=uf, ub=ub, diag=whole,
+                                                              halo=p, ubh=ub, **tables), ns, dt)
+            pg.get_backend().launch(kg.WILSON_HOP_LOCAL_C, dict(
+                out=comp, psi=p, diag=comp, **lc.on(pg.get_backend()), **tables), ns, dt)
+        assert np.all(np.isfinite(comp)) and np.abs(whole).max() > 0
+        assert relerr(comp, whole) < 10 * TOL[prec], (name, dag)
+
+
 @pytest.mark.parametrize("name,prec", [(n, p) for n in ("cuda-emulated", "opencl-emulated")
                                        for p in ("double", "single")] + [("opencl-simd-emulated", "double")])
 def test_dirac_operators_through_generated_c(name, prec):

@@ -89,6 +89,14 @@ class Backend(Protocol):
         buffers are not host arrays raise :class:`pygrid.errors.BackendError`.
         """
 
+    def device_copy(self, host: np.ndarray) -> Buffer:
+        """A copy of the host array ``host`` that kernels launched here read as a field buffer:
+        ``host`` itself on the backends whose buffers are host arrays (the CPU backends and the
+        emulations), a new device array on the others.  For data a caller makes once and keeps
+        beside the fields (an operator's compressed links): it is not a field, so it lies outside
+        the MemoryManager and its ``--device-mem`` watermark, and lives as long as the caller
+        holds it."""
+
     def bind_kernel(self, kernel: Callable, *args: Any, balance: bool = False) -> Callable[..., None]:
         """``launch(osites, *args)``: :meth:`accelerator_for` of ``kernel`` for arguments of the
         types of ``args``, with what can be looked up once looked up here (openmp: the parallel
@@ -172,5 +180,5 @@ FUSED = ("axpy", "axpy_norm2", "axpy_xpay", "kept_update")
 
 #: the members a backend must define, checked by the tests for every backend class
 MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for",
-           "bind_kernel", "norm2", "inner_product", "site_sum", "slice_sum", "set_threads", "threads",
+           "device_copy", "bind_kernel", "norm2", "inner_product", "site_sum", "slice_sum", "set_threads", "threads",
            "bench_copy", "synchronize")

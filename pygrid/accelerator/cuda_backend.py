@@ -232,6 +232,10 @@ class CudaBackend:
     def synchronize(self):
         self.cupy.cuda.Device().synchronize()
 
+    def device_copy(self, host):
+        """A CuPy array holding a copy of the host array ``host``."""
+        return self.cupy.asarray(host)
+
     def bench_copy(self, n, dtype):
         """A device-to-device copy of ``n`` reals (CuPy): the device's bandwidth ceiling; runs one and
         waits."""

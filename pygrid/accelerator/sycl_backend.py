@@ -538,6 +538,10 @@ class SyclBackend:
     def synchronize(self) -> None:
         pass  # every launch returns when its kernel has finished
 
+    def device_copy(self, host):
+        """A UsmArray holding a copy of the host array ``host``."""
+        return self.to_device(host)
+
     def bench_copy(self, n, dtype):
         """A hand-written OpenCL copy of ``n`` reals between two USM buffers: the device's bandwidth ceiling.
 

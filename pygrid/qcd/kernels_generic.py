@@ -90,6 +90,46 @@ def _su3_times(E, link, site, mu, h, adj, perm, halo=None):
     return w
 
 
+def _compressed_link(E, rows, zi, site, mu, perm):
+    """The link of direction mu at ``site`` from its first two rows (``rows``: direction by direction,
+    6 complex a link) and its phase (``ztab`` at the row ``zi[4 site + mu]``), as 3 x 3 (re, im):
+    the third row is ``z conj(row0 x row1)`` (:func:`pygrid.qcd.kernels_wilson.compress_links`)."""
+    at = E.int_param("n4") * mu + site
+    m = [[(E.read(rows, at, 2 * (3 * i + j), perm), E.read(rows, at, 2 * (3 * i + j) + 1, perm))
+          for j in range(3)] for i in range(2)]
+    z = E.let(E.itable(zi)[site * 4 + mu], "z")
+    zr, zim = E.read("ztab", z, 0, perm), E.read("ztab", z, 1, perm)
+    x, y = m
+    third = []
+    for j, k in ((1, 2), (2, 0), (0, 1)):
+        # c = x_j y_k - x_k y_j; the element is z conj(c)
+        (ajr, aji), (akr, aki), (bjr, bji), (bkr, bki) = x[j], x[k], y[j], y[k]
+        cr = E.fma(aki, bji, E.fms(akr, bjr, E.fms(aji, bki, ajr * bkr)))
+        ci = E.fms(aki, bjr, E.fms(akr, bji, E.fma(aji, bkr, ajr * bki)))
+        third.append((E.fma(zim, ci, zr * cr), E.fms(zr, ci, zim * cr)))
+    return [x, y, third]
+
+
+def _matrix_times(E, m, h, adj):
+    """m h (or m^dag h) for a 3 x 3 complex matrix of (re, im) values and one spin h (3 complex)."""
+    w = []
+    for i in range(3):
+        wr = wi = None
+        for j in range(3):
+            ur, ui = m[j][i] if adj else m[i][j]
+            hr, hi = h[j]
+            if wr is None:
+                wr, wi = ur * hr, ur * hi
+            else:
+                wr, wi = E.fma(ur, hr, wr), E.fma(ur, hi, wi)
+            if adj:  # conj(u) h
+                wr, wi = E.fma(ui, hi, wr), E.fms(ui, hr, wi)
+            else:
+                wr, wi = E.fms(ui, hi, wr), E.fma(ui, hr, wi)
+        w.append((wr, wi))
+    return w
+
+
 def _flatten(spins):
     return [v for spin in spins for pair in spin for v in pair]
 
@@ -108,6 +148,7 @@ def _wilson_body(E, o, s):
     n4, Ls = E.int_param("n4"), E.int_param("Ls")
     nbr, perm = E.itable("nbr"), E.itable("perm")
     local = "local" in E.k.statics
+    compressed = "compressed" in E.k.statics  # 4D, no halo: the links as two rows and a phase
     limit = None if local else E.let(n4 * Ls, "lim")
 
     def rd(site, plane, P):
@@ -139,9 +180,18 @@ def _wilson_body(E, o, s):
             h.append(spin)
         if fwd:
             h = _unflatten(E.permute(_flatten(h), P))
-            w = [_su3_times(E, "uf", o, mu, h[a], False, None) for a in range(2)]
+            if compressed:
+                m = _compressed_link(E, "ufc", "zif", o, mu, None)
+                w = [_matrix_times(E, m, h[a], False) for a in range(2)]
+            else:
+                w = [_su3_times(E, "uf", o, mu, h[a], False, None) for a in range(2)]
         else:
-            w = [_su3_times(E, "ub", n, mu, h[a], True, P, None if local else ("ubh", n4)) for a in range(2)]
+            if compressed:
+                m = _compressed_link(E, "ubc", "zib", n, mu, P)
+                w = [_matrix_times(E, m, h[a], True) for a in range(2)]
+            else:
+                w = [_su3_times(E, "ub", n, mu, h[a], True, P, None if local else ("ubh", n4))
+                     for a in range(2)]
             w = _unflatten(E.permute(_flatten(w), P))
         # rebuild the four spins: upper spin a is w_a, lower spin 2 + b is a phase times w_{k_b}
         if acc is None:
@@ -166,14 +216,20 @@ def _wilson_body(E, o, s):
             E.store("out", out_site, q, sc * v)
 
 
-def _wilson_hop(prefetch, local=False):
+def _wilson_hop(prefetch, local=False, compressed=False):
+    if compressed:  # the links compressed (the third row rebuilt), on a 4D lattice without a halo
+        links = (Param("ufc", "field", 6), Param("ubc", "field", 6), Param("zif", "itable"),
+                 Param("zib", "itable"), Param("ztab", "field", 1))
+    else:
+        links = (Param("uf", "field", 36), Param("ub", "field", 36))
+    halo = () if compressed else (Param("halo", "field", 12), Param("ubh", "field", 36))
     return Kernel(
-        name=("wilson_hop_5d" if prefetch else "wilson_hop") + ("_local" if local else ""),
+        name=("wilson_hop_5d" if prefetch else "wilson_hop") + ("_local" if local else "")
+        + ("_c" if compressed else ""),
         params=(
             Param("out", "field", 12, out=True),
             Param("psi", "field", 12),
-            Param("uf", "field", 36),
-            Param("ub", "field", 36),
+            *links,
             Param("nbr", "itable"),
             Param("perm", "itable"),
             Param("lanes", "itable"),
@@ -183,14 +239,14 @@ def _wilson_hop(prefetch, local=False):
             Param("use_diag", "int"),
             Param("n4", "int"),
             Param("Ls", "int"),
-            Param("halo", "field", 12),
-            Param("ubh", "field", 36),
+            *halo,
         ),
         n="n4",
         inner="Ls",
         body=_wilson_body,
         prologue=_wilson_prologue,
-        statics=(("prefetch",) if prefetch else ()) + (("local",) if local else ()),
+        statics=(("prefetch",) if prefetch else ()) + (("local",) if local else ())
+        + (("compressed",) if compressed else ()),
         doc="The Wilson hopping term on outer 4D sites [lo, hi), all Ls slices (pygrid.qcd.kernels_generic).",
     )
 
@@ -203,6 +259,10 @@ WILSON_HOP_5D = _wilson_hop(True)
 #: sycl 1.07x; docs/performance.md, "Backends compared")
 WILSON_HOP_LOCAL = _wilson_hop(False, True)
 WILSON_HOP_5D_LOCAL = _wilson_hop(True, True)
+#: the 4D kernel without a halo reading the links compressed (``ufc``, ``ubc``: the first two rows of
+#: each link, direction by direction, shaped (4 * n4, 6, 2, nsimd); ``zif``, ``zib``: each link's row
+#: of ``ztab``, its phase; :class:`pygrid.qcd.kernels_wilson.CompressedLinks`)
+WILSON_HOP_LOCAL_C = _wilson_hop(False, True, True)
 
 
 # ---- the fifth dimension: cyclic bidiagonal matrices in s, per chirality ----------------------

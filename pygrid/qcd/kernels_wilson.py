@@ -985,10 +985,12 @@ class CompressedLinks:
     two rows, with their phase tables (:func:`compress_links`): what ``links_c`` of
     :func:`run_unrolled` takes.  Made by :meth:`of`."""
 
-    __slots__ = ("uf", "ub", "zif", "zib", "ztab", "__weakref__")
+    __slots__ = ("uf", "ub", "zif", "zib", "ztab", "_copies", "__weakref__")
 
-    def __init__(self, uf, ub, zif, zib, ztab):
+    def __init__(self, uf, ub, zif, zib, ztab, copies=None):
         self.uf, self.ub, self.zif, self.zib, self.ztab = uf, ub, zif, zib, ztab
+        # the device copies of the arrays (device_copy), per backend; shared with the swapped twin
+        self._copies = {} if copies is None else copies
 
     @classmethod
     def of(cls, uf, ub):
@@ -1005,11 +1007,27 @@ class CompressedLinks:
     def swapped(self):
         """The same compressed links for the hop that reads ``ub`` forward and ``uf`` backward (the
         even-odd hop from the other checkerboard), sharing the arrays."""
-        return CompressedLinks(self.ub, self.uf, self.zib, self.zif, self.ztab)
+        return CompressedLinks(self.ub, self.uf, self.zib, self.zif, self.ztab, self._copies)
 
     def tables(self):
         """The kernel's last arguments."""
         return self.zif, self.zib, self.ztab
+
+    def on(self, backend):
+        """The arguments of the generic kernel on compressed links
+        (:data:`pygrid.qcd.kernels_generic.WILSON_HOP_LOCAL_C`) on ``backend``: the rows and the
+        phase table as field buffers, copied to its device once (:meth:`device_copy`)."""
+        W = self.uf.shape[-1]
+
+        def put(a, shape):
+            key = (id(backend), id(a))
+            hit = self._copies.get(key)
+            if hit is None or hit[0] is not backend:
+                hit = self._copies[key] = (backend, backend.device_copy(a.reshape(shape)))
+            return hit[1]
+
+        return dict(ufc=put(self.uf, (-1, 6, 2, W)), ubc=put(self.ub, (-1, 6, 2, W)), zif=self.zif,
+                    zib=self.zib, ztab=put(self.ztab, (-1, 1, 2, W)))
 
 
 def compression_pays(n4, nsimd, dtype, Ls=1, links=4):
