@@ -39,8 +39,8 @@ EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions
                    tests/test_lattice_io.py tests/test_failure_atomic.py tests/test_interop.py \
                    tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py \
                    tests/test_kept_updates.py tests/test_compressed_links.py
-# The third pass runs the expression, shift, reduction, fused-update, Dirac operator, solver, propagator,
-# boundary-condition and interop suites on the real sycl backend (dpctl on the Intel CPU OpenCL device,
+# The third pass runs the expression, shift, reduction, fused-update, Dirac operator (on whole and
+# compressed links), solver, propagator, boundary-condition and interop suites on the real sycl backend (dpctl on the Intel CPU OpenCL device,
 # from the [sycl] extra), fields in USM device memory under a 2 MB watermark,
 # below the working set of the operator tests, so fields are evicted and
 # brought back between and inside their kernels and solves; and the Dirac kernels of the other
@@ -49,7 +49,8 @@ EMULATED_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions
 SYCL_SUITES := tests/test_expr.py tests/test_cshift.py tests/test_reductions.py tests/test_axpy.py \
                tests/test_wilson.py tests/test_domain_wall.py tests/test_schur_solve.py tests/test_solvers.py \
                tests/test_failure_atomic.py tests/test_propagator.py tests/test_boundary_conditions.py \
-               tests/test_interop.py tests/test_dirac_backends.py tests/test_kept_updates.py
+               tests/test_interop.py tests/test_dirac_backends.py tests/test_kept_updates.py \
+               tests/test_compressed_links.py
 
 # The MPI passes run the collective suites of tests/mpi (expressions, shifts, reductions, RNG,
 # Wilson, domain wall, CG, gauge IO) as 2- and 4-rank jobs of MPICH (the [mpi] extra),

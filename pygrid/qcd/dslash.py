@@ -120,8 +120,8 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     On a lattice split over ranks the halo is exchanged here; ``link_halo``
     (:func:`pygrid.stencil.halo.exchange_rows` of ``ub``) saves exchanging the links again.
     ``links_c``: ``uf`` and ``ub`` compressed (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`,
-    the caller keeps them equal to the links), which the unrolled kernel reads in their place on
-    4D fields (a halo's links whole).
+    the caller keeps them equal to the links), which the kernels read in their place on 4D fields:
+    the unrolled kernel (a halo's links whole), and the generic one on a lattice without a halo.
     """
     backend = get_backend()
     key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which,
@@ -192,14 +192,16 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         halo = halo.reshape(-1, 12, 2, nsimd)
         ubh = link_halo if link_halo is not None else exchange_rows(
             stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
+    args = dict(out=out, psi=psi, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
+                pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls))
+    if links_c is not None and Ls == 1 and not stencil.nhalo:
+        backend.launch(kg.WILSON_HOP_LOCAL_C, dict(args, **links_c.on(backend)), nsimd, dtype)
+        return out
     if stencil.nhalo:
         kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP
     else:
         kernel = kg.WILSON_HOP_5D_LOCAL if Ls > 1 else kg.WILSON_HOP_LOCAL
-    backend.launch(kernel, dict(
-        out=out, psi=psi, uf=uf, ub=ub, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
-        pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls),
-        halo=halo, ubh=ubh), nsimd, dtype)
+    backend.launch(kernel, dict(args, uf=uf, ub=ub, halo=halo, ubh=ubh), nsimd, dtype)
     return out
 
 

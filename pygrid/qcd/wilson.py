@@ -41,13 +41,15 @@ class WilsonFermion(FermionOperator):
     ``MooeeDag``, ``MooeeInv``, ``MooeeInvDag``, ``DhopEO``, ``DhopOE``).  Each method returns
     a new field, or writes into ``out=`` and returns it.
 
-    ``compress_links``: whether the hops of the hand-unrolled kernel (openmp and numpy backends)
-    read each link as the first two rows of an SU(3) matrix and rebuild the third
-    (``kernels_wilson.compress_links``).  None (the default): on fields larger than the caches,
-    unless the configuration says ``--no-compress-links``; True: on any
-    fields and machine; False: never.  The operator then keeps that copy of its links, two thirds
-    of their bytes, on the host, outside the device memory cache, and makes it again when the
-    links are written.  Links that are not SU(3) times a phase to their precision are read whole.
+    ``compress_links``: whether the hops read each link as the first two rows of an SU(3) matrix
+    and rebuild the third (``kernels_wilson.compress_links``).  None (the default): the
+    hand-unrolled kernel (openmp and numpy backends) on fields larger than the host's caches,
+    unless the configuration says ``--no-compress-links``; True: that kernel on any fields, and
+    the generic kernel (every backend) on a lattice not split over ranks; False: never.  The operator then
+    keeps that copy of its links, two thirds of their bytes, on the host (and, for the generic
+    kernel on a device, a copy on the device), outside the device memory cache, and makes it again
+    when the links are written.  Links that are not SU(3) times a phase to their precision are read
+    whole.
     """
 
     flops_per_site = kw.FLOPS_PER_SITE
@@ -115,7 +117,11 @@ class WilsonFermion(FermionOperator):
         the old ones is dropped)."""
         if not self._compress[cb_in is not None]:
             return None
-        if (self.compress_links is None and not current().compress_links) or dslash.variant() != "unroll":
+        if self.compress_links is None and not current().compress_links:
+            return None
+        if dslash.variant() != "unroll" and (self.compress_links is not True or self.stencil.nhalo):
+            # the generic kernel, on a lattice without a halo, when asked: on the CPU (openmp, the
+            # sycl CPU device) it ran no faster so (docs/performance.md, "Links read compressed")
             return None
         uf, ub = (self.links, self.links) if cb_in is None else (self.U_cb[1 - cb_in], self.U_cb[cb_in])
         version = (uf._manager.write_count(uf._key), ub._manager.write_count(ub._key))
