@@ -287,7 +287,8 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
     from pygrid.accelerator import layout_kernels as lk
 
     kernels = {k.name: k for k in (kg.WILSON_HOP, kg.WILSON_HOP_5D, kg.WILSON_HOP_LOCAL,
-                                   kg.WILSON_HOP_5D_LOCAL, kg.BIDIAG_MULT, kg.BIDIAG_MULT_ACC,
+                                   kg.WILSON_HOP_5D_LOCAL, kg.WILSON_HOP_LOCAL_C, kg.BIDIAG_MULT,
+                                   kg.BIDIAG_MULT_ACC,
                                    kg.BIDIAG_MULT_ACC_DIAG, kg.BIDIAG_STREAM, kg.BIDIAG_STREAM_ACC_DIAG,
                                    kg.BIDIAG_SOLVE)}
     LAYOUT = lk.KERNELS
@@ -342,7 +343,14 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
         assert relerr(D.M(psi).to_numpy(), want_w) < 1e-13
         assert relerr(dwf.M(psi5).to_numpy(), want_d) < 1e-13
         assert relerr(dwf.MooeeInv(pg.pick_checkerboard(0, psi5)).to_numpy(), want_inv) < 1e-13
-    assert {"wilson_hop_local", "bidiag_stream", "bidiag_solve"} <= set(launched)
+        assert "wilson_hop_local_c" not in launched
+        # the links compressed when asked, copied to the device once (Backend.device_copy)
+        Dc = pg.qcd.WilsonFermion(U, 0.1, compress_links=True)
+        assert relerr(Dc.M(psi).to_numpy(), want_w) < 1e-13
+        assert relerr(Dc.M(psi).to_numpy(), want_w) < 1e-13
+        copies = Dc._links_c[None][1]._copies
+        assert len(copies) == 2 and all(isinstance(d, cp.ndarray) for _, d in copies.values())
+    assert {"wilson_hop_local", "wilson_hop_local_c", "bidiag_stream", "bidiag_solve"} <= set(launched)
 
     # and with the fields in the stand-in's device memory, allocated by CupyDevice under the manager
     from pygrid import memory as mem
