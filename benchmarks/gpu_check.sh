@@ -4,8 +4,8 @@
 #
 #     bash benchmarks/gpu_check.sh [checks|tests|all]      (default: checks)
 #
-# checks: every operator on the device against numpy (pygrid selftest), then the Wilson and
-#         domain-wall benchmarks and the linear algebra (axpy, norm2, inner product) on the
+# checks: every operator on the device against numpy (pygrid selftest), then the Wilson (links
+#         whole and compressed) and domain-wall benchmarks and the linear algebra (axpy, norm2, inner product) on the
 #         device, with the numpy baselines and the device copy
 # tests:  the expression, shift, reduction, Dirac and solver suites with the backend under test
 #         set to the GPU and the fields in device memory under a small watermark (evictions),
@@ -43,6 +43,9 @@ if [ "$what" = checks ] || [ "$what" = all ]; then
     run 300 $PY -m pygrid selftest --accelerator "$ACCEL" --grid 8.8.8.8 --precision both --no-benchmark
     run 300 $PY -m pygrid benchmark wilson --accelerator "$ACCEL" --device-mem none --quiet \
         --sweep 16.16.16.16,32.32.32.32 --precision both --json "$OUT/wilson.json"
+    # the links read as two rows and a phase (not the default off the CPU: measured here first)
+    run 300 $PY -m pygrid benchmark wilson --accelerator "$ACCEL" --device-mem none --quiet --compress-links \
+        --sweep 16.16.16.16,32.32.32.32 --precision both --json "$OUT/wilson-compressed.json"
     run 300 $PY -m pygrid benchmark dwf --accelerator "$ACCEL" --device-mem none --quiet \
         --grid 16.16.16.16 --Ls 16 --precision both --json "$OUT/dwf.json"
     run 200 $PY -m pygrid benchmark axpy --accelerator "$ACCEL" --device-mem none --quiet \

@@ -57,6 +57,11 @@ DSLASH_VARIANTS = ("auto", "generic", "unroll")
 #: for 16 (AVX2's); ``auto``: from the registers the kernels are compiled for.
 DSLASH_STRUCTURES = ("auto", "wide", "narrow")
 
+#: When the Wilson hops read their links compressed: ``auto``, the hand-unrolled kernel on fields larger
+#: than the caches; ``always``, every kernel (the generic one too, on a lattice not split over ranks)
+#: on any fields; ``never``.
+COMPRESS_LINKS = ("auto", "always", "never")
+
 #: Log levels ``--log`` accepts, from least to most verbose.
 LOG_LEVELS = ("error", "warning", "message", "iterative", "debug")
 
@@ -229,6 +234,16 @@ def _parse_log(value: Any, label: str) -> str:
     return _parse_choice(value, label, LOG_LEVELS, "unknown log level")
 
 
+def _parse_compress_links(value: Any, label: str) -> str:
+    # a yes/no (PYGRID_COMPRESS_LINKS=0 before ``always`` existed) is the default or never
+    if isinstance(value, str) and value.strip().lower() in COMPRESS_LINKS:
+        return value.strip().lower()
+    try:
+        return "auto" if _parse_bool(value, label) else "never"
+    except ConfigError:
+        raise _fail(label, "choose one of " + ", ".join(COMPRESS_LINKS) + " (or 1 / 0)") from None
+
+
 def _parse_bool(value: Any, label: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -258,7 +273,7 @@ _FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "emulate_device": _parse_bool,
     "dslash": _parse_dslash,
     "dslash_structure": _parse_dslash_structure,
-    "compress_links": _parse_bool,
+    "compress_links": _parse_compress_links,
     "log": _parse_log,
 }
 
@@ -304,10 +319,13 @@ class Config:
         the tiled order) or ``auto`` (``wide`` where the kernels are compiled for AVX-512;
         :func:`pygrid.qcd.kernels_wilson.wide_default`).  Any structure gives the same results.
     compress_links
-        Let the Wilson operator's hand-unrolled kernel read its links as two rows of each SU(3)
-        matrix, rebuilding the third, on fields larger than the caches
-        (:func:`pygrid.qcd.kernels_wilson.compression_pays`); links that are not SU(3)
-        times a phase are always read whole.
+        When the Wilson operator's hops read its links as two rows of each SU(3) matrix,
+        rebuilding the third, one of :data:`COMPRESS_LINKS`: ``auto`` (the hand-unrolled kernel
+        on fields larger than the caches, :func:`pygrid.qcd.kernels_wilson.compression_pays`),
+        ``always`` (every kernel on any fields: the generic one, every backend's, on a lattice not
+        split over ranks; read when an operator is made) or ``never``.  An operator's own
+        ``compress_links=True/False`` wins; links that are not SU(3) times a phase are always
+        read whole.
     log
         Log level, one of :data:`LOG_LEVELS`.
 
@@ -327,7 +345,7 @@ class Config:
     emulate_device: bool = False
     dslash: str = "auto"
     dslash_structure: str = "auto"
-    compress_links: bool = True
+    compress_links: str = "auto"
     log: str = "message"
 
     def __post_init__(self) -> None:
@@ -460,10 +478,12 @@ FLAGS: tuple[FlagSpec, ...] = (
              "the hand-unrolled kernel's structure: " + ", ".join(DSLASH_STRUCTURES)
              + " (wide for 32 vector registers, narrow for 16)", "auto: wide on AVX-512",
              env=("PYGRID_DSLASH_STRUCTURE",)),
+    FlagSpec("--compress-links", "compress_links", None,
+             "every kernel of the Wilson hop reads two rows of each SU(3) link and rebuilds the third, "
+             "the generic one (every backend's) too, on fields of any size", "auto: the CPU kernel on "
+             "fields larger than the caches", env=("PYGRID_COMPRESS_LINKS",), value="always"),
     FlagSpec("--no-compress-links", "compress_links", None,
-             "the Wilson hop reads every link whole (by default, on fields larger than the caches, two "
-             "rows of each SU(3) link and the third rebuilt)", "on", env=("PYGRID_COMPRESS_LINKS",),
-             value=False),
+             "the Wilson hop reads every link whole", "auto", value="never"),
     FlagSpec("--log", "log", "LEVEL",
              "log level: " + ", ".join(LOG_LEVELS), "message"),
 )
@@ -490,7 +510,7 @@ _ENV_VARS: tuple[tuple[str, str, Callable[[Any, str], Any]], ...] = (
     ("PYGRID_DEVICE_MEM", "device_mem", _parse_device_mem),
     ("PYGRID_DSLASH", "dslash", _parse_dslash),
     ("PYGRID_DSLASH_STRUCTURE", "dslash_structure", _parse_dslash_structure),
-    ("PYGRID_COMPRESS_LINKS", "compress_links", _parse_bool),
+    ("PYGRID_COMPRESS_LINKS", "compress_links", _parse_compress_links),
 )
 
 

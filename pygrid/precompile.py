@@ -68,7 +68,7 @@ def exercise(op: str, grid, precision: str, Ls: int) -> None:
     for name in ("Meooe", "MeooeDag", "Mooee", "MooeeDag", "MooeeInv", "MooeeInvDag"):
         getattr(D, name)(half)
     pg.qcd.schur_solve(D, b, ConjugateGradient(1e-4, maxiter=50, verbose=False))
-    if op == "wilson" and current().compress_links:
+    if op == "wilson" and current().compress_links != "never":
         # on fields larger than the caches the hops read the links compressed: their kernel too
         pg.qcd.WilsonFermion(U, 0.5, compress_links=True, **bc).Dhop(b)
     if op != "wilson":

@@ -281,7 +281,7 @@ def test_the_configuration_switches_the_default_off(monkeypatch):
     U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [2, 2]))
     # by default the hand-unrolled kernel alone; the generic one when asked
     assert pg.qcd.WilsonFermion(U, 0.1).reads_compressed_links() == (dslash.variant() == "unroll")
-    before = config.set_current(dataclasses.replace(config.current(), compress_links=False))
+    before = config.set_current(dataclasses.replace(config.current(), compress_links="never"))
     try:
         assert not pg.qcd.WilsonFermion(U, 0.1).reads_compressed_links()
         assert pg.qcd.WilsonFermion(U, 0.1, compress_links=True).reads_compressed_links()
@@ -289,6 +289,31 @@ def test_the_configuration_switches_the_default_off(monkeypatch):
         config.set_current(before)
     with pytest.raises(pg.errors.GridError, match="compress_links"):
         pg.qcd.WilsonFermion(U, 0.1, compress_links="yes")
+
+
+def test_the_configuration_flags():
+    """--compress-links asks every kernel, --no-compress-links none; PYGRID_COMPRESS_LINKS takes the
+    three names and, as before them, 1 and 0."""
+    parse = config.parse_args
+    assert config.Config().compress_links == "auto"
+    assert parse(["--compress-links"], env={})[0].compress_links == "always"
+    assert parse(["--no-compress-links"], env={})[0].compress_links == "never"
+    for raw, want in (("0", "never"), ("1", "auto"), ("off", "never"), ("always", "always"),
+                      ("Never", "never")):
+        assert parse([], env={"PYGRID_COMPRESS_LINKS": raw})[0].compress_links == want
+    cfg = parse(["--compress-links"], env={})[0]
+    assert cfg.to_argv() == ["--compress-links"] and parse(cfg.to_argv(), env={})[0] == cfg
+    with pytest.raises(pg.ConfigError, match="PYGRID_COMPRESS_LINKS.*always"):
+        parse([], env={"PYGRID_COMPRESS_LINKS": "sometimes"})
+    grid = pg.GridCartesian(list(DIMS))
+    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [2, 4]))
+    before = config.set_current(dataclasses.replace(config.current(), compress_links="always",
+                                                    dslash="generic"))
+    try:  # the generic kernel and a lattice in the caches: compressed only because the flag says so
+        assert pg.qcd.WilsonFermion(U, 0.1).reads_compressed_links()
+        assert not pg.qcd.WilsonFermion(U, 0.1, compress_links=False).reads_compressed_links()
+    finally:
+        config.set_current(before)
 
 
 def test_the_generic_kernel_reads_compressed_links_when_asked():

@@ -42,10 +42,11 @@ class WilsonFermion(FermionOperator):
     a new field, or writes into ``out=`` and returns it.
 
     ``compress_links``: whether the hops read each link as the first two rows of an SU(3) matrix
-    and rebuild the third (``kernels_wilson.compress_links``).  None (the default): the
-    hand-unrolled kernel (openmp and numpy backends) on fields larger than the host's caches,
-    unless the configuration says ``--no-compress-links``; True: that kernel on any fields, and
-    the generic kernel (every backend) on a lattice not split over ranks; False: never.  The operator then
+    and rebuild the third (``kernels_wilson.compress_links``).  None (the default): as the
+    configuration says (``--compress-links``, ``--no-compress-links``; by default the
+    hand-unrolled kernel, openmp and numpy backends, on fields larger than the host's caches);
+    True: every kernel on any fields (the generic one, every backend's, on a lattice not split
+    over ranks); False: never.  The operator then
     keeps that copy of its links, two thirds of their bytes, on the host (and, for the generic
     kernel on a device, a copy on the device), outside the device memory cache, and makes it again
     when the links are written.  Links that are not SU(3) times a phase to their precision are read
@@ -79,11 +80,12 @@ class WilsonFermion(FermionOperator):
         self._link_halos = {}
         self._hop_calls = {}   # pygrid.qcd.hop: the calls on the same fields again
         self.compress_links = compress_links
-        # whether the full-grid and the even-odd hops would read compressed links (their fields' size
-        # and the machine), and the compressed links made, per hop (None: the full grid, or the
-        # source checkerboard), with the links' versions they were made from
+        # whether the full-grid and the even-odd hops would read compressed links (asked for, or their
+        # fields' size and the machine), and the compressed links made, per hop (None: the full grid,
+        # or the source checkerboard), with the links' versions they were made from
+        always = compress_links is None and current().compress_links == "always"
         self._compress = tuple(
-            bool(compress_links or compress_links is None
+            bool(compress_links or always or compress_links is None
                  and kw.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype, links=links))
             for s, links in ((self.stencil, 4), (self.stencil_cb[0], 8)))
         self._links_c = {}
@@ -117,9 +119,11 @@ class WilsonFermion(FermionOperator):
         the old ones is dropped)."""
         if not self._compress[cb_in is not None]:
             return None
-        if self.compress_links is None and not current().compress_links:
+        mode = current().compress_links
+        if self.compress_links is None and mode == "never":
             return None
-        if dslash.variant() != "unroll" and (self.compress_links is not True or self.stencil.nhalo):
+        asked = self.compress_links or self.compress_links is None and mode == "always"
+        if dslash.variant() != "unroll" and (not asked or self.stencil.nhalo):
             # the generic kernel, on a lattice without a halo, when asked: on the CPU (openmp, the
             # sycl CPU device) it ran no faster so (docs/performance.md, "Links read compressed")
             return None
