@@ -105,8 +105,10 @@ class FermionBoundary:
         if self.trivial:
             return U
         g = U.grid
-        out = U.new_like()
+        out = U.copy()  # the periodic directions as they are (an antiperiodic t: one direction of four)
         for mu in range(self.nd):
+            if self.phases[mu] == 1 and not self.twists[mu]:
+                continue
             L = g.gdims[mu]
             twist = cmath.exp(2j * math.pi * self.twists[mu] / L)
             link = peek_lorentz(U, mu)
