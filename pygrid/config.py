@@ -58,8 +58,7 @@ DSLASH_VARIANTS = ("auto", "generic", "unroll")
 DSLASH_STRUCTURES = ("auto", "wide", "narrow")
 
 #: When the Wilson hops read their links compressed: ``auto``, the hand-unrolled kernel on fields larger
-#: than the caches; ``always``, every kernel (the generic one too, on a lattice not split over ranks)
-#: on any fields; ``never``.
+#: than the caches; ``always``, every kernel (the generic one too) on any fields; ``never``.
 COMPRESS_LINKS = ("auto", "always", "never")
 
 #: Log levels ``--log`` accepts, from least to most verbose.
@@ -322,8 +321,8 @@ class Config:
         When the Wilson operator's hops read its links as two rows of each SU(3) matrix,
         rebuilding the third, one of :data:`COMPRESS_LINKS`: ``auto`` (the hand-unrolled kernel
         on fields larger than the caches, :func:`pygrid.qcd.kernels_wilson.compression_pays`),
-        ``always`` (every kernel on any fields: the generic one, every backend's, on a lattice not
-        split over ranks; read when an operator is made) or ``never``.  An operator's own
+        ``always`` (every kernel on any fields, the generic one too, every backend's; read when an
+        operator is made) or ``never``.  An operator's own
         ``compress_links=True/False`` wins; links that are not SU(3) times a phase are always
         read whole.
     log

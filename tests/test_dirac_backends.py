@@ -251,6 +251,46 @@ def test_generic_kernel_on_compressed_links(name, prec, layout, cb):
         assert relerr(comp, whole) < 10 * TOL[prec], (name, dag)
 
 
+@needs_cxx
+@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
+def test_generic_compressed_kernel_reads_a_halo(name):
+    """WILSON_HOP_C, the generic kernel on compressed links of a lattice split over ranks: neighbour
+    rows renumbered into a halo (spinors in ``halo``, links compressed after the local ones) give
+    the hop of the kernel on whole local links; the local copies of those rows are replaced by
+    other rows (links by other SU(3) links), so a read that ignored the halo would show."""
+    from pygrid.qcd import kernels_wilson as kw
+
+    grid, U, psi = setup(dims=(4, 4, 4, 4))
+    D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[1, 1, 1, -1])
+    st = D.stencil
+    n4 = st.neighbours.shape[1]
+    moved = np.random.default_rng(1).choice(n4, n4 // 2, replace=False)
+    slot = np.full(n4, -1)
+    slot[moved] = np.arange(len(moved))
+    nbr = st.neighbours.copy()
+    far = slot[nbr] >= 0
+    nbr[far] = n4 + slot[nbr[far]]
+    nbr.setflags(write=False)
+    with psi.view(pg.CpuRead) as p, D.links.view(pg.CpuRead) as u:
+        p, u = p.copy(), u.copy()
+    ns, dt = p.shape[3], p.dtype
+    halo = p[moved].copy()
+    p_far, u_far = p.copy(), u.copy()
+    p_far[moved] = p[np.roll(moved, 1)]
+    u_far[moved] = u[np.roll(moved, 1)]
+    lc = kw.CompressedLinks.of(u, np.concatenate([u_far, u[moved]]))
+    assert lc is not None and lc.ub.shape[1] == n4 + len(moved)
+    coef = np.array([-0.5, 0.0, -1.0, 1.0], dt)
+    tables = dict(perm=st.perm, lanes=st.lanes, pxor=st.lane_xor, coef=coef, use_diag=0, n4=n4, Ls=1)
+    want, got = np.zeros_like(p), np.zeros_like(p)
+    with backend(name):
+        pg.get_backend().launch(kg.WILSON_HOP_LOCAL, dict(out=want, psi=p, uf=u, ub=u, diag=want, halo=p,
+                                                          ubh=u, nbr=st.neighbours, **tables), ns, dt)
+        pg.get_backend().launch(kg.WILSON_HOP_C, dict(out=got, psi=p_far, diag=got, halo=halo, nbr=nbr,
+                                                      **lc.on(pg.get_backend()), **tables), ns, dt)
+    assert relerr(got, want) < 10 * TOL["double"], name
+
+
 @pytest.mark.parametrize("name,prec", [(n, p) for n in ("cuda-emulated", "opencl-emulated")
                                        for p in ("double", "single")] + [("opencl-simd-emulated", "double")])
 def test_dirac_operators_through_generated_c(name, prec):

@@ -121,7 +121,8 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     (:func:`pygrid.stencil.halo.exchange_rows` of ``ub``) saves exchanging the links again.
     ``links_c``: ``uf`` and ``ub`` compressed (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`,
     the caller keeps them equal to the links), which the kernels read in their place on 4D fields:
-    the unrolled kernel (a halo's links whole), and the generic one on a lattice without a halo.
+    the unrolled kernel (a halo's links whole), and the generic one, for which ``links_c.ub`` also
+    holds the halo's links after the local ones (the rows of ``link_halo``).
     """
     backend = get_backend()
     key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which,
@@ -185,17 +186,25 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         dhop(out, psi, uf, ub, stencil, Ls, scale, 0.0, None, dag, which, link_halo)
         return _finish_in_s(out, diag if use_diag else None, alpha, Ls, diag_s if banded else None, inv_s,
                             mul_s)
+    compressed = links_c is not None and Ls == 1
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:
         # the generic kernel reads whole spinors from the halo, exchanged before it starts
         halo = exchange_rows(stencil.plan, psi, lambda a, rows: host_rows(backend, a, rows, Ls))
         halo = halo.reshape(-1, 12, 2, nsimd)
-        ubh = link_halo if link_halo is not None else exchange_rows(
-            stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
+        if not compressed:  # compressed, the halo's links follow the local ones in links_c.ub
+            ubh = link_halo if link_halo is not None else exchange_rows(
+                stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
     args = dict(out=out, psi=psi, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
                 pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls))
-    if links_c is not None and Ls == 1 and not stencil.nhalo:
-        backend.launch(kg.WILSON_HOP_LOCAL_C, dict(args, **links_c.on(backend)), nsimd, dtype)
+    if compressed:
+        if links_c.ub.shape[1] != n4 + stencil.nhalo:
+            raise ConformabilityError(f"dhop: compressed links of {links_c.ub.shape[1]} sites for the "
+                                      f"generic kernel; expected {n4} local and {stencil.nhalo} of the halo")
+        if stencil.nhalo:
+            backend.launch(kg.WILSON_HOP_C, dict(args, halo=halo, **links_c.on(backend)), nsimd, dtype)
+        else:
+            backend.launch(kg.WILSON_HOP_LOCAL_C, dict(args, **links_c.on(backend)), nsimd, dtype)
         return out
     if stencil.nhalo:
         kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP

@@ -90,11 +90,12 @@ def _su3_times(E, link, site, mu, h, adj, perm, halo=None):
     return w
 
 
-def _compressed_link(E, rows, zi, site, mu, perm):
+def _compressed_link(E, rows, zi, sites, site, mu, perm):
     """The link of direction mu at ``site`` from its first two rows (``rows``: direction by direction,
-    6 complex a link) and its phase (``ztab`` at the row ``zi[4 site + mu]``), as 3 x 3 (re, im):
-    the third row is ``z conj(row0 x row1)`` (:func:`pygrid.qcd.kernels_wilson.compress_links`)."""
-    at = E.int_param("n4") * mu + site
+    ``sites`` links a direction, 6 complex a link) and its phase (``ztab`` at the row
+    ``zi[4 site + mu]``), as 3 x 3 (re, im): the third row is ``z conj(row0 x row1)``
+    (:func:`pygrid.qcd.kernels_wilson.compress_links`)."""
+    at = E.int_param(sites) * mu + site
     m = [[(E.read(rows, at, 2 * (3 * i + j), perm), E.read(rows, at, 2 * (3 * i + j) + 1, perm))
           for j in range(3)] for i in range(2)]
     z = E.let(E.itable(zi)[site * 4 + mu], "z")
@@ -148,7 +149,7 @@ def _wilson_body(E, o, s):
     n4, Ls = E.int_param("n4"), E.int_param("Ls")
     nbr, perm = E.itable("nbr"), E.itable("perm")
     local = "local" in E.k.statics
-    compressed = "compressed" in E.k.statics  # 4D, no halo: the links as two rows and a phase
+    compressed = "compressed" in E.k.statics  # 4D: the links as two rows and a phase
     limit = None if local else E.let(n4 * Ls, "lim")
 
     def rd(site, plane, P):
@@ -181,13 +182,14 @@ def _wilson_body(E, o, s):
         if fwd:
             h = _unflatten(E.permute(_flatten(h), P))
             if compressed:
-                m = _compressed_link(E, "ufc", "zif", o, mu, None)
+                m = _compressed_link(E, "ufc", "zif", "nuf", o, mu, None)
                 w = [_matrix_times(E, m, h[a], False) for a in range(2)]
             else:
                 w = [_su3_times(E, "uf", o, mu, h[a], False, None) for a in range(2)]
         else:
             if compressed:
-                m = _compressed_link(E, "ubc", "zib", n, mu, P)
+                # on a lattice split over ranks the halo's links follow the local ones in ubc
+                m = _compressed_link(E, "ubc", "zib", "nub", n, mu, P)
                 w = [_matrix_times(E, m, h[a], True) for a in range(2)]
             else:
                 w = [_su3_times(E, "ub", n, mu, h[a], True, P, None if local else ("ubh", n4))
@@ -217,12 +219,13 @@ def _wilson_body(E, o, s):
 
 
 def _wilson_hop(prefetch, local=False, compressed=False):
-    if compressed:  # the links compressed (the third row rebuilt), on a 4D lattice without a halo
+    if compressed:  # the links compressed (the third row rebuilt), 4D
         links = (Param("ufc", "field", 6), Param("ubc", "field", 6), Param("zif", "itable"),
-                 Param("zib", "itable"), Param("ztab", "field", 1))
+                 Param("zib", "itable"), Param("ztab", "field", 1), Param("nuf", "int"), Param("nub", "int"))
     else:
         links = (Param("uf", "field", 36), Param("ub", "field", 36))
-    halo = () if compressed else (Param("halo", "field", 12), Param("ubh", "field", 36))
+    halo = () if local else (Param("halo", "field", 12),) if compressed else (
+        Param("halo", "field", 12), Param("ubh", "field", 36))
     return Kernel(
         name=("wilson_hop_5d" if prefetch else "wilson_hop") + ("_local" if local else "")
         + ("_c" if compressed else ""),
@@ -259,10 +262,12 @@ WILSON_HOP_5D = _wilson_hop(True)
 #: sycl 1.07x; docs/performance.md, "Backends compared")
 WILSON_HOP_LOCAL = _wilson_hop(False, True)
 WILSON_HOP_5D_LOCAL = _wilson_hop(True, True)
-#: the 4D kernel without a halo reading the links compressed (``ufc``, ``ubc``: the first two rows of
-#: each link, direction by direction, shaped (4 * n4, 6, 2, nsimd); ``zif``, ``zib``: each link's row
-#: of ``ztab``, its phase; :class:`pygrid.qcd.kernels_wilson.CompressedLinks`)
+#: the 4D kernels reading the links compressed (``ufc``, ``ubc``: the first two rows of each link,
+#: direction by direction, ``nuf`` and ``nub`` links a direction, shaped (4 * nuf, 6, 2, nsimd);
+#: ``zif``, ``zib``: each link's row of ``ztab``, its phase; :class:`pygrid.qcd.kernels_wilson.
+#: CompressedLinks`), without a halo and with one (whose links follow the local ones in ``ubc``)
 WILSON_HOP_LOCAL_C = _wilson_hop(False, True, True)
+WILSON_HOP_C = _wilson_hop(False, False, True)
 
 
 # ---- the fifth dimension: cyclic bidiagonal matrices in s, per chirality ----------------------

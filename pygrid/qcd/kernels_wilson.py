@@ -1027,7 +1027,8 @@ class CompressedLinks:
             return hit[1]
 
         return dict(ufc=put(self.uf, (-1, 6, 2, W)), ubc=put(self.ub, (-1, 6, 2, W)), zif=self.zif,
-                    zib=self.zib, ztab=put(self.ztab, (-1, 1, 2, W)))
+                    zib=self.zib, ztab=put(self.ztab, (-1, 1, 2, W)), nuf=self.uf.shape[1],
+                    nub=self.ub.shape[1])
 
 
 def compression_pays(n4, nsimd, dtype, Ls=1, links=4):

@@ -9,6 +9,8 @@ kernel on every backend, or the hand-unrolled one on the CPU), on the fields' vi
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..accelerator import get_backend
 from ..accelerator.rows import host_rows
 from ..cartesian import GridCartesian
@@ -45,8 +47,8 @@ class WilsonFermion(FermionOperator):
     and rebuild the third (``kernels_wilson.compress_links``).  None (the default): as the
     configuration says (``--compress-links``, ``--no-compress-links``; by default the
     hand-unrolled kernel, openmp and numpy backends, on fields larger than the host's caches);
-    True: every kernel on any fields (the generic one, every backend's, on a lattice not split
-    over ranks); False: never.  The operator then
+    True: every kernel on any fields (the generic one too, every backend's; on a lattice split over
+    ranks with the halo's links compressed too); False: never.  The operator then
     keeps that copy of its links, two thirds of their bytes, on the host (and, for the generic
     kernel on a device, a copy on the device), outside the device memory cache, and makes it again
     when the links are written.  Links that are not SU(3) times a phase to their precision are read
@@ -113,9 +115,10 @@ class WilsonFermion(FermionOperator):
         return hit[1]
 
     def _compressed(self, cb_in):
-        """The links of the hop from checkerboard ``cb_in`` (None: the full-grid hop) compressed for
-        the hand-unrolled kernel (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`), or None where
-        it reads them whole.  Made again when the links were written since (a kept call bound to
+        """The links of the hop from checkerboard ``cb_in`` (None: the full-grid hop) compressed
+        (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`), or None where it reads them whole.
+        For the generic kernel on a lattice split over ranks the backward links hold the halo's
+        after the local ones.  Made again when the links were written since (a kept call bound to
         the old ones is dropped)."""
         if not self._compress[cb_in is not None]:
             return None
@@ -123,28 +126,36 @@ class WilsonFermion(FermionOperator):
         if self.compress_links is None and mode == "never":
             return None
         asked = self.compress_links or self.compress_links is None and mode == "always"
-        if dslash.variant() != "unroll" and (not asked or self.stencil.nhalo):
-            # the generic kernel, on a lattice without a halo, when asked: on the CPU (openmp, the
-            # sycl CPU device) it ran no faster so (docs/performance.md, "Links read compressed")
+        generic = dslash.variant() != "unroll"
+        if generic and not asked:
+            # the generic kernel when asked: on the CPU (openmp, the sycl CPU device) it ran no faster
+            # so (docs/performance.md, "Links read compressed")
             return None
         uf, ub = (self.links, self.links) if cb_in is None else (self.U_cb[1 - cb_in], self.U_cb[cb_in])
-        version = (uf._manager.write_count(uf._key), ub._manager.write_count(ub._key))
+        stencil = self.stencil if cb_in is None else self.stencil_cb[cb_in]
+        halo = bool(generic and stencil.nhalo)
+        version = (uf._manager.write_count(uf._key), ub._manager.write_count(ub._key), halo)
         hit = self._links_c.get(cb_in)
         if hit is not None and hit[0] == version:
             return hit[1]
         if hit is not None:
             self._hop_calls.clear()
         # the hops from the two checkerboards read the same two link fields, swapped: one copy
-        mirror = None if cb_in is None else self._links_c.get(1 - cb_in)
-        if mirror is not None and mirror[0] == version[::-1]:
+        mirror = None if cb_in is None or halo else self._links_c.get(1 - cb_in)
+        if mirror is not None and mirror[0] == (version[1], version[0], halo):
             made = None if mirror[1] is None else mirror[1].swapped()
         else:
+            def of(a, b):
+                if halo:  # the halo's links after the local ones, as the generic kernel reads them
+                    b = np.concatenate([b, self.link_halo(stencil, ub, b)])
+                return kw.CompressedLinks.of(b if ub is uf else a, b)
+
             with uf.view(ViewMode.CpuRead) as a:
                 if ub is uf:
-                    made = kw.CompressedLinks.of(a, a)
+                    made = of(a, a)
                 else:
                     with ub.view(ViewMode.CpuRead) as b:
-                        made = kw.CompressedLinks.of(a, b)
+                        made = of(a, b)
         self._links_c[cb_in] = (version, made)
         return made
 

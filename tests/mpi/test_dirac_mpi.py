@@ -75,18 +75,23 @@ def test_wilson_with_far_prefetch(layout, monkeypatch):
     assert all(st.far for st in kw._states.values())
 
 
-@pytest.mark.skipif("unroll" not in VARIANTS, reason="the unrolled kernel runs on the CPU backends only")
-@pytest.mark.parametrize("structure", ["wide", "narrow"], ids=["register_order", "tiled_order"])
+@pytest.mark.parametrize("structure", [("unroll", "wide"), ("unroll", "narrow"), ("generic", "auto")],
+                         ids=["register_order", "tiled_order", "generic"])
 @pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
 def test_wilson_on_compressed_links(layout, structure):
-    """Links read as two rows of SU(3) (the halo's links whole) on a lattice split over the ranks
-    give what whole links give on one rank, with boundary phases on the edge links, in both
-    orders of the unrolled kernel (AVX-512's and AVX2's, whatever the host: --dslash-structure)."""
+    """Links read as two rows of SU(3) on a lattice split over the ranks give what whole links give
+    on one rank, with boundary phases on the edge links: in both orders of the unrolled kernel
+    (AVX-512's and AVX2's, whatever the host: --dslash-structure; the halo's links whole), and in
+    the generic kernel (every backend's; the halo's links compressed after the local ones)."""
     import dataclasses
 
     from pygrid import config
 
-    before = config.set_current(dataclasses.replace(config.current(), dslash_structure=structure))
+    variant, structure = structure
+    if variant not in VARIANTS:
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    before = config.set_current(dataclasses.replace(config.current(), dslash=variant,
+                                                    dslash_structure=structure))
     try:
         _wilson_on_compressed_links(layout)
     finally:
