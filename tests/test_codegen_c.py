@@ -255,6 +255,42 @@ def test_source_shape_and_cache():
     assert emulated_backend.compile_count() == n  # same kernel for every shift: no new compile
 
 
+def test_an_emulation_compile_is_not_spoiled_by_another_process(tmp_path, monkeypatch):
+    """Ranks of an MPI job compile the same kernel at once into one cache: here another process
+    rewrites the shared source file (truncating it first) while this one's compiler runs.  The
+    library made still has its entry point, and the cached one serves a later load."""
+    from pygrid.accelerator import compile_cache
+
+    monkeypatch.setattr(compile_cache, "cache_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(emulated_backend, "_libs", {})
+    source = ('extern "C" void pygrid_launch(void** a, int osites, int blocks, int threads)'
+              " { ((double*)a[0])[0] = 42.0 + osites + blocks + threads; }\n")
+    run = subprocess.run
+
+    def racing(cmd, **kw):
+        d = tmp_path / "simt"
+        for shared in d.glob("*.cu"):
+            shared.write_text("")  # the other rank's open(..., "w"), caught before its write
+        r = run(cmd, **kw)
+        for shared in d.glob("*.cu"):
+            shared.write_text("")
+        return r
+
+    monkeypatch.setattr(emulated_backend.subprocess, "run", racing)
+    (tmp_path / "simt").mkdir()
+    key = codegen_c.source_hash(source, open(emulated_backend.HEADER).read() + " ".join(
+        [emulated_backend.compiler()] + emulated_backend.CXXFLAGS))
+    (tmp_path / "simt" / (key + ".cu")).write_text(source)  # as the other rank left it
+    lib = emulated_backend.compile_emulated(source)
+    out = np.zeros(1)
+    import ctypes
+
+    lib.pygrid_launch((ctypes.c_void_p * 1)(out.ctypes.data), 1, 2, 3)
+    assert out[0] == 48.0
+    monkeypatch.setattr(emulated_backend, "_libs", {})
+    assert hasattr(emulated_backend.compile_emulated(source), "pygrid_launch")
+
+
 @pytest.mark.parametrize("dialect", ["cuda", "opencl", "opencl-simd"])
 def test_products_unrolled_into_scalar_registers(dialect):
     """The product tables are inlined at generation time: straight-line code over scalar registers,

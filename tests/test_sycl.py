@@ -54,6 +54,23 @@ def test_icd_setup_writes_one_file_with_the_runtime_path(tmp_path, monkeypatch):
     assert sycl_backend.setup_opencl_icd(str(prefix), str(icd)) == "/mine"
 
 
+def test_icd_setup_beside_another_process(tmp_path, monkeypatch):
+    """The ranks of an MPI job write the ICD file at once: another process's temporary file, still
+    being written, neither stops this one nor ends up as the ICD file."""
+    prefix = tmp_path / "env"
+    (prefix / "lib").mkdir(parents=True)
+    lib = prefix / "lib" / "libintelocl.so"
+    lib.write_bytes(b"")
+    for var in ("OCL_ICD_VENDORS", "PYGRID_OWN_ICD", "LD_LIBRARY_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    icd = tmp_path / "icd"
+    icd.mkdir()
+    (icd / "pygrid-intel-cpu.icd.tmp").mkdir()  # a name another writer holds, unwritable here
+    assert sycl_backend.setup_opencl_icd(str(prefix), str(icd)) == str(icd)
+    assert (icd / "pygrid-intel-cpu.icd").read_text().strip() == str(lib.resolve())
+    assert sorted(os.listdir(icd)) == ["pygrid-intel-cpu.icd", "pygrid-intel-cpu.icd.tmp"]
+
+
 def test_icd_setup_without_runtime_does_nothing(tmp_path, monkeypatch):
     monkeypatch.delenv("OCL_ICD_VENDORS", raising=False)
     assert sycl_backend.setup_opencl_icd(str(tmp_path)) is None

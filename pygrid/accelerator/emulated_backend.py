@@ -82,13 +82,19 @@ def compile_emulated(source, argtypes=None):
         os.makedirs(d, exist_ok=True)
         so = os.path.join(d, key + ".so")
         if not os.path.exists(so):
+            # the source and the library each written under a name of this process's own, then moved
+            # into place: ranks of an MPI job compile the same kernel at once, and a source file they
+            # shared was truncated by one while another's compiler read it (a library without its
+            # entry point, cached for every later process)
             src = os.path.join(d, key + ".cu")
-            with open(src, "w") as f:
+            fd, src_tmp = tempfile.mkstemp(dir=d, suffix=".cu.tmp")
+            with os.fdopen(fd, "w") as f:
                 f.write(source)
             fd, tmp = tempfile.mkstemp(dir=d, suffix=".so.tmp")
             os.close(fd)
-            cmd = [cxx] + CXXFLAGS + ["-include", HEADER, src, "-o", tmp]
+            cmd = [cxx] + CXXFLAGS + ["-include", HEADER, src_tmp, "-o", tmp]
             r = subprocess.run(cmd, capture_output=True, text=True)
+            os.replace(src_tmp, src)  # kept beside the library, for reading
             if r.returncode != 0:
                 os.unlink(tmp)
                 raise BackendError(
@@ -97,6 +103,9 @@ def compile_emulated(source, argtypes=None):
             os.replace(tmp, so)  # atomic: a concurrent process never loads half a library
             _compiles[0] += 1
         lib = ctypes.CDLL(so)
+        if argtypes is not False and not hasattr(lib, "pygrid_launch"):
+            raise BackendError(f"the cached emulation library {so} has no pygrid_launch (a broken "
+                               f"compile); delete it and run again")
         if argtypes is False:  # a library of several entry points: the caller sets their types
             _libs[key] = lib
             return lib

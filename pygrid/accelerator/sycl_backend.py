@@ -27,6 +27,7 @@ import ctypes
 import glob
 import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -76,9 +77,11 @@ def setup_opencl_icd(prefix=None, icd_dir=None):
     os.makedirs(icd_dir, exist_ok=True)
     path = os.path.join(icd_dir, "pygrid-intel-cpu.icd")
     if not os.path.exists(path) or open(path).read().strip() != lib:
-        with open(path + ".tmp", "w") as f:
+        # a temporary name of this process's own: the ranks of an MPI job start here at once
+        fd, tmp = tempfile.mkstemp(dir=icd_dir, suffix=".icd.tmp")
+        with os.fdopen(fd, "w") as f:
             f.write(lib + "\n")
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
     os.environ["OCL_ICD_VENDORS"] = icd_dir
     os.environ["PYGRID_OWN_ICD"] = "1"
     libdir = os.path.dirname(lib)
