@@ -181,3 +181,24 @@ def test_unique_rows_rejects_entries_out_of_range():
 
     with pytest.raises(GridError, match=r"outside \[0, 4\)"):
         unique_rows(np.array([[0, 1], [4, 0]]), 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(simd=st.sampled_from([(1, 1, 2, 2), (1, 1, 1, 4), (2, 1, 1, 2), (2, 2, 2, 2), (1, 1, 1, 1)]),
+       disp=st.lists(st.integers(-17, 17), min_size=4, max_size=4), red_black=st.booleans(),
+       cb=st.sampled_from([0, 1]))
+def test_source_sites_as_the_grid_finds_them(simd, disp, red_black, cb):
+    """The shift tables' (outer site, lane) of x + disp, a dimension at a time, equal the grid's
+    own ``outer_lane_of`` of the whole stored coordinate (the shift wraps periodically)."""
+    from pygrid.cartesian.shift import _source_sites
+
+    g = grid((8, 4, 4, 8), simd)
+    if red_black:
+        g = pg.pick_checkerboard(0, random_field(g, pg.ColourVector())).grid
+    x = g.full_coords(cb if red_black else None)
+    y = (x + np.array(disp)) % np.array(g.ldims)
+    if red_black:
+        y[..., g.cb_dim] //= 2
+    want = g.outer_lane_of(y)
+    got = _source_sites(g, x, tuple(disp))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
