@@ -139,6 +139,20 @@ def _dwf_refs(op, psi5):
             "M5D": op.M5D(psi5).to_numpy()}
 
 
+def _into_a_halo(st, seed):
+    """Half the outer sites, chosen at random, moved into a halo as rows from another rank arrive:
+    (the moved sites in halo order, the stencil's neighbour table renumbered to read them there)."""
+    n4 = st.neighbours.shape[1]
+    moved = np.random.default_rng(seed).choice(n4, n4 // 2, replace=False)
+    slot = np.full(n4, -1)
+    slot[moved] = np.arange(len(moved))
+    nbr = st.neighbours.copy()
+    far = slot[nbr] >= 0
+    nbr[far] = n4 + slot[nbr[far]]
+    nbr.setflags(write=False)  # read-only as the stencil's tables, so numba reuses the kernel it compiled
+    return moved, nbr
+
+
 @needs_cxx
 @pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
 @pytest.mark.parametrize("Ls", [1, 3])
@@ -152,15 +166,7 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     grid, U, psi = setup(dims=(4, 4, 4, 4), Ls=None if Ls == 1 else Ls)
     st = pg.qcd.WilsonFermion(U, 0.1).stencil
     n4 = st.neighbours.shape[1]
-    moved = np.random.default_rng(0).choice(n4, n4 // 2, replace=False)
-    slot = np.full(n4, -1)
-    slot[moved] = np.arange(len(moved))
-    nbr = st.neighbours.copy()
-    far = slot[nbr] >= 0
-    nbr[far] = n4 + slot[nbr[far]]
-    nbr.setflags(
-        write=False
-    )  # read-only as the stencil's tables, so numba reuses the kernel it compiled for them
+    moved, nbr = _into_a_halo(st, 0)
     with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u:
         p, u = p.copy(), u.copy()
     ns, dt = p.shape[3], p.dtype
@@ -264,13 +270,7 @@ def test_generic_compressed_kernel_reads_a_halo(name):
     D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[1, 1, 1, -1])
     st = D.stencil
     n4 = st.neighbours.shape[1]
-    moved = np.random.default_rng(1).choice(n4, n4 // 2, replace=False)
-    slot = np.full(n4, -1)
-    slot[moved] = np.arange(len(moved))
-    nbr = st.neighbours.copy()
-    far = slot[nbr] >= 0
-    nbr[far] = n4 + slot[nbr[far]]
-    nbr.setflags(write=False)
+    moved, nbr = _into_a_halo(st, 1)
     with psi.view(pg.CpuRead) as p, D.links.view(pg.CpuRead) as u:
         p, u = p.copy(), u.copy()
     ns, dt = p.shape[3], p.dtype

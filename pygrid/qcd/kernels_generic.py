@@ -70,24 +70,11 @@ def _su3_times(E, link, site, mu, h, adj, perm, halo=None):
             return E.read(link, site, plane, perm)
         return E.read_either(link, halo[0], site, halo[1], plane, perm)
 
-    w = []
-    for i in range(3):
-        wr = wi = None
-        for j in range(3):
-            e = 2 * (mu * 9 + (3 * j + i if adj else 3 * i + j))
-            ur = read(e)
-            ui = read(e + 1)
-            hr, hi = h[j]
-            if wr is None:
-                wr, wi = ur * hr, ur * hi
-            else:
-                wr, wi = E.fma(ur, hr, wr), E.fma(ur, hi, wi)
-            if adj:  # conj(u) h
-                wr, wi = E.fma(ui, hi, wr), E.fms(ui, hr, wi)
-            else:
-                wr, wi = E.fms(ui, hi, wr), E.fma(ui, hr, wi)
-        w.append((wr, wi))
-    return w
+    def element(r, c):
+        e = 2 * (mu * 9 + 3 * r + c)
+        return read(e), read(e + 1)
+
+    return _matrix_times(E, element, h, adj)
 
 
 def _compressed_link(E, rows, zi, sites, site, mu, perm):
@@ -111,13 +98,19 @@ def _compressed_link(E, rows, zi, sites, site, mu, perm):
     return [x, y, third]
 
 
-def _matrix_times(E, m, h, adj):
-    """m h (or m^dag h) for a 3 x 3 complex matrix of (re, im) values and one spin h (3 complex)."""
+def _entries(m):
+    """``element(r, c)`` of a matrix already built (:func:`_matrix_times`)."""
+    return lambda r, c: m[r][c]
+
+
+def _matrix_times(E, element, h, adj):
+    """m h (or m^dag h) for a 3 x 3 complex matrix given as ``element(r, c) -> (re, im)`` (a read
+    from memory, or a value rebuilt before) and one spin h (3 complex)."""
     w = []
     for i in range(3):
         wr = wi = None
         for j in range(3):
-            ur, ui = m[j][i] if adj else m[i][j]
+            ur, ui = element(j, i) if adj else element(i, j)
             hr, hi = h[j]
             if wr is None:
                 wr, wi = ur * hr, ur * hi
@@ -183,14 +176,14 @@ def _wilson_body(E, o, s):
             h = _unflatten(E.permute(_flatten(h), P))
             if compressed:
                 m = _compressed_link(E, "ufc", "zif", "nuf", o, mu, None)
-                w = [_matrix_times(E, m, h[a], False) for a in range(2)]
+                w = [_matrix_times(E, _entries(m), h[a], False) for a in range(2)]
             else:
                 w = [_su3_times(E, "uf", o, mu, h[a], False, None) for a in range(2)]
         else:
             if compressed:
                 # on a lattice split over ranks the halo's links follow the local ones in ubc
                 m = _compressed_link(E, "ubc", "zib", "nub", n, mu, P)
-                w = [_matrix_times(E, m, h[a], True) for a in range(2)]
+                w = [_matrix_times(E, _entries(m), h[a], True) for a in range(2)]
             else:
                 w = [_su3_times(E, "ub", n, mu, h[a], True, P, None if local else ("ubh", n4))
                      for a in range(2)]
