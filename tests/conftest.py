@@ -98,6 +98,30 @@ def g48():
     return grid((4, 4, 4, 8))
 
 
+# ---- Ctrl-C ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ctrl_c_reaches_python():
+    """SIGINT handled as a terminal's Ctrl-C is in a foreground program, through the manager's
+    deferral (``pygrid.memory.interrupts``).  A process started in the background by a shell
+    without job control (``make test &`` in a script, a CI runner's) inherits SIGINT ignored;
+    Python then installs no handler and the manager leaves the ignored signal alone, so a test of
+    Ctrl-C would see nothing.  Restored afterwards."""
+    import signal
+
+    from pygrid.memory import interrupts
+
+    before, installed = signal.getsignal(signal.SIGINT), interrupts._installed[0]
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        interrupts._installed[0] = False
+    interrupts.install()
+    yield
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, before)
+        interrupts._installed[0] = installed
+
+
 # ---- backends ------------------------------------------------------------------
 
 @contextlib.contextmanager

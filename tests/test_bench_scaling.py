@@ -70,17 +70,20 @@ def test_short_launches_pay_the_start_of_their_threads():
     # hour and 1.7x in another, so only the order is asserted).  The two figures are taken one after
     # the other, and another tenant taking part of a core during the long blocks alone inverts them
     # (long 1.55, short 1.79 on the AVX2 machine, 2026-11-29): up to three probes, as a benchmark
-    # would run a busy round again; a probe whose short launches did not pay their start fails all
+    # would run a busy round again.  The same tenant during the one-thread half of the long blocks
+    # shows as more than two threads' work (2.22 on the AVX2 machine, 2026-11-29): such a probe
+    # is taken again too.  Every one of three probes inverted or beyond two threads fails
     for wait in ("passive", "active"):
         seen = []
         for _ in range(3):
             long, short = _probe([0, 1], wait)
             seen.append((long, short))
-            assert 0 < short and long <= 2.2, (wait, seen)
-            if short <= 1.05 * long:
+            assert short > 0 and long > 0, (wait, seen)
+            if long <= 2.2 and short <= 1.05 * long:
                 break
         else:
-            pytest.fail(f"short launches scaled better than long blocks in every probe ({wait}): {seen}")
+            pytest.fail(f"short launches scaled better than long blocks, or long blocks beyond two "
+                        f"threads' work, in every probe ({wait}): {seen}")
 
 
 def test_nothing_to_measure_on_one_thread_or_off_the_host():

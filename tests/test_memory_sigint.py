@@ -99,8 +99,7 @@ def trace_lines():
 
 
 @pytest.fixture(scope="module")
-def deferral():
-    interrupts.install()
+def deferral(ctrl_c_reaches_python):
     if signal.getsignal(signal.SIGINT) is not interrupts._on_sigint:
         pytest.skip("another SIGINT handler is installed in this process")
 
