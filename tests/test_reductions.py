@@ -119,12 +119,13 @@ def test_openmp_reduction_blocks_match_numpy(osites, ncomp, ns, nblocks, single,
         k.norm2_block(lo, hi, a.reshape(-1), ncomp, osites, n2)
         k.inner_block(lo, hi, a.reshape(-1), b.reshape(-1), ncomp, osites, pr, pi)
     if single:
-        # each complex number's product formed in single (two roundings), the sums in double: each
-        # term within 2^-23 of the sizes of its products
+        # four complex numbers' products formed and added in single (two roundings in a product, two
+        # levels of adds), the sums in double: each term within 4 * 2^-24 of the sizes of its products
+        assert rn.SINGLE_GROUP <= 4
         ar, ai, br, bi = (v.astype(np.float64) for v in (a[:, :, 0], a[:, :, 1], b[:, :, 0], b[:, :, 1]))
-        tol_n = 2.0**-22 * (ar**2 + ai**2).sum() + 1e-12
-        tol_re = 2.0**-22 * (abs(ar * br) + abs(ai * bi)).sum() + 1e-12
-        tol_im = 2.0**-22 * (abs(ar * bi) + abs(ai * br)).sum() + 1e-12
+        tol_n = 2.0**-21 * (ar**2 + ai**2).sum() + 1e-12
+        tol_re = 2.0**-21 * (abs(ar * br) + abs(ai * bi)).sum() + 1e-12
+        tol_im = 2.0**-21 * (abs(ar * bi) + abs(ai * br)).sum() + 1e-12
     else:
         tol_n = 1e-12 * host.norm2(a)
         tol_re = tol_im = 1e-12 * (abs(host.inner_product(a, b)) + 1)

@@ -2,8 +2,9 @@
 blocks of outer sites.
 
 Each block of a launch writes one partial sum into its own slot (accumulated in
-double, whatever the field's precision; in single each complex number's product is
-formed in single, then widened: see :func:`source`) and the host adds the partials.
+double, whatever the field's precision; in single the products of a few complex
+numbers are formed and added in single, then widened: :data:`SINGLE_GROUP`) and the
+host adds the partials.
 Not numpy: ``np.dot`` runs on OpenBLAS's own thread pool, which competes with the
 kernels' OpenMP threads for the cores and made a CG several times slower on a small
 machine.
@@ -42,35 +43,55 @@ _modules: dict = {}
 NORM2_UNROLL = 2
 INNER_UNROLL = 1
 
+#: in single, complex numbers per widening to double: their products are formed and added in
+#: single, and one sum widened.  Widening each one's product held a core to 58-62 GB/s even from
+#: L1 on AVX2 (Zen 3: two ``vcvtps2pd`` per vector of 8 floats), and two cores to 73-86% of the
+#: copy at 16^4.  Each widened sum is within about 2 G 2^-24 of the sum of its products' sizes
+#: (Grid sums a whole site, 12 complex numbers of a spinor, in single before its double sum)
+SINGLE_GROUP = 4
 
-def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unroll: int = INNER_UNROLL) -> str:
+
+def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unroll: int = INNER_UNROLL,
+           group: int = SINGLE_GROUP) -> str:
     """Source of ``norm2_block`` and ``inner_block`` for buffers of ``nsimd`` lanes of ``dtype`` reals."""
     R, RI = int(norm2_unroll), int(inner_unroll)
 
     def lines(body, ind="        "):
         return "\n".join(ind + x for x in body)
 
-    # In single each complex number's product (|x|^2; the real and imaginary parts of conj(a) b) is
-    # formed in single and widened once: widening each real to double first held a core to 61-63
-    # GB/s on AVX-512 (two ``vcvtps2pd`` per 16 floats), two cores to 64-71% of the copy from L3
-    # at 16^4, and this ran 82-85% (``bench_reductions.py``).  Each term is then within 2^-23 of
-    # its exact value relative to the sum of its products' sizes: the single inputs' own rounding.
+    # In single the products of ``group`` complex numbers (|x|^2; the real and imaginary parts of
+    # conj(a) b) are formed and added in single, and their sum widened once: see SINGLE_GROUP.
     pair = dtype == "float32"
+    G = int(group) if pair else 1
 
-    def nbody(q, k):
+    def tree(terms):
+        while len(terms) > 1:
+            terms = [f"({terms[i]} + {terms[i + 1]})" if i + 1 < len(terms) else terms[i]
+                     for i in range(0, len(terms), 2)]
+        return terms[0]
+
+    def nbody(qs, k):
         if pair:
-            return [f"x{k} = vload(a, ({q}) * S2, NS)", f"y{k} = vload(a, ({q}) * S2 + S1, NS)",
-                    f"s{k} = s{k} + vdouble(vfma(x{k}, x{k}, y{k} * y{k}))"]
+            out = []
+            for g, q in enumerate(qs):
+                out += [f"x{k}_{g} = vload(a, ({q}) * S2, NS)", f"y{k}_{g} = vload(a, ({q}) * S2 + S1, NS)"]
+            prods = [f"vfma(x{k}_{g}, x{k}_{g}, y{k}_{g} * y{k}_{g})" for g in range(len(qs))]
+            return out + [f"s{k} = s{k} + vdouble({tree(prods)})"]
+        (q,) = qs
         return [f"x{k} = vdouble(vload(a, ({q}) * S2, NS))", f"y{k} = vdouble(vload(a, ({q}) * S2 + S1, NS))",
                 f"s{k} = vfma(x{k}, x{k}, s{k})", f"t{k} = vfma(y{k}, y{k}, t{k})"]
 
-    def ibody(q, k):
+    def ibody(qs, k):
         if pair:
-            return [f"p = ({q}) * S2",
-                    "ar = vload(a, p, NS)", "ai = vload(a, p + S1, NS)",
-                    "br = vload(b, p, NS)", "bi = vload(b, p + S1, NS)",
-                    f"rr{k} = rr{k} + vdouble(vfma(ar, br, ai * bi))",
-                    f"ri{k} = ri{k} + vdouble(vfms(ai, br, ar * bi))"]
+            out = []
+            for g, q in enumerate(qs):
+                out += [f"p = ({q}) * S2",
+                        f"ar{g} = vload(a, p, NS)", f"ai{g} = vload(a, p + S1, NS)",
+                        f"br{g} = vload(b, p, NS)", f"bi{g} = vload(b, p + S1, NS)"]
+            re = [f"vfma(ar{g}, br{g}, ai{g} * bi{g})" for g in range(len(qs))]
+            im = [f"vfms(ai{g}, br{g}, ar{g} * bi{g})" for g in range(len(qs))]
+            return out + [f"rr{k} = rr{k} + vdouble({tree(re)})", f"ri{k} = ri{k} + vdouble({tree(im)})"]
+        (q,) = qs
         return [f"p = ({q}) * S2",
                 "ar = vdouble(vload(a, p, NS))", "ai = vdouble(vload(a, p + S1, NS))",
                 "br = vdouble(vload(b, p, NS))", "bi = vdouble(vload(b, p + S1, NS))",
@@ -84,15 +105,16 @@ def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unrol
     i_acc = ("rr", "ri") if pair else ("rr", "ii", "ri", "ir")
     n_init = lines([f"{v}{k} = {zero}" for v in n_acc for k in range(R)], "    ")
     i_init = lines([f"{v}{k} = {zero}" for k in range(RI) for v in i_acc], "    ")
-    n_main = lines([x for k in range(R) for x in nbody(f"q + U({k})", k)])
-    i_main = lines([x for k in range(RI) for x in ibody(f"q + U({k})", k)])
-    # the components past the last whole group of R, one at a time
-    n_tail = f"    for q in range(q2, q1):\n{lines(nbody('q', 0))}\n" if R > 1 else ""
-    i_tail = f"    for q in range(q2, q1):\n{lines(ibody('q', 0))}\n" if RI > 1 else ""
+    n_main = lines([x for k in range(R) for x in nbody([f"q + U({k * G + g})" for g in range(G)], k)])
+    i_main = lines([x for k in range(RI) for x in ibody([f"q + U({k * G + g})" for g in range(G)], k)])
+    # the components past the last whole step of R * G, one at a time
+    n_tail = f"    for q in range(q2, q1):\n{lines(nbody(['q'], 0))}\n" if R * G > 1 else ""
+    i_tail = f"    for q in range(q2, q1):\n{lines(ibody(['q'], 0))}\n" if RI * G > 1 else ""
     n_sum = " + ".join(f"s{k}" if pair else f"(s{k} + t{k})" for k in range(R))
     re_sum = " + ".join(f"rr{k}" if pair else f"(rr{k} + ii{k})" for k in range(RI))
     im_sum = " + ".join(f"ri{k}" if pair else f"(ri{k} - ir{k})" for k in range(RI))
-    return f'''# reductions, Nsimd {int(nsimd)}, {dtype}, unrolled {R}, {RI}; simd_numba {simd_numba.VERSION}
+    head = f"# reductions, Nsimd {int(nsimd)}, {dtype}, unrolled {R}, {RI}, group {G}"
+    return f'''{head}; simd_numba {simd_numba.VERSION}
 import numpy as np
 from numba import njit
 
@@ -103,8 +125,8 @@ Z = np.{dtype}
 U = np.uint64
 S1 = U(NS)
 S2 = U(2 * NS)
-R = U({R})
-RI = U({RI})
+R = U({R * G})
+RI = U({RI * G})
 _jit = njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
