@@ -83,7 +83,7 @@ def test_device_reduction_kernels_match_numpy(osites, ncomp, ns, rows, stride, d
     """The reduction kernels of every device backend (reduction_kernels.py) under the SIMT
     emulation: any shape, any cap on their rows of partial sums, both dialects, and in the
     OpenCL dialect's vector kernels any count of rows a chunk."""
-    from pygrid.accelerator import host
+    from pygrid.accelerator import host, reduction_kernels
     from pygrid.accelerator.emulated_backend import EmulatedSIMTBackend
 
     be = EmulatedSIMTBackend(dialect)
@@ -92,7 +92,13 @@ def test_device_reduction_kernels_match_numpy(osites, ncomp, ns, rows, stride, d
     dt = np.float32 if single else np.float64
     a, b = (rng.normal(size=(osites, ncomp, 2, ns)).astype(dt) for _ in range(2))
     rtol = 1e-12  # both sum the same reals in double
-    assert np.isclose(be.norm2(a), host.norm2(a), rtol=rtol)
+    if single and dialect == "opencl":
+        # the vector norm2 adds four vectors' squares in single before widening (GROUP): each
+        # widened term within 3 * 2^-24 of its exact value
+        assert reduction_kernels.GROUP <= 4
+        assert abs(be.norm2(a) - host.norm2(a)) <= 2.0**-22 * host.norm2(a) + 1e-12
+    else:
+        assert np.isclose(be.norm2(a), host.norm2(a), rtol=rtol)
     assert np.isclose(be.inner_product(a, b), host.inner_product(a, b), rtol=rtol, atol=1e-12)
     assert np.allclose(be.site_sum(a), host.site_sum(a), rtol=rtol, atol=1e-12)
     table = rng.permutation(osites * ns).astype(np.int32)[: (osites * ns // 3) * 3].reshape(3, -1)

@@ -52,6 +52,9 @@ GRAIN = 64
 #: the bytes of the widest OpenCL vector the reductions load (one AVX-512 register, one cache line)
 VECTOR_BYTES = 64
 
+#: vectors whose squares the OpenCL vector norm2 adds in single before one widening to double
+GROUP = 4
+
 
 def vector_width(nsimd, real_dtype):
     """Lanes of the OpenCL vectors ``pg_norm2`` and ``pg_inner`` load: the largest power of two
@@ -61,6 +64,14 @@ def vector_width(nsimd, real_dtype):
     while ns % (2 * w) == 0 and 2 * w * np.dtype(real_dtype).itemsize <= VECTOR_BYTES:
         w *= 2
     return w
+
+
+def _tree(terms):
+    """The sum of ``terms`` as a balanced tree of additions (two levels of roundings for four)."""
+    while len(terms) > 1:
+        terms = [f"({terms[i]} + {terms[i + 1]})" if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def _opencl_vector_kernels(D, real, acc, nsimd, W):
@@ -80,12 +91,28 @@ def _opencl_vector_kernels(D, real, acc, nsimd, W):
     const long w = g / L, j = g - w * L, C = (n + R - 1) / R * L;
     const long end = (w + 1) * C < n ? (w + 1) * C : n;"""
     a, p = f"{G}const {real}* {R} a", f"{G}{acc}* {R} part"
+    # norm2 of single into double sums: the squares of GROUP vectors added in single, then widened
+    # once (as reductions_numba.SINGLE_GROUP; on the CPU OpenCL device 1.3x, where the inner
+    # product, its products formed the same way, ran no faster and stays widened a real at a time)
+    grouped = W > 1 and real != acc
+    vr = f"{real}{W}"
+    n_group = ""
+    if grouped:
+        idx = [f"i + {k} * L" for k in range(GROUP)]
+        sq = _tree([f"x{k} * x{k}" for k in range(GROUP)])
+        xs = ", ".join(f"x{k} = vload{W}({i}, a)" for k, i in enumerate(idx))
+        n_group = f"""
+    for (; i + {GROUP - 1} * L < end; i += {GROUP} * L) {{
+        const {vr} {xs};
+        s += convert_{va}({sq});
+    }}"""
     return f"""#define NQ {int(nsimd) // W}L
 {D["kernel"]} pg_norm2({a}, {p}, const long n, const long R, const long L)
 {{
 {head}
     {va} s = 0;
-    for (long i = w * C + j; i < end; i += L) {{ const {va} x = {load("i", "a")}; s += x * x; }}
+    long i = w * C + j;{n_group}
+    for (; i < end; i += L) {{ const {va} x = {load("i", "a")}; s += x * x; }}
     {store("s", "g")};
 }}
 {D["kernel"]} pg_inner({a}, {G}const {real}* {R} b, {p}, const long n, const long R, const long L)
