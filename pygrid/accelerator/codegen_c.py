@@ -44,6 +44,16 @@ import re as _re
 
 from . import ir as IR
 
+
+def tree_sum(terms):
+    """Source of the sum of the expressions ``terms`` as a balanced tree of additions: log2(n)
+    levels of roundings where a chain has n - 1 (two for four terms)."""
+    while len(terms) > 1:
+        terms = [f"({terms[i]} + {terms[i + 1]})" if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
 KERNEL_NAME = "pygrid_kernel"
 
 DIALECTS = {

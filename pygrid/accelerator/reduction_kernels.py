@@ -66,14 +66,6 @@ def vector_width(nsimd, real_dtype):
     return w
 
 
-def _tree(terms):
-    """The sum of ``terms`` as a balanced tree of additions (two levels of roundings for four)."""
-    while len(terms) > 1:
-        terms = [f"({terms[i]} + {terms[i + 1]})" if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
-    return terms[0]
-
-
 def _opencl_vector_kernels(D, real, acc, nsimd, W):
     """``pg_norm2`` and ``pg_inner`` of the OpenCL dialect: vectors of W lanes, contiguous chunks."""
     G, R = D["global"], D["restrict"]
@@ -99,7 +91,7 @@ def _opencl_vector_kernels(D, real, acc, nsimd, W):
     n_group = ""
     if grouped:
         idx = [f"i + {k} * L" for k in range(GROUP)]
-        sq = _tree([f"x{k} * x{k}" for k in range(GROUP)])
+        sq = codegen_c.tree_sum([f"x{k} * x{k}" for k in range(GROUP)])
         xs = ", ".join(f"x{k} = vload{W}({i}, a)" for k, i in enumerate(idx))
         n_group = f"""
     for (; i + {GROUP - 1} * L < end; i += {GROUP} * L) {{

@@ -30,6 +30,7 @@ import threading
 import numpy as np
 
 from . import simd_numba
+from .codegen_c import tree_sum
 from .compile_cache import load_module
 from .host import KeptBinding, holds_a_buffer, keep, launch_bytes, read_only
 
@@ -46,7 +47,7 @@ INNER_UNROLL = 1
 #: in single, complex numbers per widening to double: their products are formed and added in
 #: single, and one sum widened.  Widening each one's product held a core to 58-62 GB/s even from
 #: L1 on AVX2 (Zen 3: two ``vcvtps2pd`` per vector of 8 floats), and two cores to 73-86% of the
-#: copy at 16^4.  Each widened sum is within about 2 G 2^-24 of the sum of its products' sizes
+#: copy at 16^4.  Each widened sum is within (2 + log2 G) 2^-24 of the sum of its products' sizes
 #: (Grid sums a whole site, 12 complex numbers of a spinor, in single before its double sum)
 SINGLE_GROUP = 4
 
@@ -64,19 +65,13 @@ def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unrol
     pair = dtype == "float32"
     G = int(group) if pair else 1
 
-    def tree(terms):
-        while len(terms) > 1:
-            terms = [f"({terms[i]} + {terms[i + 1]})" if i + 1 < len(terms) else terms[i]
-                     for i in range(0, len(terms), 2)]
-        return terms[0]
-
     def nbody(qs, k):
         if pair:
             out = []
             for g, q in enumerate(qs):
                 out += [f"x{k}_{g} = vload(a, ({q}) * S2, NS)", f"y{k}_{g} = vload(a, ({q}) * S2 + S1, NS)"]
             prods = [f"vfma(x{k}_{g}, x{k}_{g}, y{k}_{g} * y{k}_{g})" for g in range(len(qs))]
-            return out + [f"s{k} = s{k} + vdouble({tree(prods)})"]
+            return out + [f"s{k} = s{k} + vdouble({tree_sum(prods)})"]
         (q,) = qs
         return [f"x{k} = vdouble(vload(a, ({q}) * S2, NS))", f"y{k} = vdouble(vload(a, ({q}) * S2 + S1, NS))",
                 f"s{k} = vfma(x{k}, x{k}, s{k})", f"t{k} = vfma(y{k}, y{k}, t{k})"]
@@ -90,7 +85,8 @@ def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unrol
                         f"br{g} = vload(b, p, NS)", f"bi{g} = vload(b, p + S1, NS)"]
             re = [f"vfma(ar{g}, br{g}, ai{g} * bi{g})" for g in range(len(qs))]
             im = [f"vfms(ai{g}, br{g}, ar{g} * bi{g})" for g in range(len(qs))]
-            return out + [f"rr{k} = rr{k} + vdouble({tree(re)})", f"ri{k} = ri{k} + vdouble({tree(im)})"]
+            return out + [f"rr{k} = rr{k} + vdouble({tree_sum(re)})",
+                          f"ri{k} = ri{k} + vdouble({tree_sum(im)})"]
         (q,) = qs
         return [f"p = ({q}) * S2",
                 "ar = vdouble(vload(a, p, NS))", "ai = vdouble(vload(a, p + S1, NS))",
