@@ -243,7 +243,11 @@ def _config_block(kind, cfg, args, grids, precisions, numba_threads):
     lines.append(f"  backend         {backend.name}, {threads} threads "
                  f"(numba parallel loops: {numba_threads})")
     lines.append(f"  precision       {', '.join(precisions)}")
-    lines.append(f"  device-mem      {dm} ({kind.device or mgr.device.name} device)")
+    dev = f"({kind.device or mgr.device.name} device)"
+    if args.device_mem_note:
+        lines.append(f"  device-mem      {mgr.watermark_bytes / 2 ** 20:g} MB {dev}: {args.device_mem_note}")
+    else:
+        lines.append(f"  device-mem      {dm} {dev}")
     it = "auto (about 2 s per kernel)" if args.iterations is None else str(args.iterations)
     lines.append(f"  iterations      {it}, warm-up {args.warmup}")
     comm = communicator.world()
@@ -268,6 +272,7 @@ def _benchmark(argv):
     cfg = _config.current()
     args = parser.parse_args(rest)
     kind, precisions, grids = _preflight(args, cfg)
+    args.device_mem_note = _fit_device_mem(kind, grids, precisions, args, cfg, argv)
 
     from .bench.common import Context
     from .bench.progress import Progress
@@ -346,6 +351,51 @@ def _preflight(args, cfg):
                 if kind.preflight is not None:
                     kind.preflight(dims, prec, args.simd, cfg, label)
     return kind, precisions, grids
+
+
+def _device_mem_given(argv, cfg):
+    """How ``--device-mem`` was set, as a note names it: on the command line (before a lone
+    ``--``) or in the environment; None where it was left at its default."""
+    flags = argv[:argv.index("--")] if "--" in argv else argv
+    if any(a == "--device-mem" or a.startswith("--device-mem=") for a in flags):
+        return f"--device-mem {cfg.device_mem}"
+    if "PYGRID_DEVICE_MEM" in os.environ:
+        return f"PYGRID_DEVICE_MEM={os.environ['PYGRID_DEVICE_MEM']}"
+    return None
+
+
+def _fit_device_mem(kind, grids, precisions, args, cfg, argv):
+    """Fit the device watermark to the fields the benchmark holds on a device at once, before
+    anything is allocated, and return the banner's note: the default 128 MB (Grid's) is raised to
+    them; a ``--device-mem`` the user gave below them is kept, and the note says the cache will
+    evict.  None where there is nothing to say (the host's memory, a kind that declares no fields,
+    or a watermark that holds them)."""
+    import pygrid as pg
+
+    from .bench.common import make_grid
+    from .bench.units import dotted, real_bytes
+
+    mgr = pg.memory.get_manager()
+    if kind.device_reals is None or kind.device is not None or mgr.device.unified:
+        return None
+    Ls = args.Ls if kind.fifth_dim else 1
+    need, where = 0, None
+    for dims in grids:
+        for prec in precisions:
+            g = make_grid(dims, prec, args.simd)
+            nbytes = kind.device_reals(Ls) * real_bytes(prec) * g.osites * g.nsimd
+            if nbytes > need:
+                need, where = nbytes, f"{dotted(dims)}{f' x Ls {Ls}' if Ls > 1 else ''} {prec}"
+    if need <= mgr.watermark_bytes:
+        return None
+    mb = -(-need // 2 ** 20)
+    per_rank = " on each rank" if communicator.world().size > 1 else ""
+    given = _device_mem_given(argv, cfg)
+    if given:
+        return (f"below the benchmark's {mb} MB of fields at {where}{per_rank} ({given}): the cache "
+                f"evicts, and a field that cannot fit stops the run")
+    mgr.set_watermark(mb * 2 ** 20)
+    return f"the benchmark's fields at {where}{per_rank}, above the default {cfg.device_mem} MB"
 
 
 def _host_memory():
@@ -488,6 +538,7 @@ def _config_dict(cfg, args, grids, precisions, numba_threads):
         "accelerator": cfg.accelerator,
         "accelerator_threads": cfg.accelerator_threads,
         "device_mem_mb": cfg.device_mem,
+        "watermark_bytes": pg.memory.get_manager().watermark_bytes,
         "device": pg.memory.get_manager().device.name,
         "debug_mem": cfg.debug_mem,
         "emulate_device": cfg.emulate_device,

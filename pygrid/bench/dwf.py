@@ -18,7 +18,7 @@ from .report import Kernel
 from .roofline import measure_copy
 from .timing import mpi_summary, time_operator
 from .units import real_bytes
-from .wilson import MASS, VERIFY_DIMS, dhop_reference, numpy_matmul_kernel
+from .wilson import MASS, VERIFY_DIMS, device_reals, dhop_reference, numpy_matmul_kernel
 
 M5 = 1.8
 
@@ -114,4 +114,5 @@ def run(dims, precision, ctx):
 
 
 KIND = Kind("dwf", f"domain-wall (Shamir) hopping term on Ls slices (pg.qcd.DomainWallFermion), "
-            f"{FLOPS_PER_SITE} flop per 5D site", run, verify, check_red_black, fifth_dim=True)
+            f"{FLOPS_PER_SITE} flop per 5D site", run, verify, check_red_black, fifth_dim=True,
+            device_reals=device_reals)

@@ -30,6 +30,10 @@ class Kind:
     fifth_dim: bool = False
     #: the device its fields live on, when not the backend's (the banner names it)
     device: str | None = None
+    #: ``device_reals(Ls) -> int``: the reals a run holds on the backend's device at once per 4D
+    #: site of its lattice (its fields and the operator's), from which the CLI fits the default
+    #: ``--device-mem`` to the run; or None
+    device_reals: Callable[[int], int] | None = None
 
 
 def get_kind(name: str) -> Kind:

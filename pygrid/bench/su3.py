@@ -64,4 +64,5 @@ def run(dims, precision, ctx):
 
 
 KIND = Kind("su3", "colour matrix products z = x*y (198 flop/site) and U*v (66 flop/site), "
-            "vs np.matmul/np.einsum", run)
+            "vs np.matmul/np.einsum", run,
+            device_reals=lambda Ls: 3 * 18 + 2 * 6)   # x, y, z and v, w

@@ -125,5 +125,12 @@ def numpy_matmul_kernel(ctx, Ua, pa, axes, sites, bytes_per_site, label):
                   "numpy as a careful user writes it: np.matmul for colour and spin, preallocated arrays")
 
 
+def device_reals(Ls=1):
+    """Reals per 4D site on the device during a run: the links, the operator's links of each
+    checkerboard (its even-odd hops'), and Ls slices of psi and chi."""
+    return 2 * 4 * 18 + 2 * 24 * Ls
+
+
 KIND = Kind("wilson", f"Wilson hopping term Dhop (pg.qcd.WilsonFermion), {FLOPS_PER_SITE} flop/site, "
-            "vs numpy (np.matmul with preallocated arrays, and np.roll+einsum)", run, verify, check_red_black)
+            "vs numpy (np.matmul with preallocated arrays, and np.roll+einsum)", run, verify, check_red_black,
+            device_reals=lambda Ls: device_reals())
