@@ -23,9 +23,14 @@ DIMS = (4, 4, 4, 8)
 
 @pytest.fixture
 def restore_manager():
-    saved = memory.get_manager()
+    """Put back the manager, and the config and backend that the CLI's ``pg.init`` changes."""
+    import pygrid.config as config
+
+    saved = (config.current(), memory.get_manager(), pg.get_backend().name)
     yield
-    memory._default = saved
+    config.set_current(saved[0])
+    memory._default = saved[1]
+    pg.set_backend(saved[2])
 
 
 def _declared(kind, Ls, prec):
@@ -57,33 +62,29 @@ def test_a_run_holds_on_the_device_exactly_the_fields_its_kind_declares(name, Ls
         pass
 
 
-def test_a_device_mem_given_below_the_fields_is_kept_and_said(restore_manager, capsys, tmp_path):
+def _benchmark(tmp_path, capsys, *argv):
+    """``pygrid benchmark ARGV`` in this process, timing one call of each kernel: (printed text, JSON)."""
     from pygrid.cli import main
 
-    out = tmp_path / "w.json"
-    status = main(["benchmark", "wilson", "--emulate-device", "--grid", "8.8.8.8", "--device-mem", "5",
-                   "--iterations", "1", "--warmup", "0", "--quiet", "--json", str(out)])
-    text = capsys.readouterr().out
+    out = tmp_path / "b.json"
+    assert main(["benchmark", *argv, "--emulate-device", "--iterations", "1", "--warmup", "0", "--quiet",
+                 "--json", str(out)]) == 0
+    return capsys.readouterr().out, json.loads(out.read_text())
+
+
+def test_a_device_mem_given_below_the_fields_is_kept_and_said(restore_manager, capsys, tmp_path):
+    text, doc = _benchmark(tmp_path, capsys, "wilson", "--grid", "8.8.8.8", "--device-mem", "5")
     # wilson double at 8^4: 192 reals of 8 bytes on 4096 sites, 6 MB
-    assert status == 0
     assert ("device-mem      5 MB (emulated device): below the benchmark's 6 MB of fields at 8.8.8.8 double "
             "(--device-mem 5): the cache evicts") in text
-    doc = json.loads(out.read_text())
     assert doc["config"]["watermark_bytes"] == 5 * 2 ** 20 and doc["memory_manager"]["evictions"] > 0
 
 
 def test_the_default_device_mem_is_raised_to_the_fields(restore_manager, capsys, tmp_path, monkeypatch):
-    from pygrid.cli import main
-
     monkeypatch.delenv("PYGRID_DEVICE_MEM", raising=False)
-    out = tmp_path / "a.json"
     # axpy double at 24^4: x, y and z, 72 reals of 8 bytes on 331776 sites, 182.25 MB (over the 128 MB)
-    status = main(["benchmark", "axpy", "--emulate-device", "--grid", "24.24.24.24", "--precision", "double",
-                   "--iterations", "1", "--warmup", "0", "--quiet", "--json", str(out)])
-    text = capsys.readouterr().out
-    assert status == 0
+    text, doc = _benchmark(tmp_path, capsys, "axpy", "--grid", "24.24.24.24", "--precision", "double")
     assert ("device-mem      183 MB (emulated device): the benchmark's fields at 24.24.24.24 double, "
             "above the default 128 MB") in text
-    doc = json.loads(out.read_text())
     assert doc["config"]["watermark_bytes"] == 183 * 2 ** 20 and doc["config"]["device_mem_mb"] == 128
     assert doc["memory_manager"]["evictions"] == 0
