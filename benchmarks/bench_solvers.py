@@ -18,6 +18,15 @@ printed beside its time inside the solve: the variants do different work (domain
 ``_mpc_start`` solves ``MooeeInv`` in s in its kernel, ``_mpc_end`` adds ``Mooee psi``), so a
 hop is compared with itself, and what the solve adds to it is the fields of the other steps
 passing through the caches between two hops.
+
+``--solve TOL [--mass M]`` instead times whole solves to a tolerance, in double precision, with
+``pg.qcd.schur_solve`` and three solvers: ``ConjugateGradient(TOL)``,
+``MixedPrecisionConjugateGradient(TOL, inner_tol=1e-5)`` (CG on the operator converted to single,
+restarted at each correction in double) and ``ReliableUpdateConjugateGradient(TOL)`` (its iterations
+in single, reliable updates in double), each after a short solve that compiles its kernels, on the
+same source.  A mass nearer the critical one (e.g. -1.9 for Wilson on this random gauge field)
+makes the system harder.  It prints each solve's iterations, time and the residual of the full
+solution it returns, ``|b - M x| / |b|``, then the time of the last two over CG's.
 """
 from __future__ import annotations
 
@@ -28,7 +37,12 @@ import time
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
-from pygrid.algorithms import ConjugateGradient, MdagMOperator
+from pygrid.algorithms import (
+    ConjugateGradient,
+    MdagMOperator,
+    MixedPrecisionConjugateGradient,
+    ReliableUpdateConjugateGradient,
+)
 from pygrid.qcd.schur import SchurOperator
 
 #: the operator's hopping calls; ``_mpc_finish`` is Wilson's second hop of a Schur application
@@ -78,9 +92,7 @@ def _alone(D, name, args, sync, repeat):
 
 
 def measure(op, grid, precision, Ls, iterations):
-    rng = pg.ParallelRNG(grid, [3, 1, 4])
-    U = pg.qcd.random_gauge(grid, rng, precision=precision)
-    D = pg.qcd.WilsonFermion(U, 0.1) if op == "wilson" else pg.qcd.DomainWallFermion(U, Ls, 0.1, 1.8)
+    D = _operator(op, grid, precision, Ls)
     b = D.new_fermion()
     pg.ParallelRNG(D.grid, [5]).gaussian(b)
     S = SchurOperator(D, 1)
@@ -101,6 +113,33 @@ def measure(op, grid, precision, Ls, iterations):
     return t_iter, hops, sum(spent) / rec.iterations, variants, rec.iterations
 
 
+def _operator(op, grid, precision, Ls, mass=0.1):
+    rng = pg.ParallelRNG(grid, [3, 1, 4])
+    U = pg.qcd.random_gauge(grid, rng, precision=precision)
+    return pg.qcd.WilsonFermion(U, mass) if op == "wilson" else pg.qcd.DomainWallFermion(U, Ls, mass, 1.8)
+
+
+def solve(op, grid, Ls, tol, mass):
+    """Time to solution of the Schur solve in double, with CG and with mixed-precision CG: per solver
+    (name, iterations, outer steps or None, seconds, residual of the full solution)."""
+    D = _operator(op, grid, "double", Ls, mass)
+    b = D.new_fermion()
+    pg.ParallelRNG(D.grid, [5]).gaussian(b)
+    out = []
+    for name, make in (("CG, double", lambda it: ConjugateGradient(tol, maxiter=it, verbose="error")),
+                       ("mixed-precision CG", lambda it: MixedPrecisionConjugateGradient(
+                           tol, inner_tol=1e-5, maxiter=it, verbose="error")),
+                       ("reliable-update CG", lambda it: ReliableUpdateConjugateGradient(
+                           tol, maxiter=it, verbose="error"))):
+        pg.qcd.schur_solve(D, b, make(3))   # compiles every kernel of this solve
+        x, rec = pg.qcd.schur_solve(D, b, make(100000))
+        if not rec.converged:
+            raise SystemExit(f"{op}: {name} did not converge to {tol:g}: {rec.reason}")
+        out.append((name, rec.iterations, getattr(rec, "outer_iterations", None), rec.time,
+                    rec.full_residual))
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--grid", default="16.16.16.16")
@@ -108,13 +147,30 @@ def main(argv=None):
     p.add_argument("--precision", default="double", choices=("double", "single"))
     p.add_argument("--iterations", type=int, default=100)
     p.add_argument("--operators", default="wilson,dwf")
+    p.add_argument("--solve", type=float, default=None, metavar="TOL",
+                   help="time whole solves to TOL: CG in double and the two mixed-precision CGs")
+    p.add_argument("--mass", type=float, default=0.1, help="the fermion mass of --solve's operators")
     args, rest = p.parse_known_args(argv)
     pg.init(rest)
     dims = [int(x) for x in args.grid.split(".")]
+    ops = [o.strip() for o in args.operators.split(",") if o.strip()]
+    if args.solve is not None:
+        grid = pg.GridCartesian(dims, precision="double")
+        print(f"Schur solves to {args.solve:g} on {args.grid}, mass {args.mass:g}, "
+              f"{pg.get_backend().describe()}")
+        for op in ops:
+            rows = solve(op, grid, args.Ls, args.solve, args.mass)
+            for name, its, outer, t, res in rows:
+                steps = f" ({outer} outer)" if outer else ""
+                print(f"  {op if op == 'wilson' else f'dwf Ls {args.Ls}':<10} {name:<20} {its:6d} iterations"
+                      f"{steps}, {t:8.3f} s, |b - M x| / |b| {res:.1e}", flush=True)
+            print(f"  {'':<10} time against CG in double: mixed {rows[1][3] / rows[0][3]:.3f}, reliable "
+                  f"update {rows[2][3] / rows[0][3]:.3f}", flush=True)
+        return 0
     grid = pg.GridCartesian(dims, precision=args.precision)
     print(f"Schur-preconditioned CG on {args.grid}, {args.precision}, {pg.get_backend().describe()}, "
           f"Nsimd {grid.nsimd}")
-    for op in [o.strip() for o in args.operators.split(",") if o.strip()]:
+    for op in ops:
         t_iter, hops, inside, variants, n = measure(op, grid, args.precision, args.Ls, args.iterations)
         what = op if op == "wilson" else f"dwf Ls {args.Ls}"
         print(f"  {what:<12} {t_iter * 1e3:8.3f} ms per CG iteration ({n} iterations); Dhop "

@@ -34,6 +34,7 @@ SCRIPTS = [
     ("bench_reductions.py", ["--grid", "4.4.4.8", "--rounds", "1"], "pg.inner_product"),
     ("bench_reductions.py", ["--per-core"], "float32"),
     ("bench_solvers.py", ["--grid", "4.4.4.8", "--Ls", "4", "--iterations", "3"], "on its own"),
+    ("bench_solvers.py", ["--grid", "4.4.4.8", "--Ls", "4", "--solve", "1e-8"], "reliable update"),
     ("bench_solver_fusions.py", ["--what", "mobius-schur", "--grid", "4.4.4.8", "--Ls", "4"], "ratio"),
     ("bench_solver_fusions.py", ["--what", "xp", "--grid", "4.4.4.8"], "ratio"),
     ("bench_solver_fusions.py", ["--what", "links", "--grid", "4.4.4.8", "--iterations", "3",

@@ -18,7 +18,13 @@ import pytest
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
 from pygrid.accelerator import reductions_numba
-from pygrid.algorithms import BiCGStab, ConjugateGradient, MdagMOperator, MixedPrecisionConjugateGradient
+from pygrid.algorithms import (
+    BiCGStab,
+    ConjugateGradient,
+    MdagMOperator,
+    MixedPrecisionConjugateGradient,
+    ReliableUpdateConjugateGradient,
+)
 from pygrid.lattice import pick_checkerboard
 from pygrid.qcd import dslash, kernels_wilson
 from pygrid.qcd.schur import SchurOperator
@@ -285,10 +291,11 @@ def _solvers():
         "cg": (lambda: ConjugateGradient(tol=1e-10, maxiter=40, **quiet), True),
         "bicgstab": (lambda: BiCGStab(tol=1e-10, maxiter=20, **quiet), False),
         "mixed_cg": (lambda: MixedPrecisionConjugateGradient(tol=1e-10, maxiter=40, **quiet), True),
+        "reliable_cg": (lambda: ReliableUpdateConjugateGradient(tol=1e-10, maxiter=40, **quiet), True),
     }
 
 
-@pytest.mark.parametrize("solver", ["cg", "bicgstab", "mixed_cg"])
+@pytest.mark.parametrize("solver", ["cg", "bicgstab", "mixed_cg", "reliable_cg"])
 def test_solver_leaves_source_and_guess_untouched(solver, faults):
     make, hermitian = _solvers()[solver]
     W = operator("wilson")

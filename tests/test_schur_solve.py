@@ -1,4 +1,4 @@
-"""Schur red-black solves and CG / mixed-precision CG for Wilson and domain wall on random gauge fields."""
+"""Schur red-black solves and CG / mixed-precision CGs for Wilson and domain wall on random gauge fields."""
 import functools
 import math
 
@@ -8,7 +8,12 @@ from schur_checks import schur_pieces_differ
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
-from pygrid.algorithms import ConjugateGradient, MdagMOperator, MixedPrecisionConjugateGradient
+from pygrid.algorithms import (
+    ConjugateGradient,
+    MdagMOperator,
+    MixedPrecisionConjugateGradient,
+    ReliableUpdateConjugateGradient,
+)
 
 MASS, M5, LS = 0.1, 1.8, 4
 
@@ -82,13 +87,19 @@ def test_cg_and_mixed_precision_cg_on_mdagm(kind):
     xm, recm = MixedPrecisionConjugateGradient(tol=1e-10, inner_tol=1e-5, maxiter=5000)(A, b)
     assert recm.converged and recm.true_residual < 1.5e-10
     assert reldiff(xm, x) < 1e-8
+    # single iterations, reliable updates in double: the same solution, about CG's iteration count
+    xr, recr = ReliableUpdateConjugateGradient(tol=1e-10, maxiter=5000)(A, b)
+    assert recr.converged and recr.true_residual < 1e-10 and reldiff(xr, x) < 1e-8
+    assert recr.outer_iterations >= 2 and recr.iterations <= 1.1 * rec.iterations + 2
 
 
-def test_mixed_precision_schur_solve_dwf():
+@pytest.mark.parametrize("solver", [MixedPrecisionConjugateGradient, ReliableUpdateConjugateGradient])
+def test_mixed_precision_schur_solve_dwf(solver):
     op = make("dwf")
     b = source(op)
-    x, rec = pg.qcd.schur_solve(op, b, MixedPrecisionConjugateGradient(tol=1e-10, maxiter=5000))
+    x, rec = pg.qcd.schur_solve(op, b, solver(tol=1e-10, maxiter=5000))
     assert rec.converged and rec.full_residual < 1e-9
+    assert abs(true_residual(op, x, b) - rec.full_residual) < 1e-12
     # the Schur operator converts with the fermion operator
     S = pg.qcd.schur.SchurOperator(op)
     assert S.converted("single").precision == "single"

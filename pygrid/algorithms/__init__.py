@@ -26,9 +26,10 @@ from .operators import (
     as_operator,
     converted_operator,
 )
+from .reliable_cg import ReliableUpdateConjugateGradient
 
 __all__ = [
     "BiCGStab", "ConjugateGradient", "HermitianOperator", "ITERATIVE", "LOGGER_NAME", "LinearOperator",
-    "MdagMOperator", "MixedPrecisionConjugateGradient", "SolverError", "SolverRecord", "apply_M",
-    "as_hermitian", "as_operator", "converted_operator",
+    "MdagMOperator", "MixedPrecisionConjugateGradient", "ReliableUpdateConjugateGradient", "SolverError",
+    "SolverRecord", "apply_M", "as_hermitian", "as_operator", "converted_operator",
 ]
