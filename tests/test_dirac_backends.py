@@ -472,6 +472,13 @@ def test_checkerboards_convert_and_poke_through_generated_c(name):
         s = pg.convert(psi, "single")
         assert np.array_equal(s.to_numpy(), single)
         assert relerr(pg.convert(s, "double").to_numpy(), pn) < 1e-7
+        # onto another SIMD layout: the gather kernel with the cast, full and red-black
+        other = pg.GridCartesian(list(grid.gdims), simd_layout=(1, 2, 2, 1), precision="single")
+        assert np.array_equal(pg.convert(psi, "single", grid=other).to_numpy(), single)
+        h = pg.convert(want[1], "single", grid=other)
+        assert h.grid == other.red_black
+        assert np.array_equal(pg.convert(h, "double", grid=grid).to_numpy(),
+                              want[1].to_numpy().astype(np.complex64).astype(np.complex128))
         pg.poke_index(full, pg.peek_index(psi, "spin", 3), "spin", 0)
         want = pn.copy()
         want[..., 0, :] = pn[..., 3, :]

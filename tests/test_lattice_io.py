@@ -120,6 +120,37 @@ def test_convert_precision():
     assert np.array_equal(d.to_numpy(), a.astype(np.complex64).astype(np.complex128))
 
 
+@pytest.mark.parametrize("five_d", [False, True])
+def test_convert_onto_another_simd_layout(five_d):
+    """convert(x, precision, grid=): the same sites on another layout, full fields and red-black ones,
+    against numpy; a grid of another lattice refused by name."""
+    g4d = pg.GridCartesian([4, 4, 4, 8])
+    g4s = pg.GridCartesian([4, 4, 4, 8], precision="single")   # twice the lanes
+    assert g4s.nsimd == 2 * g4d.nsimd
+    gd, gs = (pg.GridCartesian5D(g4d, 2), pg.GridCartesian5D(g4s, 2)) if five_d else (g4d, g4s)
+    f = pg.LatticeFermion(gd)
+    a = _random(gd.lshape + (4, 3), np.complex128, np.random.default_rng(8))
+    f.from_numpy(a)
+    s = pg.convert(f, "single", grid=gs)
+    assert s.grid == gs and s.precision == "single" and np.array_equal(s.to_numpy(), a.astype(np.complex64))
+    back = pg.convert(s, "double", grid=gd)
+    assert back.grid == gd and np.array_equal(back.to_numpy(), a.astype(np.complex64).astype(np.complex128))
+    same = pg.convert(f, "double", grid=gs)   # a layout change alone
+    assert np.array_equal(same.to_numpy(), a)
+    for cb in (0, 1):
+        h = pg.pick_checkerboard(cb, f)
+        hs = pg.convert(h, "single", grid=gs)   # a full grid given: its red-black half
+        assert hs.grid == gs.red_black and hs.checkerboard == cb
+        assert np.array_equal(hs.to_numpy(), h.to_numpy().astype(np.complex64))
+        assert np.array_equal(pg.pick_checkerboard(cb, s).to_numpy(), hs.to_numpy())
+        assert np.array_equal(pg.convert(hs, "double", grid=gd.red_black).to_numpy(),
+                              h.to_numpy().astype(np.complex64).astype(np.complex128))
+    with pytest.raises(pg.ConformabilityError, match="does not hold the sites"):
+        pg.convert(f, "single", grid=pg.GridCartesian([4, 4, 8, 4]))
+    with pytest.raises(pg.ConformabilityError, match="must be a pygrid grid"):
+        pg.convert(f, "single", grid=(4, 4, 4, 8))
+
+
 def test_to_numpy_is_a_copy():
     g = grid()
     f = pg.LatticeComplex(g)

@@ -13,7 +13,9 @@ from pygrid.algorithms import (
     MdagMOperator,
     MixedPrecisionConjugateGradient,
     ReliableUpdateConjugateGradient,
+    operand_grid,
 )
+from pygrid.algorithms.operators import converted_operator
 
 MASS, M5, LS = 0.1, 1.8, 4
 
@@ -103,6 +105,38 @@ def test_mixed_precision_schur_solve_dwf(solver):
     # the Schur operator converts with the fermion operator
     S = pg.qcd.schur.SchurOperator(op)
     assert S.converted("single").precision == "single"
+
+
+class Spy:
+    """An operator that records the grids of the fields it is applied to."""
+
+    def __init__(self, op):
+        self.op, self.grids = op, set()
+
+    def M(self, x, out=None):
+        self.grids.add(x.grid)
+        return self.op.M(x, out=out)
+
+    Mdag = M
+
+
+@pytest.mark.parametrize("kind", ["wilson", "dwf"])
+@pytest.mark.parametrize("solver", [MixedPrecisionConjugateGradient, ReliableUpdateConjugateGradient])
+def test_mixed_precision_solvers_iterate_on_the_single_layout(kind, solver):
+    op = make(kind)
+    A = MdagMOperator(pg.qcd.schur.SchurOperator(op))
+    same = converted_operator(A, "single")
+    native = converted_operator(A, "single", native=True)
+    assert operand_grid(same) == op.rb_grid
+    assert operand_grid(native).nsimd == 2 * op.rb_grid.nsimd            # single's own lane count
+    assert operand_grid(native).gdims == op.rb_grid.gdims and operand_grid(native).checkerboarded
+    # the solver converts its fields onto the grid of the operator it iterates with, and back
+    b = source(op)
+    rhs = pg.qcd.schur.SchurOperator(op).Mdag(pg.qcd.schur.SchurOperator(op).prepare_source(b))
+    spy = Spy(native)
+    x, rec = solver(tol=1e-10, maxiter=5000, verbose="error")(A, rhs, op_single=spy)
+    assert spy.grids == {operand_grid(native)} and x.grid == rhs.grid
+    assert rec.converged and rec.true_residual < 1e-10
 
 
 def test_schur_solve_initial_guess_and_errors():

@@ -261,9 +261,13 @@ def test_checkerboards_convert_poke_and_slice_sums_stay_on_the_device(monkeypatc
         pn = psi.to_numpy()
         m.reset_stats()
         full = pg.LatticeFermion(g)
+        # single on its own SIMD layout and back (its sites gathered with the cast), then the same layout
+        gs = pg.GridCartesian([4, 4, 4, 8], precision="single")
+        assert gs.simd_layout != g.simd_layout
         for cb in (0, 1):
-            half = pg.convert(pg.pick_checkerboard(cb, psi), "single")
-            pg.set_checkerboard(full, pg.convert(half, "double"))
+            half = pg.convert(pg.pick_checkerboard(cb, psi), "single", grid=gs)
+            assert half.grid == gs.red_black
+            pg.set_checkerboard(full, pg.convert(half, "double", grid=g))
         U = pg.LatticeColourMatrix(g)
         pg.ParallelRNG(g, [4]).gaussian(U)
         Un = U.to_numpy()

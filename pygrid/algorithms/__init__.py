@@ -25,11 +25,12 @@ from .operators import (
     as_hermitian,
     as_operator,
     converted_operator,
+    operand_grid,
 )
 from .reliable_cg import ReliableUpdateConjugateGradient
 
 __all__ = [
     "BiCGStab", "ConjugateGradient", "HermitianOperator", "ITERATIVE", "LOGGER_NAME", "LinearOperator",
     "MdagMOperator", "MixedPrecisionConjugateGradient", "ReliableUpdateConjugateGradient", "SolverError",
-    "SolverRecord", "apply_M", "as_hermitian", "as_operator", "converted_operator",
+    "SolverRecord", "apply_M", "as_hermitian", "as_operator", "converted_operator", "operand_grid",
 ]

@@ -7,7 +7,7 @@ from ..lattice import Lattice, convert, norm2
 from .base import SolverError, SolverRecord, rel
 from .cg import ConjugateGradient
 from .log import SolverLog
-from .operators import apply_M, as_hermitian, converted_operator
+from .operators import apply_M, as_hermitian, converted_operator, operand_grid
 
 __all__ = ["MixedPrecisionConjugateGradient"]
 
@@ -52,7 +52,10 @@ class MixedPrecisionConjugateGradient:
               ) -> tuple[Lattice, SolverRecord]:
         log = SolverLog(self.name, self.verbose)
         A = as_hermitian(op)
-        A_s = as_hermitian(op_single if op_single is not None else converted_operator(A, "single"))
+        if op_single is None:
+            op_single = converted_operator(A, "single", native=True)
+        A_s = as_hermitian(op_single)
+        g_s = operand_grid(A_s)     # the single fields' grid: its own SIMD layout where the operator has one
         t0 = time.perf_counter()
         if b.precision != "double":
             b = convert(b, "double")
@@ -95,11 +98,11 @@ class MixedPrecisionConjugateGradient:
             outer += 1
             # The inner tolerance: inner_tol, but no tighter than needed to finish.
             inner.tol = max(self.inner_tol, 0.5 * self.tol / res)
-            e, irec = inner.solve(A_s, convert(r, "single"), true_residual=False)
+            e, irec = inner.solve(A_s, convert(r, "single", grid=g_s), true_residual=False)
             inner_its.append(irec.iterations)
             applications += irec.operator_applications
             flops += irec.flops or 0.0
-            x @= x + convert(e, "double")
+            x @= x + convert(e, "double", grid=x.grid)
             if log.enabled("iterative"):
                 log.iterative("%s: outer %d residual %.2e inner iterations %d time %.3g s", self.name,
                               outer, res, irec.iterations, time.perf_counter() - t0)

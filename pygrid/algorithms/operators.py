@@ -12,9 +12,13 @@ An *operator* is any object with
     the adjoint (only solvers that need it call it).
 ``MdagM(x, out=None)`` (optional)
     ``Mdag(M(x))``, if the operator has a faster fused form.
-``converted(precision)`` (optional)
+``converted(precision, native=False)`` (optional; ``native`` optional too)
     the same operator in ``'single'`` or ``'double'`` precision (its gauge
-    links etc. converted), used by mixed-precision solvers.
+    links etc. converted), used by mixed-precision solvers.  With ``native``
+    it may live on a grid of that precision's own SIMD layout.
+``grid`` (optional attribute)
+    the grid of the fields ``M`` applies to; the mixed-precision solvers convert
+    their fields onto the grid of the operator they iterate with.
 ``flops_per_apply`` (optional attribute)
     floating-point operations of one ``M``, for the solver's flop estimate.
 
@@ -36,7 +40,7 @@ from ..lattice import Lattice, eval as _eval, norm2
 
 __all__ = [
     "LinearOperator", "HermitianOperator", "MdagMOperator", "as_operator", "as_hermitian",
-    "apply_M", "converted_operator",
+    "apply_M", "converted_operator", "operand_grid",
 ]
 
 
@@ -165,8 +169,8 @@ class HermitianOperator:
     def __call__(self, x, out=None):
         return self.M(x, out=out)
 
-    def converted(self, precision):
-        return HermitianOperator(converted_operator(self.op, precision))
+    def converted(self, precision, native=False):
+        return HermitianOperator(converted_operator(self.op, precision, native))
 
 
 class MdagMOperator(HermitianOperator):
@@ -197,17 +201,42 @@ class MdagMOperator(HermitianOperator):
         mid = self._mid = _call(op.M, x, mid)
         return _call(op.Mdag, mid, out), norm2(mid)
 
-    def converted(self, precision):
-        return MdagMOperator(converted_operator(self.op, precision))
+    def converted(self, precision, native=False):
+        return MdagMOperator(converted_operator(self.op, precision, native))
 
 
-def converted_operator(op, precision):
-    """``op`` in another precision through its ``converted`` method, with a clear error if it has none."""
+def converted_operator(op, precision, native=False):
+    """``op`` in another precision through its ``converted`` method, with a clear error if it has none;
+    ``native``: on the precision's own SIMD layout where the method offers it."""
     conv = getattr(op, "converted", None)
     if conv is None:
         raise PyGridError(
             f"{op!r} has no converted(precision) method: give it one, or pass op_single= to the solver")
+    if native and _has_parameter(conv, "native"):
+        return conv(precision, native=True)
     return conv(precision)
+
+
+def _has_parameter(fn, name):
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def operand_grid(op):
+    """The grid of the fields ``op`` applies to (its ``grid``, or that of the operator it wraps), or None
+    where it does not say."""
+    from ..cartesian import GridCartesian
+
+    for _ in range(8):  # the wrappers around an operator are few
+        g = getattr(op, "grid", None)
+        if isinstance(g, GridCartesian):
+            return g
+        op = getattr(op, "op", None)
+        if op is None:
+            return None
+    return None
 
 
 def as_operator(op):

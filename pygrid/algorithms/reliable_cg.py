@@ -7,7 +7,7 @@ import time
 from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, convert, inner_product, norm2
 from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
 from .log import SolverLog
-from .operators import apply_M, as_hermitian, converted_operator
+from .operators import apply_M, as_hermitian, converted_operator, operand_grid
 
 __all__ = ["ReliableUpdateConjugateGradient"]
 
@@ -53,7 +53,10 @@ class ReliableUpdateConjugateGradient(IterativeSolver):
               ) -> tuple[Lattice, SolverRecord]:
         log = SolverLog(self.name, self.verbose)
         A = as_hermitian(op)
-        A_s = as_hermitian(op_single if op_single is not None else converted_operator(A, "single"))
+        if op_single is None:
+            op_single = converted_operator(A, "single", native=True)
+        A_s = as_hermitian(op_single)
+        g_s = operand_grid(A_s)     # the single fields' grid: its own SIMD layout where the operator has one
         t0 = time.perf_counter()
         if b.precision != "double":
             b = convert(b, "double")
@@ -76,7 +79,7 @@ class ReliableUpdateConjugateGradient(IterativeSolver):
 
         target = self.tol * self.tol * bb
         delta2 = self.delta * self.delta
-        r_s = convert(r, "single")
+        r_s = convert(r, "single", grid=g_s)
         p_s = r_s.copy()
         e_s = r_s.new_like()            # the steps since the last update
         e_s.fill(0)
@@ -115,7 +118,7 @@ class ReliableUpdateConjugateGradient(IterativeSolver):
                 continue
             # the reliable update: the correction into x, and the true residual in double
             axpy(e_s, a, p_s, e_s)
-            x @= x + convert(e_s, "double")
+            x @= x + convert(e_s, "double", grid=x.grid)
             e_s.fill(0)
             apply_M(A, x, out=Ax)
             applications += 1
@@ -135,13 +138,13 @@ class ReliableUpdateConjugateGradient(IterativeSolver):
                           f"({rel(rr, bb):.2e})")
                 log.warning("%s: %s", self.name, reason)
                 break
-            r_s = convert(r, "single")
+            r_s = convert(r, "single", grid=g_s)
             rr_new = norm2(r_s)
             beta, rr_s, rr_max = rr_new / rr_s, rr_new, rr_new
             axpy(p_s, beta, p_s, r_s)           # p = r + beta p, on the true residual
         if k and not converged and reason is None:
             # out of iterations: the steps since the last update still count
-            x @= x + convert(e_s, "double")
+            x @= x + convert(e_s, "double", grid=x.grid)
             r @= b - apply_M(A, x, out=Ax)
             applications += 1
             rr = norm2(r)

@@ -382,16 +382,48 @@ def coordinate(grid: GridCartesian, mu: int, checkerboard: int | None = None,
     return out
 
 
-def convert(x: Any, precision: str) -> Lattice:
-    """A copy of x in another precision ('single' or 'double')."""
+def convert(x: Any, precision: str, grid=None) -> Lattice:
+    """A copy of x in another precision ('single' or 'double').
+
+    ``grid``: the copy on this grid, the same lattice on the same ranks in another SIMD layout (the
+    lane count native to ``precision``, say); a red-black field goes to ``grid``'s red-black half.
+    The sites move on the device, in one pass with the cast.
+    """
     f = _field(x)
-    out = Lattice(f.grid, f.site_type, precision, checkerboard=f.checkerboard)
+    dst = f.grid if grid is None else _same_lattice(f.grid, grid)
+    out = Lattice(dst, f.site_type, precision, checkerboard=f.checkerboard)
     with (
         f._kernel_view(ViewMode.AcceleratorRead) as a,
         out._kernel_view(ViewMode.AcceleratorWriteDiscard) as b,
     ):
-        get_backend().relayout("cast", b, a)
+        if dst == f.grid:
+            get_backend().relayout("cast", b, a)
+        else:
+            o, l = _layout_map(f.grid, dst, f.checkerboard)
+            get_backend().relayout("gather", b, a, o, l)
     return out
+
+
+def _same_lattice(src, grid):
+    """``grid`` (its red-black half for a red-black ``src``) where it holds the sites ``src`` holds on
+    this rank; ConformabilityError naming both where it does not."""
+    if not isinstance(grid, GridCartesian):
+        raise ConformabilityError(f"convert: grid must be a pygrid grid, not {type(grid).__name__}")
+    dst = grid.red_black if src.checkerboarded and not grid.checkerboarded else grid
+    if (dst.checkerboarded != src.checkerboarded or dst.gdims != src.gdims or dst.ldims != src.ldims
+            or dst.lstart != src.lstart):
+        raise ConformabilityError(f"convert: {grid} does not hold the sites of {src} on this rank")
+    return dst
+
+
+@functools.lru_cache(maxsize=64)
+def _layout_map(src, dst, cb):
+    """For each (outer site, lane) of ``dst``, where its site is in ``src`` (two grids of one lattice)."""
+    c = dst.full_coords(cb)
+    if src.checkerboarded:
+        c = c.copy()
+        c[..., src.cb_dim] //= 2  # the full coordinate to the red-black grid's stored one
+    return src.outer_lane_of(c)
 
 
 @functools.lru_cache(maxsize=64)

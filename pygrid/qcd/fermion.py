@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import ConformabilityError, SiteTypeError
+from ..cartesian import GridCartesian
+from ..errors import ConformabilityError, GridError, SiteTypeError
 from ..lattice import Lattice, convert
 from ..tensors import sitetype as st
 
@@ -57,6 +58,20 @@ class committing:
         return False
 
 
+def native_grid(grid, precision):
+    """The grid of ``grid``'s lattice and ranks in the SIMD layout pygrid picks for ``precision``
+    (twice double's lanes in single), or ``grid`` itself where that layout is the same or cannot
+    hold red-black fields (the Schur solves')."""
+    try:
+        g = GridCartesian(grid.gdims, mpi_layout=grid.mpi_layout, precision=precision, comm=grid.comm)
+        if g.simd_layout == grid.simd_layout:
+            return grid
+        g.red_black  # noqa: B018 (made here, so that a layout without one is refused now)
+    except GridError:
+        return grid
+    return g
+
+
 class FermionOperator:
     """Shared behaviour of the Wilson and domain-wall operators (see the module docstring)."""
 
@@ -73,18 +88,24 @@ class FermionOperator:
             return Lattice(self.grid, FERMION, self.precision)
         return Lattice(self.rb_grid, FERMION, self.precision, checkerboard=checkerboard)
 
-    def converted(self, precision: str, grid=None) -> FermionOperator:
+    def converted(self, precision: str, grid=None, native: bool = False) -> FermionOperator:
         """This operator with U converted to ``precision`` ('single'/'double'), optionally on another
         4D grid.
 
         ``op.converted('single')`` keeps the SIMD layout of U's grid (fields converted with
-        ``pg.convert`` fit it); pass ``grid=pg.GridCartesian(dims, precision='single')`` for the
-        native single-precision lane count (fields then live on that grid).
+        ``pg.convert(x, 'single')`` fit it); ``native=True`` puts it on the grid of the precision's
+        own lane count (:func:`native_grid`), and ``grid=`` on any other grid of the same lattice:
+        fields then go there with ``pg.convert(x, precision, grid=op.grid)``.
         """
+        if native and grid is None:
+            grid = native_grid(self.U.grid, precision)
         if grid is None or grid == self.U.grid:
             U = self.U if precision == self.precision else convert(self.U, precision)
         else:
-            U = Lattice(grid, self.U.site_type, precision).from_numpy(self.U.to_numpy())
+            try:
+                U = convert(self.U, precision, grid=grid)
+            except ConformabilityError:  # another decomposition over the ranks: through the host
+                U = Lattice(grid, self.U.site_type, precision).from_numpy(self.U.to_numpy())
         return self._with_gauge(U)
 
     # ---- checks ------------------------------------------------------------------

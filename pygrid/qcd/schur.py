@@ -37,13 +37,15 @@ __all__ = ["SchurOperator", "SchurRedBlackDiagMooeeSolve", "schur_solve"]
 class SchurOperator(SchurDiagMooeeOperator):
     """SchurDiagMooeeOperator plus ``converted(precision)`` for mixed-precision solvers."""
 
-    def converted(self, precision):
+    def converted(self, precision, native=False):
+        """This Schur operator in ``precision``; ``native``: its fermion operator on the grid of that
+        precision's own SIMD layout (``FermionOperator.converted``)."""
         conv = getattr(self.op, "converted", None)
         if conv is None:
             raise GridError(
                 f"{self.op!r} has no converted(precision): cannot make a {precision} Schur operator"
             )
-        return SchurOperator(conv(precision), self.cb)
+        return SchurOperator(conv(precision, native=True) if native else conv(precision), self.cb)
 
 
 class SchurRedBlackDiagMooeeSolve:

@@ -12,7 +12,8 @@ import pytest
 from conftest import grids, layouts, same_everywhere
 
 import pygrid as pg
-from pygrid.algorithms import ConjugateGradient
+from pygrid.algorithms import ConjugateGradient, MdagMOperator, ReliableUpdateConjugateGradient, operand_grid
+from pygrid.algorithms.operators import converted_operator
 
 DIMS = (4, 4, 4, 8)
 
@@ -144,6 +145,26 @@ def test_schur_cg_wilson_and_dwf(layout):
     np.testing.assert_allclose(xw, xw1, rtol=0, atol=1e-8 * np.abs(xw1).max())
     np.testing.assert_allclose(xd, xd1, rtol=0, atol=1e-8 * np.abs(xd1).max())
     assert r < 1e-18 and r1 < 1e-18
+
+
+@pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
+def test_reliable_update_schur_solve_on_the_single_layout(layout):
+    """Single-precision iterations on the single grid's own SIMD layout (the same ranks), reliable
+    updates in double: the solution of one rank."""
+    res = []
+    for g in grids(DIMS, layout):
+        U, psi = setup(g)
+        W = pg.qcd.WilsonFermion(U, 0.1)
+        A_s = converted_operator(MdagMOperator(pg.qcd.schur.SchurOperator(W)), "single", native=True)
+        gs = operand_grid(A_s)
+        assert gs.mpi_layout == g.mpi_layout and gs.ldims[1:] == W.rb_grid.ldims[1:]
+        assert gs.nsimd == 2 * W.rb_grid.nsimd
+        x, rec = pg.qcd.schur_solve(W, psi, ReliableUpdateConjugateGradient(tol=1e-10, maxiter=500))
+        assert rec.converged and rec.full_residual < 1e-9
+        res.append([x.to_numpy(), rec.iterations])
+    (x, it), (x1, it1) = res
+    assert abs(it - it1) <= 2
+    np.testing.assert_allclose(x, x1, rtol=0, atol=1e-8 * np.abs(x1).max())
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler for the SIMT emulation")
