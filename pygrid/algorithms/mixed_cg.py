@@ -22,7 +22,9 @@ class MixedPrecisionConjugateGradient:
     tolerance ``inner_tol`` (at most ``maxiter`` inner iterations), and adds
     ``e`` to ``x`` in double.  It stops when ``|r| <= tol |b|``, so the
     tolerance is reached in double precision.  ``A_s`` is ``op_single`` if
-    given, else ``op.converted('single')`` (see the operator protocol).
+    given, else ``op.converted('single', native=True)`` (see the operator
+    protocol: on single precision's own SIMD layout where the operator offers it, and ``r`` and
+    ``e`` moved onto its ``grid`` and back).
     ``op`` must be Hermitian positive definite, as for CG.  ``b`` and ``x0`` are
     only read, as for CG: the solution is a new double-precision field.
 

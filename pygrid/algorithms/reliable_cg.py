@@ -18,8 +18,9 @@ class ReliableUpdateConjugateGradient(IterativeSolver):
     ``x, record = ReliableUpdateConjugateGradient(tol=1e-10)(op, b, x0=None, op_single=None)``
 
     The Krylov iteration (the operator, the residual and the search direction) runs on ``A_s``,
-    ``op_single`` if given, else ``op.converted('single')``, and sums its steps in a single
-    precision correction.  Whenever the iterated residual has fallen by ``delta`` since the last
+    ``op_single`` if given, else ``op.converted('single', native=True)`` (on single precision's own
+    SIMD layout where the operator offers it; the fields follow the operator's ``grid``), and sums
+    its steps in a single precision correction.  Whenever the iterated residual has fallen by ``delta`` since the last
     update (``|r| < delta max|r|``), or below the tolerance, the correction is added to the
     solution in double, the true residual ``b - A x`` is computed in double and replaces the
     iterated one, and the search direction carries on (as QUDA's and Grid's reliable-update
