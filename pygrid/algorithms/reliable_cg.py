@@ -20,13 +20,13 @@ class ReliableUpdateConjugateGradient(IterativeSolver):
     The Krylov iteration (the operator, the residual and the search direction) runs on ``A_s``,
     ``op_single`` if given, else ``op.converted('single', native=True)`` (on single precision's own
     SIMD layout where the operator offers it; the fields follow the operator's ``grid``), and sums
-    its steps in a single precision correction.  Whenever the iterated residual has fallen by ``delta`` since the last
-    update (``|r| < delta max|r|``), or below the tolerance, the correction is added to the
-    solution in double, the true residual ``b - A x`` is computed in double and replaces the
-    iterated one, and the search direction carries on (as QUDA's and Grid's reliable-update
-    solvers do).  :class:`MixedPrecisionConjugateGradient` restarts CG at each correction and
-    loses its search directions: on an ill-conditioned system it needs many more iterations than
-    CG in double, this solver about as many.
+    its steps in a single precision correction.  Whenever the iterated residual has fallen by
+    ``delta`` since the last update (``|r| < delta max|r|``), or below the tolerance, the correction
+    is added to the solution in double, the true residual ``b - A x`` is computed in double and
+    replaces the iterated one, and the search direction carries on (as QUDA's and Grid's
+    reliable-update solvers do).  :class:`MixedPrecisionConjugateGradient` restarts CG at each
+    correction and loses its search directions: on an ill-conditioned system it needs more
+    iterations than CG in double, this solver fewer (docs/performance.md, "Solvers").
 
     It stops when the true residual ``|b - A x| <= tol |b|`` (in double).  The record's
     ``history`` holds the iterated residual of each iteration, ``outer_iterations`` the number of
