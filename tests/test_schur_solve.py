@@ -139,6 +139,22 @@ def test_mixed_precision_solvers_iterate_on_the_single_layout(kind, solver):
     assert rec.converged and rec.true_residual < 1e-10
 
 
+@pytest.mark.parametrize("kind", ["wilson", "dwf"])
+def test_a_converted_operator_is_kept_until_the_links_are_written(kind):
+    grid = pg.GridCartesian((4, 4, 4, 4))
+    U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [7, 7]))
+    D = pg.qcd.WilsonFermion(U, MASS) if kind == "wilson" else pg.qcd.DomainWallFermion(U, LS, MASS, M5)
+    Ds = D.converted("single", native=True)
+    assert D.converted("single", native=True) is Ds and Ds.grid.nsimd == 2 * D.grid.nsimd
+    assert D.converted("single") is D.converted("single") is not Ds and D.converted("single").grid == D.grid
+    psi = source(D)
+    U @= 0.5 * U                        # written: the next conversion sees the new links
+    Ds2 = D.converted("single", native=True)
+    assert Ds2 is not Ds
+    got = pg.convert(Ds2.M(pg.convert(psi, "single", grid=Ds2.grid)), "double", grid=D.grid)
+    assert reldiff(got, D.M(psi)) < 1e-6
+
+
 def test_schur_solve_initial_guess_and_errors():
     op = make("dwf")
     b = source(op)

@@ -96,17 +96,29 @@ class FermionOperator:
         ``pg.convert(x, 'single')`` fit it); ``native=True`` puts it on the grid of the precision's
         own lane count (:func:`native_grid`), and ``grid=`` on any other grid of the same lattice:
         fields then go there with ``pg.convert(x, precision, grid=op.grid)``.
+
+        The operator is kept and handed out again until U is written (a solver converts it at
+        every solve: a propagator's twelve solves make it once).
         """
         if native and grid is None:
             grid = native_grid(self.U.grid, precision)
-        if grid is None or grid == self.U.grid:
+        same = grid is None or grid == self.U.grid
+        key = (precision, None if same else grid.key())
+        version = self.U._manager.write_count(self.U._key)
+        kept = self.__dict__.setdefault("_converted_ops", {})
+        hit = kept.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        if same:
             U = self.U if precision == self.precision else convert(self.U, precision)
         else:
             try:
                 U = convert(self.U, precision, grid=grid)
             except ConformabilityError:  # another decomposition over the ranks: through the host
                 U = Lattice(grid, self.U.site_type, precision).from_numpy(self.U.to_numpy())
-        return self._with_gauge(U)
+        op = self._with_gauge(U)
+        kept[key] = (version, op)
+        return op
 
     # ---- checks ------------------------------------------------------------------
     def _grid_note(self) -> str:
