@@ -53,7 +53,7 @@ class SchurRedBlackDiagMooeeSolve:
 
     ``solver`` is a Hermitian solver called as ``solver(A, rhs, x0)`` with ``A``
     the normal operator of the Schur complement (e.g. ``ConjugateGradient``,
-    ``MixedPrecisionConjugateGradient``, which uses ``A.converted('single')``).
+    ``MixedPrecisionConjugateGradient``, which uses ``A.converted('single', native=True)``).
     ``b`` is a full-grid fermion of the operator; ``x0`` an optional full-grid
     initial guess (its checkerboard-cb part seeds the solver).
     """
