@@ -5,6 +5,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import PyGridError
+from ..lattice import inner_product
+from .operators import apply_M
 
 __all__ = ["SolverError", "SolverRecord"]
 
@@ -68,6 +70,20 @@ def vector_flops(b):
     return 8.0 * b.grid.osites * b.grid.nsimd * b.site_type.ncomp
 
 
+def curvature(A, p, Ap, and_norm):
+    """``<p, A p>`` with ``A p`` written into ``Ap``: as ``|M p|^2`` where A is ``M^dag M`` and offers
+    ``apply_and_norm`` (one field read, and never negative by rounding), else as an inner product;
+    and the reason CG breaks down on it, or None."""
+    if and_norm is not None:
+        pAp = and_norm(p, out=Ap)[1]
+    else:
+        apply_M(A, p, out=Ap)
+        pAp = inner_product(p, Ap).real
+    if pAp > 0.0 and math.isfinite(pAp):
+        return pAp, None
+    return pAp, f"breakdown: <p, A p> = {pAp:.3e}; the operator is not positive definite"
+
+
 def rel(num2, den2):
     return math.sqrt(max(num2, 0.0) / den2) if den2 > 0 else math.sqrt(max(num2, 0.0))
 
@@ -90,6 +106,14 @@ def finish(solver, log, A, *, converged, k, true_res, final_res, history, elapse
         if solver.raise_on_fail:
             raise SolverError(solver.name, k, final_res, solver.tol, rec, reason)
     return rec
+
+
+class MixedPrecisionSolver:
+    """The call of the solvers that iterate in single precision: ``solver(op, b, x0=None,
+    op_single=None)``."""
+
+    def __call__(self, op, b, x0=None, op_single=None):
+        return self.solve(op, b, x0, op_single)
 
 
 class IterativeSolver:

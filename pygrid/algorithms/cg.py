@@ -1,11 +1,10 @@
 """Conjugate gradient for Hermitian positive definite operators."""
 from __future__ import annotations
 
-import math
 import time
 
-from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, inner_product, norm2
-from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
+from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, norm2
+from .base import IterativeSolver, SolverRecord, curvature, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_hermitian
 
@@ -71,17 +70,11 @@ class ConjugateGradient(IterativeSolver):
         reason = None
         if log.enabled("iterative"):
             log.iterative("%s: iteration 0 residual %.2e tolerance %.2e", self.name, rel(rr, bb), self.tol)
-        # <p, A p> as |M p|^2 where A is M^dag M (one field read, and never negative by rounding)
         and_norm = getattr(A, "apply_and_norm", None)
         while not converged and k < self.maxiter:
-            if and_norm is not None:
-                pAp = and_norm(p, out=Ap)[1]
-            else:
-                apply_M(A, p, out=Ap)
-                pAp = inner_product(p, Ap).real
+            pAp, reason = curvature(A, p, Ap, and_norm)
             applications += 1
-            if not (pAp > 0.0) or not math.isfinite(pAp):
-                reason = f"breakdown: <p, A p> = {pAp:.3e}; the operator is not positive definite"
+            if reason is not None:
                 log.warning("%s: %s at iteration %d", self.name, reason, k)
                 break
             a = rr / pAp

@@ -4,15 +4,15 @@ from __future__ import annotations
 import time
 
 from ..lattice import Lattice, convert, norm2
-from .base import SolverError, SolverRecord, rel
+from .base import MixedPrecisionSolver, SolverError, SolverRecord, rel
 from .cg import ConjugateGradient
 from .log import SolverLog
-from .operators import apply_M, as_hermitian, converted_operator, operand_grid
+from .operators import apply_M, mixed_operators
 
 __all__ = ["MixedPrecisionConjugateGradient"]
 
 
-class MixedPrecisionConjugateGradient:
+class MixedPrecisionConjugateGradient(MixedPrecisionSolver):
     """Mixed-precision CG: single-precision inner CG, double-precision outer defect correction.
 
     ``x, record = MixedPrecisionConjugateGradient(tol=1e-10)(op, b, x0=None, op_single=None)``
@@ -46,21 +46,11 @@ class MixedPrecisionConjugateGradient:
         self.log_every = log_every
         self.name = name
 
-    def __call__(self, op, b: Lattice, x0: Lattice | None = None, op_single=None
-                 ) -> tuple[Lattice, SolverRecord]:
-        return self.solve(op, b, x0, op_single)
-
     def solve(self, op, b: Lattice, x0: Lattice | None = None, op_single=None
               ) -> tuple[Lattice, SolverRecord]:
         log = SolverLog(self.name, self.verbose)
-        A = as_hermitian(op)
-        if op_single is None:
-            op_single = converted_operator(A, "single", native=True)
-        A_s = as_hermitian(op_single)
-        g_s = operand_grid(A_s)     # the single fields' grid: its own SIMD layout where the operator has one
         t0 = time.perf_counter()
-        if b.precision != "double":
-            b = convert(b, "double")
+        A, A_s, g_s, b = mixed_operators(op, b, op_single)
         # Inner solves log their own progress only at debug level.
         inner_verbose = "debug" if log.enabled("debug") else "error"
         inner = ConjugateGradient(self.inner_tol, self.maxiter, verbose=inner_verbose,

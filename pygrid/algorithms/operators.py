@@ -36,11 +36,11 @@ import inspect
 import weakref
 
 from ..errors import PyGridError
-from ..lattice import Lattice, eval as _eval, norm2
+from ..lattice import Lattice, convert as _convert, eval as _eval, norm2
 
 __all__ = [
     "LinearOperator", "HermitianOperator", "MdagMOperator", "as_operator", "as_hermitian",
-    "apply_M", "converted_operator", "operand_grid",
+    "apply_M", "converted_operator", "operand_grid", "mixed_operators",
 ]
 
 
@@ -215,6 +215,16 @@ def converted_operator(op, precision, native=False):
     if native and _has_parameter(conv, "native"):
         return conv(precision, native=True)
     return conv(precision)
+
+
+def mixed_operators(op, b, op_single=None):
+    """What a mixed-precision solve of ``op x = b`` works with: ``op`` as a Hermitian operator
+    ``A``; ``A_s``, ``op_single`` or else ``A.converted('single', native=True)`` (on single
+    precision's own SIMD layout where the operator offers it), Hermitian too; the grid of
+    ``A_s``'s fields (None where it does not say); and ``b`` in double."""
+    A = as_hermitian(op)
+    A_s = as_hermitian(op_single if op_single is not None else converted_operator(A, "single", native=True))
+    return A, A_s, operand_grid(A_s), b if b.precision == "double" else _convert(b, "double")
 
 
 def _has_parameter(fn, name):

@@ -1,18 +1,17 @@
 """Conjugate gradient in single precision with reliable updates in double."""
 from __future__ import annotations
 
-import math
 import time
 
-from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, convert, inner_product, norm2
-from .base import IterativeSolver, SolverRecord, finish, rel, vector_flops
+from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, convert, norm2
+from .base import IterativeSolver, MixedPrecisionSolver, SolverRecord, curvature, finish, rel, vector_flops
 from .log import SolverLog
-from .operators import apply_M, as_hermitian, converted_operator, operand_grid
+from .operators import apply_M, mixed_operators
 
 __all__ = ["ReliableUpdateConjugateGradient"]
 
 
-class ReliableUpdateConjugateGradient(IterativeSolver):
+class ReliableUpdateConjugateGradient(MixedPrecisionSolver, IterativeSolver):
     """CG whose iterations run in single precision, corrected in double without a restart.
 
     ``x, record = ReliableUpdateConjugateGradient(tol=1e-10)(op, b, x0=None, op_single=None)``
@@ -46,21 +45,11 @@ class ReliableUpdateConjugateGradient(IterativeSolver):
         self.delta = float(delta)
         self.max_stalls = int(max_stalls)
 
-    def __call__(self, op, b: Lattice, x0: Lattice | None = None, op_single=None
-                 ) -> tuple[Lattice, SolverRecord]:
-        return self.solve(op, b, x0, op_single)
-
     def solve(self, op, b: Lattice, x0: Lattice | None = None, op_single=None
               ) -> tuple[Lattice, SolverRecord]:
         log = SolverLog(self.name, self.verbose)
-        A = as_hermitian(op)
-        if op_single is None:
-            op_single = converted_operator(A, "single", native=True)
-        A_s = as_hermitian(op_single)
-        g_s = operand_grid(A_s)     # the single fields' grid: its own SIMD layout where the operator has one
         t0 = time.perf_counter()
-        if b.precision != "double":
-            b = convert(b, "double")
+        A, A_s, g_s, b = mixed_operators(op, b, op_single)
         bb = norm2(b)
         applications = 0
         if x0 is None:
@@ -95,14 +84,9 @@ class ReliableUpdateConjugateGradient(IterativeSolver):
         if log.enabled("iterative"):
             log.iterative("%s: iteration 0 residual %.2e tolerance %.2e", self.name, rel(rr, bb), self.tol)
         while not converged and k < self.maxiter:
-            if and_norm is not None:
-                pAp = and_norm(p_s, out=Ap_s)[1]
-            else:
-                apply_M(A_s, p_s, out=Ap_s)
-                pAp = inner_product(p_s, Ap_s).real
+            pAp, reason = curvature(A_s, p_s, Ap_s, and_norm)
             applications += 1
-            if not (pAp > 0.0) or not math.isfinite(pAp):
-                reason = f"breakdown: <p, A p> = {pAp:.3e}; the operator is not positive definite"
+            if reason is not None:
                 log.warning("%s: %s at iteration %d", self.name, reason, k)
                 break
             a = rr_s / pAp
