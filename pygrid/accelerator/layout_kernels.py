@@ -6,7 +6,7 @@ are the C kernels below (CUDA and OpenCL dialects of :mod:`.codegen_c`), so
 ``pick_checkerboard``, ``set_checkerboard`` and ``convert`` never take a field
 off the device.  One thread per (outer site, lane) of the smaller side; the
 maps ``om``, ``lm`` give, for each of those, the outer site and lane on the
-other side (``pygrid.lattice.ops._cb_map``)::
+other side (``pygrid.lattice.ops._layout_map``)::
 
     pg_gather:  out[o, p, l] = in[om[o, l], p, lm[o, l]]       (pick a checkerboard)
     pg_scatter: out[om[o, l], p, lm[o, l]] = in[o, p, l]       (set a checkerboard)

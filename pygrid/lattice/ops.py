@@ -418,20 +418,13 @@ def _same_lattice(src, grid):
 
 @functools.lru_cache(maxsize=64)
 def _layout_map(src, dst, cb):
-    """For each (outer site, lane) of ``dst``, where its site is in ``src`` (two grids of one lattice)."""
+    """For each (outer site, lane) of ``dst``, where its site is in ``src``: two grids of one lattice
+    (another SIMD layout, or a full grid and its red-black half for the checkerboards)."""
     c = dst.full_coords(cb)
     if src.checkerboarded:
         c = c.copy()
         c[..., src.cb_dim] //= 2  # the full coordinate to the red-black grid's stored one
     return src.outer_lane_of(c)
-
-
-@functools.lru_cache(maxsize=64)
-def _cb_map(full, cb):
-    rb = full.red_black
-    c = rb.full_coords(cb)  # (osites_rb, nsimd_rb, nd)
-    o, l = full.outer_lane_of(c)
-    return o, l
 
 
 def pick_checkerboard(cb: int, full_field: Lattice) -> Lattice:
@@ -442,7 +435,7 @@ def pick_checkerboard(cb: int, full_field: Lattice) -> Lattice:
     if cb not in (0, 1):
         raise GridError(f"checkerboard must be 0 or 1, got {cb!r}")
     out = Lattice(f.grid.red_black, f.site_type, f.precision, checkerboard=cb)
-    o, l = _cb_map(f.grid, cb)
+    o, l = _layout_map(f.grid, f.grid.red_black, cb)
     with (
         f._kernel_view(ViewMode.AcceleratorRead) as a,
         out._kernel_view(ViewMode.AcceleratorWriteDiscard) as b,
@@ -460,7 +453,7 @@ def set_checkerboard(full_field: Lattice, half: Lattice) -> Lattice:
         raise ConformabilityError(f"set_checkerboard: {h} is not on the red-black grid of {full_field.grid}")
     if h.site_type.levels != full_field.site_type.levels or h.precision != full_field.precision:
         raise SiteTypeError(f"set_checkerboard: {h} does not match {full_field}")
-    o, l = _cb_map(full_field.grid, h.checkerboard)
+    o, l = _layout_map(full_field.grid, h.grid, h.checkerboard)
     with (
         h._kernel_view(ViewMode.AcceleratorRead) as a,
         full_field._kernel_view(ViewMode.AcceleratorWrite) as b,
