@@ -61,11 +61,12 @@ def _setcomp(out, inp, cout, cin):
 
 def relayout(kind, out, inp, om=None, lm=None) -> None:
     """The backend ``relayout`` (contract.py) on host arrays: the loops above for C-contiguous
-    buffers of one dtype from :data:`COMPILED_BYTES` on, numpy
-    (:func:`pygrid.accelerator.host.relayout`) for the rest (and for the precision casts, which
-    numpy already does in one pass)."""
+    buffers from :data:`COMPILED_BYTES` on (a gather or scatter between precisions casts as it
+    moves: ``pg.convert`` onto another SIMD layout), numpy (:func:`pygrid.accelerator.host.relayout`)
+    for the rest (and for the precision casts on one layout, which numpy already does in one
+    pass)."""
     if (kind in ("gather", "scatter", "setcomp") and out.nbytes + inp.nbytes >= COMPILED_BYTES
-            and out.dtype == inp.dtype and out.ndim == 4
+            and (out.dtype == inp.dtype or kind != "setcomp") and out.ndim == 4
             and inp.ndim == 4 and out.flags.c_contiguous and inp.flags.c_contiguous
             and out.flags.writeable):
         if kind == "setcomp":

@@ -44,6 +44,8 @@ class SolverRecord:
     time           wall-clock seconds
     flops          estimated floating-point operations: linear algebra, plus the
                    operator's if it has ``flops_per_apply``; None if unknown
+    double_iterations  reliable-update CG: the iterations run in double once single precision
+                   no longer followed the system (0 where none were); None for the others
     """
 
     solver: str
@@ -58,6 +60,7 @@ class SolverRecord:
     outer_iterations: int | None = None
     inner_iterations: list[int] = field(default_factory=list)
     reason: str | None = None
+    double_iterations: int | None = None
 
     def __str__(self):
         state = "converged" if self.converged else "NOT converged"
