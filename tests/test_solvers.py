@@ -429,6 +429,9 @@ def test_reliable_update_cg_hands_over_to_double_where_single_cannot_follow(gaug
     check(op, x, rec, said, "breakdown", "the guess", tol=1e-8)
     _, ref = ConjugateGradient(tol=1e-8, maxiter=5000, verbose="error")(op, source)
     assert rec.double_iterations <= ref.iterations + 5
+    # where the restarted solver stops, and says what to use
+    _, mp = MixedPrecisionConjugateGradient(tol=1e-8, maxiter=5000, verbose="error")(op, source)
+    assert not mp.converged and "stagnated" in mp.reason and "ReliableUpdateConjugateGradient" in mp.reason
     # 1e-8 to 1e-10: not even double precision gets there (CG's iterated residual does, its true one
     # stays near 1e-8): not converged, and said
     op = Hopping(gauge, mass2=1e-8 - lowest)

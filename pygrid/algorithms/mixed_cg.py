@@ -84,7 +84,9 @@ class MixedPrecisionConjugateGradient(MixedPrecisionSolver):
                 reason = f"outer iteration limit {self.outer_maxiter} reached"
                 break
             if len(history) >= 2 and res >= history[-2]:
-                reason = "stagnated: the true residual did not decrease in an outer step"
+                reason = ("stagnated: the true residual did not decrease in an outer step (single precision "
+                          "cannot follow this system; ReliableUpdateConjugateGradient hands such a solve "
+                          "over to double, ConjugateGradient solves it in double)")
                 log.warning("%s: %s (%.2e)", self.name, reason, res)
                 break
             outer += 1
