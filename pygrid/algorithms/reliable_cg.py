@@ -36,10 +36,10 @@ class ReliableUpdateConjugateGradient(MixedPrecisionSolver, IterativeSolver):
     guess where single precision has made it worse; started again from its own solution while its
     true residual, not its iterated one, is above ``tol`` and still falls), and says so: when the
     true residual has not fallen over ``max_stalls`` updates in a row, when it is more than
-    ``max_drift`` times the iterated one, or when ``<p, A_s p>`` breaks down.  The record's ``history`` holds the iterated
-    residual of each iteration, ``outer_iterations`` the number of reliable updates,
-    ``double_iterations`` the iterations of that CG in double (0 where there were none).  ``b`` and
-    ``x0`` are only read; the solution is a new double field.
+    ``max_drift`` times the iterated one, or when ``<p, A_s p>`` breaks down.  The record's
+    ``history`` holds the iterated residual of each iteration, ``outer_iterations`` the number of
+    reliable updates, ``double_iterations`` the iterations of that CG in double (0 where there were
+    none).  ``b`` and ``x0`` are only read; the solution is a new double field.
     """
 
     def __init__(self, tol: float = 1e-8, maxiter: int = 10000, delta: float = 0.2, max_stalls: int = 5,
