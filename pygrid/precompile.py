@@ -6,7 +6,8 @@
 Each operator runs once, on a small random gauge field with antiperiodic time,
 through every method a job calls (M, Mdag, MdagM, the even-odd pieces, the Schur operator, a Schur-
 preconditioned CG solve and, for domain wall, the 4D source and solution
-projections), so that its kernels are compiled and stored in the kernel cache
+projections; with ``--precision both`` also the two solvers that iterate in single on the double
+operator), so that its kernels are compiled and stored in the kernel cache
 ($PYGRID_CACHE_DIR, default ~/.cache/pygrid).  A later process with the same
 backend, SIMD width (Nsimd) and MPI layout loads them in well under a second
 each instead of compiling for tens of seconds.
@@ -46,11 +47,15 @@ def _operators(text):
 
 
 def exercise(op: str, grid, precision: str, Ls: int) -> None:
-    """Every method a job calls on operator ``op``, once, in ``precision``."""
+    """Every method a job calls on operator ``op``, once, in ``precision``; ``mixed``: the steps of
+    the solvers that iterate in single on a double operator (its kernels of both precisions
+    compiled before)."""
     import pygrid as pg
-    from pygrid.algorithms import ConjugateGradient
+    from pygrid.algorithms import ConjugateGradient, MixedPrecisionConjugateGradient, ReliableUpdateConjugateGradient
     from pygrid.config import current
 
+    mixed = precision == "mixed"
+    precision = "double" if mixed else precision
     rng = pg.ParallelRNG(grid, [11, 3])
     U = pg.qcd.random_gauge(grid, rng, precision=precision)
     bc = {"boundary_phases": pg.qcd.ANTIPERIODIC_T}       # the phased links are kernels too
@@ -62,6 +67,10 @@ def exercise(op: str, grid, precision: str, Ls: int) -> None:
         D = pg.qcd.MobiusFermion(U, Ls, 0.1, 1.8, 1.5, 0.5, **bc)
     b = D.new_fermion()
     pg.ParallelRNG(D.grid, [5]).gaussian(b)
+    if mixed:
+        for solver in (ReliableUpdateConjugateGradient, MixedPrecisionConjugateGradient):
+            pg.qcd.schur_solve(D, b, solver(1e-6, maxiter=200, verbose=False))
+        return
     for name in ("M", "Mdag", "MdagM", "Dhop"):
         getattr(D, name)(b)
     half = pg.pick_checkerboard(1, b)
@@ -97,6 +106,8 @@ def run(argv) -> int:
     dims = tuple(current().grid or DEFAULT_GRID)
     backend = pg.get_backend()
     jobs = [(op, prec) for op in ops for prec in precisions]
+    if args.precision == "both":  # and the mixed-precision solvers' steps between them
+        jobs += [(op, "mixed") for op in ops]
     print(f"pygrid precompile on {backend.describe()}: {', '.join(ops)} in {' and '.join(precisions)}, "
           f"lattice {'.'.join(map(str, dims))}, kernel cache {cache_dir()}", flush=True)
     t_all, (n_all, c_all) = time.perf_counter(), totals()
@@ -111,7 +122,7 @@ def run(argv) -> int:
     numpy_below, layout_numba.COMPILED_BYTES = layout_numba.COMPILED_BYTES, 0
     try:
         for i, (op, prec) in enumerate(jobs, 1):
-            grid = pg.GridCartesian(list(dims), precision=prec)
+            grid = pg.GridCartesian(list(dims), precision="double" if prec == "mixed" else prec)
             t0, (n0, c0) = time.perf_counter(), totals()
             exercise(op, grid, prec, args.Ls)
             n, c = totals()

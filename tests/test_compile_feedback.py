@@ -112,6 +112,31 @@ print(len(history()), [w for w, _ in history() if any(k in w for k in names)])
     assert r.stdout.split(" ", 1)[1].strip() == "[]", r.stdout   # no Dirac kernel or its helpers compiled
 
 
+def test_precompile_both_precisions_covers_the_mixed_solvers():
+    r = _run(["precompile", "--grid", "4.4.4.8", "--operators", "wilson", "--precision", "both"])
+    assert r.returncode == 0, r.stderr
+    assert any(x.startswith("[3/3] wilson  mixed   Nsimd") for x in r.stdout.splitlines()), r.stdout
+    job = """
+import pygrid as pg
+from pygrid.accelerator import layout_numba
+from pygrid.accelerator.compile_log import history
+from pygrid.algorithms import MixedPrecisionConjugateGradient, ReliableUpdateConjugateGradient
+pg.init(['--grid', '4.4.4.8', '--log', 'warning'])
+layout_numba.COMPILED_BYTES = 0   # the layout moves of a large lattice
+g = pg.GridCartesian()
+U = pg.qcd.random_gauge(g, pg.ParallelRNG(g, [1]))
+D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=pg.qcd.ANTIPERIODIC_T)
+b = pg.ParallelRNG(g, [2]).gaussian(pg.LatticeFermion(g))
+for solver in (ReliableUpdateConjugateGradient, MixedPrecisionConjugateGradient):
+    x, rec = pg.qcd.schur_solve(D, b, solver(1e-10, verbose=False))
+    assert rec.converged
+print([w for w, _ in history()])
+"""
+    r = _run(None, code=job)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout   # nothing compiled in the job
+
+
 @pytest.mark.parametrize("args, message", [
     (["--operators", "wilson,clover"], "--operators: unknown operator clover; choose from wilson, dwf"),
     (["--Ls", "0"], "--Ls must be a positive integer, got 0"),
