@@ -51,7 +51,11 @@ def exercise(op: str, grid, precision: str, Ls: int) -> None:
     the solvers that iterate in single on a double operator (its kernels of both precisions
     compiled before)."""
     import pygrid as pg
-    from pygrid.algorithms import ConjugateGradient, MixedPrecisionConjugateGradient, ReliableUpdateConjugateGradient
+    from pygrid.algorithms import (
+        ConjugateGradient,
+        MixedPrecisionConjugateGradient,
+        ReliableUpdateConjugateGradient,
+    )
     from pygrid.config import current
 
     mixed = precision == "mixed"
