@@ -429,6 +429,13 @@ def test_reliable_update_cg_hands_over_to_double_where_single_cannot_follow(gaug
     check(op, x, rec, said, "breakdown", "the guess", tol=1e-8)
     _, ref = ConjugateGradient(tol=1e-8, maxiter=5000, verbose="error")(op, source)
     assert rec.double_iterations <= ref.iterations + 5
+    # from a guess given in single precision: CG in double starts from it, converted, and it is
+    # only read
+    x0 = pg.convert(pg.eval(1e-3 * source), "single")
+    before = x0.to_numpy()
+    x, rec, said = _handover(caplog, op, source, x0=x0, tol=1e-8)
+    check(op, x, rec, said, "breakdown", "the guess", tol=1e-8)
+    assert np.array_equal(x0.to_numpy(), before)
     # where the restarted solver stops, and says what to use
     _, mp = MixedPrecisionConjugateGradient(tol=1e-8, maxiter=5000, verbose="error")(op, source)
     assert not mp.converged and "stagnated" in mp.reason and "ReliableUpdateConjugateGradient" in mp.reason
