@@ -44,8 +44,8 @@ class SolverRecord:
     time           wall-clock seconds
     flops          estimated floating-point operations: linear algebra, plus the
                    operator's if it has ``flops_per_apply``; None if unknown
-    double_iterations  reliable-update CG: the iterations run in double once single precision
-                   no longer followed the system (0 where none were); None for the others
+    double_iterations  the mixed-precision solvers: the iterations of CG in double once single
+                   precision no longer followed the system (0 where none were); None for the others
     """
 
     solver: str

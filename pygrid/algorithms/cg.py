@@ -1,6 +1,7 @@
 """Conjugate gradient for Hermitian positive definite operators."""
 from __future__ import annotations
 
+import math
 import time
 
 from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, norm2
@@ -106,3 +107,27 @@ class ConjugateGradient(IterativeSolver):
                      history=history, elapsed=elapsed, vector_flops_per_iter=4.5 * vector_flops(b),
                      applications=applications, reason=reason)
         return x, rec
+
+
+def cg_in_double(solver, A, b, bb, x, maxiter):
+    """The rest of a mixed-precision ``solver``'s solve where single precision cannot follow the
+    system: CG in double from ``x`` (None: zero), started again from its solution while its iterated
+    residual has converged and its true one has not but has fallen.  Returns the solution, whether
+    it converged (its true residual at ``solver.tol``), why not, ``|b - A x|^2`` and the record of
+    each CG."""
+    runs, last = [], math.inf
+    while True:
+        cg = ConjugateGradient(solver.tol, max(0, maxiter), solver.verbose, log_every=solver.log_every,
+                               name=f"{solver.name} (in double)")
+        x, rec = cg.solve(A, b, x)
+        runs.append(rec)
+        maxiter -= rec.iterations
+        rr = rec.true_residual ** 2 * bb
+        if rec.true_residual <= solver.tol:
+            return x, True, None, rr, runs
+        if not rec.converged:
+            return x, False, rec.reason, rr, runs
+        if rec.true_residual >= last:
+            return x, False, (f"stagnated in double: the true residual ({rec.true_residual:.2e}) did not "
+                              "fall when CG started again"), rr, runs
+        last = rec.true_residual

@@ -5,7 +5,7 @@ import time
 
 from ..lattice import Lattice, convert, norm2
 from .base import MixedPrecisionSolver, SolverError, SolverRecord, rel
-from .cg import ConjugateGradient
+from .cg import ConjugateGradient, cg_in_double
 from .log import SolverLog
 from .operators import apply_M, mixed_operators
 
@@ -28,9 +28,14 @@ class MixedPrecisionConjugateGradient(MixedPrecisionSolver):
     ``op`` must be Hermitian positive definite, as for CG.  ``b`` and ``x0`` are
     only read, as for CG: the solution is a new double-precision field.
 
-    The record's ``iterations`` counts inner iterations over all outer steps,
-    ``outer_iterations`` the outer steps, ``inner_iterations`` each inner
-    solve's count, and ``history`` the true residual at each outer step.
+    Where single precision cannot follow the system (an operator nearly singular at its rounding),
+    the true residual stops falling from one outer step to the next: the rest of the solve is then
+    :class:`ConjugateGradient` in double, from the solution so far (from the guess where the
+    corrections made it worse), and says so, as :class:`ReliableUpdateConjugateGradient` does.
+
+    The record's ``iterations`` counts inner iterations over all outer steps (and those of CG in
+    double, ``double_iterations``), ``outer_iterations`` the outer steps, ``inner_iterations`` each
+    inner solve's count, and ``history`` the true residual at each outer step.
     """
 
     def __init__(self, tol=1e-8, inner_tol=1e-5, maxiter=1000, outer_maxiter=20, verbose=None,
@@ -67,6 +72,7 @@ class MixedPrecisionConjugateGradient(MixedPrecisionSolver):
         reason = None
         outer = 0
         res = None
+        lost = False
         while True:
             if x0 is None and outer == 0:
                 r = b.copy()  # x = 0: r = b without applying A
@@ -84,10 +90,7 @@ class MixedPrecisionConjugateGradient(MixedPrecisionSolver):
                 reason = f"outer iteration limit {self.outer_maxiter} reached"
                 break
             if len(history) >= 2 and res >= history[-2]:
-                reason = ("stagnated: the true residual did not decrease in an outer step (single precision "
-                          "cannot follow this system; ReliableUpdateConjugateGradient hands such a solve "
-                          "over to double, ConjugateGradient solves it in double)")
-                log.warning("%s: %s (%.2e)", self.name, reason, res)
+                lost = True
                 break
             outer += 1
             # The inner tolerance: inner_tol, but no tighter than needed to finish.
@@ -100,10 +103,26 @@ class MixedPrecisionConjugateGradient(MixedPrecisionSolver):
             if log.enabled("iterative"):
                 log.iterative("%s: outer %d residual %.2e inner iterations %d time %.3g s", self.name,
                               outer, res, irec.iterations, time.perf_counter() - t0)
+        double_its = 0
+        if lost:
+            # single precision cannot follow this system: CG in double takes over
+            worse = res > history[0]
+            log.message("%s: in single precision the true residual (%.2e) did not fall in outer step %d: "
+                        "ConjugateGradient in double goes on from %s", self.name, res, outer,
+                        "the guess" if worse else "the solution so far")
+            if worse:  # a solution made worse holds grown low modes whose rounding would stay
+                x = None if x0 is None else convert(x0, "double") if x0.precision != "double" else x0
+            x, converged, reason, rr, runs = cg_in_double(self, A, b, bb, x, self.maxiter)
+            for run in runs:
+                double_its += run.iterations
+                applications += run.operator_applications
+                flops += run.flops or 0.0
+            res = rel(rr, bb)
+            history.append(res)
         elapsed = time.perf_counter() - t0
-        rec = SolverRecord(self.name, converged, sum(inner_its), res, history, elapsed, flops or None,
-                           self.tol, applications, outer_iterations=outer, inner_iterations=inner_its,
-                           reason=reason)
+        rec = SolverRecord(self.name, converged, sum(inner_its) + double_its, res, history, elapsed,
+                           flops or None, self.tol, applications, outer_iterations=outer,
+                           inner_iterations=inner_its, reason=reason, double_iterations=double_its)
         if converged:
             log.message("%s converged in %d iterations (%d outer), true residual %.2e, time %.3g s",
                         self.name, rec.iterations, outer, res, elapsed)

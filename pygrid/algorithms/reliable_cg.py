@@ -1,12 +1,11 @@
 """Conjugate gradient in single precision with reliable updates in double."""
 from __future__ import annotations
 
-import math
 import time
 
 from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, convert, inner_product, norm2
 from .base import IterativeSolver, MixedPrecisionSolver, SolverRecord, curvature, finish, rel, vector_flops
-from .cg import ConjugateGradient
+from .cg import cg_in_double
 from .log import SolverLog
 from .operators import apply_M, mixed_operators
 
@@ -65,27 +64,6 @@ class ReliableUpdateConjugateGradient(MixedPrecisionSolver, IterativeSolver):
         r = b.new_like()
         r @= b - apply_M(A, x)
         return x, r, norm2(r), 1
-
-    def _in_double(self, A, b, bb, x, maxiter):
-        """CG in double from ``x`` (None: zero), started again from its solution while its iterated
-        residual has converged and its true one has not but has fallen: the solution, whether it
-        converged, why not, ``|b - A x|^2`` and the record of each CG."""
-        runs, last = [], math.inf
-        while True:
-            cg = ConjugateGradient(self.tol, maxiter, self.verbose, log_every=self.log_every,
-                                   name=f"{self.name} (in double)")
-            x, rec = cg.solve(A, b, x)
-            runs.append(rec)
-            maxiter -= rec.iterations
-            rr = rec.true_residual ** 2 * bb
-            if rec.true_residual <= self.tol:
-                return x, True, None, rr, runs
-            if not rec.converged:
-                return x, False, rec.reason, rr, runs
-            if rec.true_residual >= last:
-                return x, False, (f"stagnated in double: the true residual ({rec.true_residual:.2e}) did not "
-                                  "fall when CG started again"), rr, runs
-            last = rec.true_residual
 
     def solve(self, op, b: Lattice, x0: Lattice | None = None, op_single=None
               ) -> tuple[Lattice, SolverRecord]:
@@ -169,7 +147,7 @@ class ReliableUpdateConjugateGradient(MixedPrecisionSolver, IterativeSolver):
             # a solution made worse holds grown low modes whose rounding would stay in the residual
             if worse:
                 x = None if x0 is None else convert(x0, "double") if x0.precision != "double" else x0
-            x, converged, reason, rr, runs = self._in_double(A, b, bb, x, self.maxiter - k)
+            x, converged, reason, rr, runs = cg_in_double(self, A, b, bb, x, self.maxiter - k)
             for rec in runs:
                 k += rec.iterations
                 double_iterations += rec.iterations
