@@ -83,14 +83,8 @@ def _run(args, env=None, code=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
 
 
-def test_precompile_fills_the_cache_for_a_later_job():
-    r = _run(["precompile", "--grid", "4.4.4.8", "--operators", "wilson", "--precision", "double"])
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert lines[0].startswith("pygrid precompile on openmp") and "wilson in double" in lines[0]
-    assert any(x.startswith("[1/1] wilson  double  Nsimd") for x in lines), lines
-    assert lines[-1].startswith("done in")
-    job = """
+#: a later job's start: a Wilson operator on a 4.4.4.8 lattice, the layout moves compiled as on a large one
+_JOB = """
 import pygrid as pg
 from pygrid.accelerator import layout_numba
 from pygrid.accelerator.compile_log import history
@@ -100,6 +94,17 @@ g = pg.GridCartesian()
 U = pg.qcd.random_gauge(g, pg.ParallelRNG(g, [1]))
 D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=pg.qcd.ANTIPERIODIC_T)
 b = pg.ParallelRNG(g, [2]).gaussian(pg.LatticeFermion(g))
+"""
+
+
+def test_precompile_fills_the_cache_for_a_later_job():
+    r = _run(["precompile", "--grid", "4.4.4.8", "--operators", "wilson", "--precision", "double"])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("pygrid precompile on openmp") and "wilson in double" in lines[0]
+    assert any(x.startswith("[1/1] wilson  double  Nsimd") for x in lines), lines
+    assert lines[-1].startswith("done in")
+    job = _JOB + """
 x, rec = pg.qcd.schur_solve(D, b, pg.algorithms.ConjugateGradient(1e-8, 1000, verbose=False))
 assert rec.converged
 # large fields read compressed links: that kernel too
@@ -116,17 +121,8 @@ def test_precompile_both_precisions_covers_the_mixed_solvers():
     r = _run(["precompile", "--grid", "4.4.4.8", "--operators", "wilson", "--precision", "both"])
     assert r.returncode == 0, r.stderr
     assert any(x.startswith("[3/3] wilson  mixed   Nsimd") for x in r.stdout.splitlines()), r.stdout
-    job = """
-import pygrid as pg
-from pygrid.accelerator import layout_numba
-from pygrid.accelerator.compile_log import history
+    job = _JOB + """
 from pygrid.algorithms import MixedPrecisionConjugateGradient, ReliableUpdateConjugateGradient
-pg.init(['--grid', '4.4.4.8', '--log', 'warning'])
-layout_numba.COMPILED_BYTES = 0   # the layout moves of a large lattice
-g = pg.GridCartesian()
-U = pg.qcd.random_gauge(g, pg.ParallelRNG(g, [1]))
-D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=pg.qcd.ANTIPERIODIC_T)
-b = pg.ParallelRNG(g, [2]).gaussian(pg.LatticeFermion(g))
 for solver in (ReliableUpdateConjugateGradient, MixedPrecisionConjugateGradient):
     x, rec = pg.qcd.schur_solve(D, b, solver(1e-10, verbose=False))
     assert rec.converged
