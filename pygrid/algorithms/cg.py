@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, norm2
+from ..lattice import Lattice, axpy, axpy_norm2, axpy_xpay, convert, norm2
 from .base import IterativeSolver, SolverRecord, curvature, finish, rel, vector_flops
 from .log import SolverLog
 from .operators import apply_M, as_hermitian
@@ -111,11 +111,13 @@ class ConjugateGradient(IterativeSolver):
 
 def cg_in_double(solver, A, b, bb, x, maxiter):
     """The rest of a mixed-precision ``solver``'s solve where single precision cannot follow the
-    system: CG in double from ``x`` (None: zero), started again from its solution while its iterated
-    residual has converged and its true one has not but has fallen.  Returns the solution, whether
-    it converged (its true residual at ``solver.tol``), why not, ``|b - A x|^2`` and the record of
-    each CG."""
+    system: CG in double from ``x`` (None: zero; in single: converted, only read), started again
+    from its solution while its iterated residual has converged and its true one has not but has
+    fallen.  Returns the solution, whether it converged (its true residual at ``solver.tol``), why
+    not, ``|b - A x|^2`` and the record of each CG."""
     runs, last = [], math.inf
+    if x is not None and x.precision != "double":
+        x = convert(x, "double")
     while True:
         cg = ConjugateGradient(solver.tol, max(0, maxiter), solver.verbose, log_every=solver.log_every,
                                name=f"{solver.name} (in double)")

@@ -110,9 +110,8 @@ class MixedPrecisionConjugateGradient(MixedPrecisionSolver):
             log.message("%s: in single precision the true residual (%.2e) did not fall in outer step %d: "
                         "ConjugateGradient in double goes on from %s", self.name, res, outer,
                         "the guess" if worse else "the solution so far")
-            if worse:  # a solution made worse holds grown low modes whose rounding would stay
-                x = None if x0 is None else convert(x0, "double") if x0.precision != "double" else x0
-            x, converged, reason, rr, runs = cg_in_double(self, A, b, bb, x, self.maxiter)
+            # a solution made worse holds grown low modes whose rounding would stay in the residual
+            x, converged, reason, rr, runs = cg_in_double(self, A, b, bb, x0 if worse else x, self.maxiter)
             for run in runs:
                 double_its += run.iterations
                 applications += run.operator_applications

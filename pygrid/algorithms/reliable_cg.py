@@ -145,9 +145,8 @@ class ReliableUpdateConjugateGradient(MixedPrecisionSolver, IterativeSolver):
             log.message("%s: in single precision at iteration %d %s: ConjugateGradient in double goes on "
                         "from %s", self.name, k, lost, "the guess" if worse else "the solution so far")
             # a solution made worse holds grown low modes whose rounding would stay in the residual
-            if worse:
-                x = None if x0 is None else convert(x0, "double") if x0.precision != "double" else x0
-            x, converged, reason, rr, runs = cg_in_double(self, A, b, bb, x, self.maxiter - k)
+            x, converged, reason, rr, runs = cg_in_double(self, A, b, bb, x0 if worse else x,
+                                                          self.maxiter - k)
             for rec in runs:
                 k += rec.iterations
                 double_iterations += rec.iterations
