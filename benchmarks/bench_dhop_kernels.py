@@ -34,11 +34,12 @@ and stores" reads what the kernel reads (each point's neighbour spinor and its l
 site, backward at the neighbour) and writes the result; "compulsory stream" reads each input once
 (the site's spinor and its four links) and writes the result, the traffic a perfect kernel moves,
 as streams; "copy of N B a site" is the roofline's parallel copy (``pygrid.bench.roofline``) moving
-the same bytes, read + write.  Their GFlop/s are the kernel's flop count over their time: the
-kernel's pace if it were bound by its access pattern, by the compulsory traffic alone, and by the
-roofline.  With ``--compressed`` as well, "loads and stores, compressed" reads the links as the
-kernel on compressed links does (12 vectors a link), "compulsory stream, compressed" each site's
-spinor and two rows of its four links once, and a second copy moves those 768 B a site (double).
+the same bytes, read + write, with cached and with streaming stores (the roofline is the faster).
+Their GFlop/s are the kernel's flop count over their time: the kernel's pace if it were bound by
+its access pattern, by the compulsory traffic alone, and by the roofline.  With ``--compressed`` as
+well, "loads and stores, compressed" reads the links as the kernel on compressed links does (12
+vectors a link), "compulsory stream, compressed" each site's spinor and two rows of its four links
+once, and a second copy moves those 768 B a site (double).
 
 Every variant's result is checked against the first one's.
 """
@@ -52,7 +53,7 @@ import numpy as np
 
 import pygrid as pg
 from pygrid.accelerator.backends import get_backend
-from pygrid.bench.roofline import copy_kernel, touched
+from pygrid.bench.roofline import copy_kernel, stream_copy_kernel, touched
 from pygrid.memory.aligned import aligned_empty
 
 
@@ -225,8 +226,8 @@ def main():
 
     def run(v):
         _, k, a, _, t = v
-        if k is None:  # the roofline's copy: the parallel numba copy of pygrid.bench
-            copy_kernel(*a)
+        if k is None:  # the roofline's copies (pygrid.bench.roofline): cached and streaming stores
+            (stream_copy_kernel if t else copy_kernel)(*a)
             return
         if t == 1:
             k(0, n4, *a)
@@ -240,6 +241,7 @@ def main():
     for label, src, dst in copies:
         # a copy moves the hop's bytes, so its calls a second are the hop's at the copy's pace
         variants.append((label + " (copy)", None, (dst, src), None, 0))
+        variants.append((label + " (copy, streaming stores)", None, (dst, src), None, 1))
     for v in variants:
         run(v)
         run(v)

@@ -52,6 +52,24 @@ def test_axpy_and_axpy_norm2_match_numpy(name, precision, alias):
             assert abs(n - np.vdot(zz, zz).real) <= rel * np.vdot(zz, zz).real
 
 
+@pytest.mark.skipif(COMPILED != "openmp", reason="the openmp backend's kernel (reductions_numba)")
+@pytest.mark.parametrize("precision", ["double", "single"])
+@pytest.mark.parametrize("alias", ALIASES)
+def test_axpy_into_a_field_apart_streams_past_the_caches(precision, alias, monkeypatch):
+    """Over STREAM_BYTES (lowered here to take a small lattice) axpy into a fresh z writes it with
+    non-temporal stores; aliased calls keep cached stores.  Either way z is a x + y."""
+    from pygrid.accelerator import reductions_numba as rn
+
+    monkeypatch.setattr(rn, "STREAM_BYTES", 0)
+    taken = []
+    monkeypatch.setattr(rn, "_streams", lambda z, x, y, f=rn._streams: taken.append(f(z, x, y)) or taken[-1])
+    with backend(COMPILED):
+        for a in (0.37, -1.5 + 0.25j):
+            z, want, got = run(pg.axpy, alias, a, pg.SpinColourVector(), precision)
+            np.testing.assert_allclose(z.to_numpy(), want, rtol=0, atol=TOL[precision] * np.abs(want).max())
+    assert taken and all(t == (alias in ("fresh", "x=y")) for t in taken), taken
+
+
 @settings(max_examples=25, deadline=None)
 @given(t=st.sampled_from(TYPES), alias=st.sampled_from(ALIASES), re=st.floats(-3, 3), im=st.floats(-3, 3),
        single=st.booleans(), rb=st.booleans(), norm=st.booleans())

@@ -218,6 +218,9 @@ def test_json(kind, tmp_path):
         assert ("Dirac kernel: " + ("hand-unrolled" if d["variant"] == "unroll" else "generic")) in r.stdout
     if kind == "su3":
         assert run["kernels"]["su3_mul"]["flops_per_site"] == 198
+    if kind == "memory":  # both copies shown; the faster sets the roofline
+        copies = [run["kernels"][k]["gbps"] for k in ("copy", "copy_stream")]
+        assert run["roofline"]["copy_gbps"] == pytest.approx(max(copies))
     if kind == "cache":
         rs = run["kernels"]["read_sweep"]
         assert rs["h2d_per_call"] > 0 and rs["evictions_per_call"] > 0

@@ -153,10 +153,9 @@ def format_run(run: Run) -> str:
              f"Nsimd {run.nsimd}, simd layout {'.'.join(map(str, run.simd_layout))}"]
     if run.roofline is not None:
         r = run.roofline
+        how = r.description.split(" moving")[0]
         if r.description.startswith("numba"):
-            how = "numba copy (" + ("parallel" if r.nbytes // 2 >= PARALLEL_MIN_BYTES else "one thread") + ")"
-        else:
-            how = r.description.split(" moving")[0]
+            how += " (" + ("parallel" if r.nbytes // 2 >= PARALLEL_MIN_BYTES else "one thread") + ")"
         lines.append(
             f"  bandwidth roofline: {how} of {r.nbytes // 2:.0f} B -> "
             f"{r.gbps:.2f} GB/s ({format_seconds(r.seconds).strip()} per call, {r.iterations} calls)"
