@@ -58,16 +58,32 @@ def test_axpy_and_axpy_norm2_match_numpy(name, precision, alias):
 def test_axpy_into_a_field_apart_streams_past_the_caches(precision, alias, monkeypatch):
     """Over STREAM_BYTES (lowered here to take a small lattice) axpy into a fresh z writes it with
     non-temporal stores; aliased calls keep cached stores.  Either way z is a x + y."""
-    from pygrid.accelerator import reductions_numba as rn
+    from pygrid.accelerator import host, reductions_numba as rn
 
-    monkeypatch.setattr(rn, "STREAM_BYTES", 0)
+    monkeypatch.setattr(host, "STREAM_BYTES", 0)
     taken = []
-    monkeypatch.setattr(rn, "_streams", lambda z, x, y, f=rn._streams: taken.append(f(z, x, y)) or taken[-1])
+    monkeypatch.setattr(rn, "streams", lambda *a, f=host.streams: taken.append(f(*a)) or taken[-1])
     with backend(COMPILED):
         for a in (0.37, -1.5 + 0.25j):
             z, want, got = run(pg.axpy, alias, a, pg.SpinColourVector(), precision)
             np.testing.assert_allclose(z.to_numpy(), want, rtol=0, atol=TOL[precision] * np.abs(want).max())
     assert taken and all(t == (alias in ("fresh", "x=y")) for t in taken), taken
+
+
+def test_axpy_streams_only_into_a_large_aligned_field_apart(monkeypatch):
+    from pygrid.accelerator import host
+
+    g = grid((4, 4, 4, 4))
+    psi = random_field(g, pg.SpinColourVector())
+    out = pg.Lattice(g, pg.SpinColourVector())
+    with out.view(pg.CpuWrite) as o, psi.view(pg.CpuRead) as p:
+        assert not host.streams(o, [p], g.nsimd)      # 2 x 96 KiB: in the caches
+        monkeypatch.setattr(host, "STREAM_BYTES", 0)
+        assert host.streams(o, [p], g.nsimd)
+        assert not host.streams(o, [o], g.nsimd)
+        raw = np.empty(o.size + 8, o.dtype)     # numpy aligns to 16 bytes: one real past is off a vector
+        assert raw.ctypes.data % 16 == 0
+        assert not host.streams(raw[1:o.size + 1].reshape(o.shape), [p], g.nsimd)
 
 
 @settings(max_examples=25, deadline=None)

@@ -27,6 +27,24 @@ def launch_bytes(args: tuple) -> int:
     return getattr(args[0], "nbytes", 0) if args else 0
 
 
+#: ``pg.axpy`` into a buffer apart from its inputs, all of them together of more bytes than this (the
+#: last-level cache of both development machines), writes past the caches (non-temporal stores):
+#: no line is read before it is written.  Against cached stores on the AVX2 machine, two threads
+#: (2026-11-29): 1.31-1.49x in double from 36 MiB up, 1.08x and 1.33x in single at 44 and 91 MiB;
+#: 0.83-0.94x at 18-27 MiB and 0.54-0.65x at 1-11 MiB.  (The expression kernels written the same
+#: way, through a scratch tensor a site, ran level with their cached stores: 0.96-1.07x at 24^4.)
+STREAM_BYTES = 32 << 20
+
+
+def streams(out: np.ndarray, inputs, nsimd: int) -> bool:
+    """Whether a kernel writing ``out`` from ``inputs`` writes it past the caches: ``out`` apart
+    from every input (whose reads would otherwise have brought its lines in), each vector of
+    ``nsimd`` lanes of it aligned, and the buffers larger than the caches (:data:`STREAM_BYTES`)."""
+    return (out.nbytes + sum(a.nbytes for a in inputs) > STREAM_BYTES
+            and out.ctypes.data % (nsimd * out.itemsize) == 0
+            and not any(np.may_share_memory(out, a) for a in inputs))
+
+
 def serial_launcher(kernel: Callable, args: tuple = (),
                     entry_of: Callable[[tuple], Callable] | None = None) -> Callable[..., None]:
     """``launch(osites, *args)``, :func:`serial_for` of ``kernel``, and ``launch.again(osites)`` and

@@ -32,7 +32,7 @@ import numpy as np
 from . import simd_numba
 from .codegen_c import tree_sum
 from .compile_cache import load_module
-from .host import KeptBinding, holds_a_buffer, keep, launch_bytes, read_only
+from .host import KeptBinding, holds_a_buffer, keep, launch_bytes, read_only, streams
 
 _modules: dict = {}
 
@@ -50,13 +50,6 @@ INNER_UNROLL = 1
 #: copy at 16^4.  Each widened sum is within (2 + log2 G) 2^-24 of the sum of its products' sizes
 #: (Grid sums a whole site, 12 complex numbers of a spinor, in single before its double sum)
 SINGLE_GROUP = 4
-
-#: ``axpy`` into a field apart from its inputs, the three fields of more bytes than this (the
-#: last-level cache of both development machines): z is written past the caches (non-temporal
-#: stores), which skips the read of each of its lines before the write.  Against cached stores on the
-#: AVX2 machine, two threads (2026-11-29): 1.31-1.49x in double from 36 MiB up, 1.08x and 1.33x in
-#: single at 44 and 91 MiB; 0.83-0.94x at 18-27 MiB and 0.54-0.65x at 1-11 MiB
-STREAM_BYTES = 32 << 20
 
 
 def source(nsimd: int, dtype: str, norm2_unroll: int = NORM2_UNROLL, inner_unroll: int = INNER_UNROLL,
@@ -313,18 +306,10 @@ def _axpy(backend, z, a, x, y, norm):
     if norm:
         kernel = mod.axpy_norm2_block
     else:
-        kernel = mod.axpy_stream_block if _streams(z, x, y) else mod.axpy_block
+        kernel = mod.axpy_stream_block if streams(z, (x, y), z.shape[3]) else mod.axpy_block
     backend.accelerator_for(n, kernel, *head, *tail)
     _keep(backend, kernel, head + tail, partials, key, (z, x, y), n=n, nhead=len(head))
     return _total(partials[0]) if norm else None
-
-
-def _streams(z, x, y):
-    """Whether ``axpy`` writes z past the caches: z is apart from x and y (whose reads would
-    otherwise have brought its lines in), each vector of it aligned, and the three fields larger
-    than the caches (:data:`STREAM_BYTES`)."""
-    return (3 * z.nbytes > STREAM_BYTES and z.ctypes.data % (z.shape[3] * z.itemsize) == 0
-            and not np.may_share_memory(z, x) and not np.may_share_memory(z, y))
 
 
 def axpy_xpay(backend, x, a, p, r, b):
