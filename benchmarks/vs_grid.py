@@ -10,7 +10,9 @@ Each round runs, per case and lattice, Grid's generic kernel, Grid's --dslash-un
 kernel and pygrid's openmp backend, each in a fresh process; Grid's figure is the best of
 its two kernels (the first `mflop/s =` line of its output, the hopping term), pygrid's the
 Dhop GFlop/s of its --json report.  The table gives the median over the rounds of each, and
-the ratio pygrid / Grid, with the machine (CPU model, SIMD width) on every row.  Each round's
+the ratio pygrid / Grid, with the machine (CPU model, SIMD width) on every row, and each one's
+share of the bandwidth roofline set by the copy of pygrid's run in the round (Grid's counted with
+its links whole, 960 B a Wilson site in double; pygrid's as its benchmark counts it).  Each round's
 line gives the threads' probe (pygrid.bench.scaling: how many threads' worth of compute-bound
 work the threads did together, in long blocks / in launches of 40 us) just before Grid's runs
 and before and after pygrid's: a first figure well under the thread count means the machine
@@ -135,8 +137,25 @@ def run_pygrid(kind, flags, lattice, threads, precision):
         with open(out) as f:
             doc = json.load(f)
     scaling = doc["config"].get("thread_scaling") or {}
-    return doc["runs"][0]["kernels"]["Dhop"]["gflops"], tuple(
-        (scaling.get(k), scaling.get("short_" + k)) for k in ("before", "after"))
+    run = doc["runs"][0]
+    dhop = run["kernels"]["Dhop"]
+    return dhop["gflops"], tuple((scaling.get(k), scaling.get("short_" + k)) for k in ("before", "after")), \
+        run["roofline"]["copy_gbps"], dhop["roofline_percent"]
+
+
+def whole_links_bytes(kind, pflags, precision):
+    """Bytes a site of Grid's Dhop must move (its links whole, four a 4D site): the compulsory
+    traffic of pygrid's byte model for whole links (pygrid.bench.wilson, pygrid.bench.dwf)."""
+    from pygrid.bench.dwf import reals_per_site
+    from pygrid.bench.wilson import REALS_PER_SITE
+
+    reals = reals_per_site(int(pflags[pflags.index("--Ls") + 1])) if kind == "dwf" else REALS_PER_SITE
+    return reals * (8 if precision == "double" else 4)
+
+
+def roofline_percent(gflops, copy_gbps, bytes_per_site, flops_per_site=1320):
+    """``gflops`` as a percentage of the roofline of a copy at ``copy_gbps``."""
+    return 100.0 * gflops / (copy_gbps * flops_per_site / bytes_per_site)
 
 
 def probe(threads):
@@ -159,10 +178,10 @@ def busy(probes, threads: int, below: float) -> bool:
 
 
 def quiet_rounds(runs):
-    """The ``(grid, pygrid)`` figures of the quiet rounds of ``runs`` (``(grid, pygrid, busy)``
-    triples), or of every round where none was quiet."""
-    quiet = [(g, py) for g, py, b in runs if not b]
-    return quiet or [(g, py) for g, py, _ in runs]
+    """The figures of the quiet rounds of ``runs`` (``(grid, pygrid, busy, ...)`` tuples, each
+    returned without its busy flag), or of every round where none was quiet."""
+    quiet = [r[:2] + r[3:] for r in runs if not r[2]]
+    return quiet or [r[:2] + r[3:] for r in runs]
 
 
 def _x(v):
@@ -215,11 +234,13 @@ def main(argv=None):
         signal.signal(signal.SIGTERM, previous)
     print()
     print("| Dhop | lattice | Grid C++ GFlop/s (best of generic and unrolled) | pygrid GFlop/s "
-          "| pygrid / Grid | rounds used | machine |")
-    print("|---|---|---|---|---|---|---|")
-    for case, lat, g, py, used in rows:
-        print(f"| {case} | {lat} | {g:.1f} | {py:.1f} | {py / g:.2f} | {used} "
+          "| pygrid / Grid | Grid, % of roofline | pygrid, % of roofline | rounds used | machine |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case, lat, g, py, g_pct, py_pct, used in rows:
+        print(f"| {case} | {lat} | {g:.1f} | {py:.1f} | {py / g:.2f} | {g_pct:.1f}% | {py_pct:.1f}% | {used} "
               f"| {where}, {args.threads} threads |")
+    print("(% of roofline: against the copy of pygrid's run in the same round; Grid's with its links whole, "
+          "pygrid's with the byte count its benchmark prints: links compressed where its note says so)")
     if not done:
         print("(interrupted: the rows above are those it reached; the last one's rounds may be fewer "
               "than asked)")
@@ -248,20 +269,22 @@ def _run(args, cases, rounds, rows):
         for lat in lattices:
             runs, k = [], 0
             # a busy round is run again, up to as many more rounds as asked for
-            while sum(not b for _, _, b in runs) < rounds and k < 2 * rounds:
+            while sum(not r[2] for r in runs) < rounds and k < 2 * rounds:
                 k += 1
                 before_grid = probe(args.threads)
                 g = max(run_grid(binary, gflags, lat, args.threads, False),
                         run_grid(binary, gflags, lat, args.threads, True))
-                py, (before, after) = run_pygrid(kind, pflags, lat, args.threads, prec)
+                py, (before, after), copy_gbps, py_pct = run_pygrid(kind, pflags, lat, args.threads, prec)
+                g_pct = roofline_percent(g, copy_gbps, whole_links_bytes(kind, pflags, prec))
                 b = busy((before_grid, before, after), args.threads, args.busy_below)
-                runs.append((g, py, b))
+                runs.append((g, py, b, g_pct, py_pct))
                 print(f"  {case:<13} {lat:<12} round {k}: Grid {g:7.2f}  pygrid {py:7.2f} GFlop/s"
-                      f"   (threads {_x(before_grid)}; {_x(before)}, {_x(after)}){'  busy' if b else ''}",
+                      f"   (copy {copy_gbps:.1f} GB/s: Grid {g_pct:.1f}%, pygrid {py_pct:.1f}% of roofline;"
+                      f" threads {_x(before_grid)}; {_x(before)}, {_x(after)}){'  busy' if b else ''}",
                       flush=True)
                 used = quiet_rounds(runs)
-                row = (case, lat, statistics.median(x[0] for x in used),
-                       statistics.median(x[1] for x in used), f"{len(used)} of {len(runs)}")
+                row = (case, lat, *(statistics.median(x[i] for x in used) for i in range(4)),
+                       f"{len(used)} of {len(runs)}")
                 if k == 1:
                     rows.append(row)
                 else:

@@ -49,9 +49,18 @@ def test_a_round_is_busy_where_a_probe_reads_under_the_threshold():
     assert not vs_grid.busy(((1.97, 1.20),), 2, 0.85)
 
 
+def test_grids_share_of_the_roofline_counts_its_links_whole():
+    assert vs_grid.whole_links_bytes("wilson", [], "double") == 960
+    assert vs_grid.whole_links_bytes("wilson", [], "single") == 480
+    assert vs_grid.whole_links_bytes("dwf", ["--Ls", "8"], "double") == (48 + 72 / 8) * 8
+    # 1320 flops at 33 GFlop/s move 960 B a site at 24 GB/s: the whole of a 24 GB/s copy
+    assert vs_grid.roofline_percent(33.0, 24.0, 960) == pytest.approx(100.0)
+
+
 def test_the_medians_come_from_the_quiet_rounds():
     runs = [(57.0, 46.0, True), (61.0, 64.0, False), (62.0, 65.0, False), (55.0, 45.0, True)]
     assert vs_grid.quiet_rounds(runs) == [(61.0, 64.0), (62.0, 65.0)]
+    assert vs_grid.quiet_rounds([(61.0, 64.0, False, 30.0, 40.0)]) == [(61.0, 64.0, 30.0, 40.0)]
     every = [(57.0, 46.0, True), (55.0, 45.0, True)]
     assert vs_grid.quiet_rounds(every) == [(57.0, 46.0), (55.0, 45.0)]
 
@@ -88,7 +97,7 @@ def test_an_interrupted_run_prints_the_rows_it_reached(tmp_path, monkeypatch, ca
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
             pytest.fail("SIGTERM did not stop the run")
-        return 12.0, ((1.95, 1.8), (1.97, 1.8))
+        return 12.0, ((1.95, 1.8), (1.97, 1.8)), 40.0, 30.0
 
     monkeypatch.setattr(vs_grid, "probe", lambda threads: (1.96, 1.8))
     monkeypatch.setattr(vs_grid, "run_grid", lambda *a: 10.0)
@@ -99,5 +108,6 @@ def test_an_interrupted_run_prints_the_rows_it_reached(tmp_path, monkeypatch, ca
     out = capsys.readouterr().out
     assert signal.getsignal(signal.SIGTERM) is before
     assert rc == 130
-    assert "| wilson-double | 8.8.8.8 | 10.0 | 12.0 | 1.20 | 1 of 1 |" in out
+    # Grid's 10 GFlop/s against a copy of 40 GB/s at 960 B and 1320 flops a site: 18.2%
+    assert "| wilson-double | 8.8.8.8 | 10.0 | 12.0 | 1.20 | 18.2% | 30.0% | 1 of 1 |" in out
     assert "16.16.16.16 |" not in out and "interrupted" in out
