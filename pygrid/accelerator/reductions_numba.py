@@ -158,13 +158,18 @@ def inner_block(lo, hi, a, b, ncomp, n, partial_re, partial_im):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def caxpy(x, y, p, Ar, Ai):
+    """The planes of (Ar + i Ai) x + y for the component whose real plane starts at p."""
+    xr = vload(x, p, NS)
+    xi = vload(x, p + S1, NS)
+    return vfms(Ai, xi, vfma(Ar, xr, vload(y, p, NS))), vfma(Ai, xr, vfma(Ar, xi, vload(y, p + S1, NS)))
+
+
+@njit(nogil=True, cache=True, inline="always")
 def axpy_comp(z, x, y, p, Ar, Ai):
     """z = (Ar + i Ai) x + y for the component whose real plane starts at p; returns z's planes
     (every load before the stores: z may be x or y)."""
-    xr = vload(x, p, NS)
-    xi = vload(x, p + S1, NS)
-    zr = vfms(Ai, xi, vfma(Ar, xr, vload(y, p, NS)))
-    zi = vfma(Ai, xr, vfma(Ar, xi, vload(y, p + S1, NS)))
+    zr, zi = caxpy(x, y, p, Ar, Ai)
     vstore(z, p, zr)
     vstore(z, p + S1, zi)
     return zr, zi
@@ -185,12 +190,7 @@ def axpy_stream_block(lo, hi, z, x, y, ncomp, a):
     Ar = vsplat(Z(a[0]), NS)
     Ai = vsplat(Z(a[1]), NS)
     for q in range(U(lo) * U(ncomp), U(hi) * U(ncomp)):
-        p = q * S2
-        xr = vload(x, p, NS)
-        xi = vload(x, p + S1, NS)
-        zr = vfms(Ai, xi, vfma(Ar, xr, vload(y, p, NS)))
-        zi = vfma(Ai, xr, vfma(Ar, xi, vload(y, p + S1, NS)))
-        vstoret_nt(z, p, (zr, zi))
+        vstoret_nt(z, q * S2, caxpy(x, y, q * S2, Ar, Ai))
     store_fence()
 
 
