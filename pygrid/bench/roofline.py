@@ -60,8 +60,6 @@ def _numba_kernels():
     return _kernels
 
 
-
-
 _STREAM_SOURCE = """
 import numba
 import numpy as np
