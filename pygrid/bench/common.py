@@ -66,6 +66,17 @@ def lanes_note(grid, precision):
     return None
 
 
+def dirac_run(kind, grid, precision):
+    """A new run of a Dirac benchmark, with its notes: the lanes it got, the kernel it runs."""
+    r = new_run(kind, grid, precision)
+    note = lanes_note(grid, precision)
+    if note:
+        r.notes.append(note)
+    note, r.extra["dslash"] = dslash_note()
+    r.notes.append(note)
+    return r
+
+
 def dslash_note():
     """Which Dirac kernel the operators run, as a note, and the same as a record for the JSON."""
     from pygrid.accelerator.backends import get_backend

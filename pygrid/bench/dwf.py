@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..qcd.kernels_wilson import FLOPS_PER_SITE
-from .common import NO_NUMPY_UNDER_MPI, check_red_black, dslash_note, lanes_note, make_grid, new_run
+from .common import NO_NUMPY_UNDER_MPI, check_red_black, dirac_run, make_grid
 from .kinds import Kind
 from .report import Kernel
 from .roofline import measure_copy
@@ -68,12 +68,7 @@ def run(dims, precision, ctx):
     rb = real_bytes(precision)
     U, D, psi, chi = _setup(grid4, Ls, precision, ctx.seed)
     V5 = grid4.osites * grid4.nsimd * Ls  # this rank's sites
-    r = new_run("dwf", grid4, precision)
-    note = lanes_note(grid4, precision)
-    if note:
-        r.notes.append(note)
-    note, r.extra["dslash"] = dslash_note()
-    r.notes.append(note)
+    r = dirac_run("dwf", grid4, precision)
     ctx.progress.step(f"dwf {precision}: compiling and timing Dhop (Ls={Ls})")
     t, tmin, it, extra = time_operator(ctx, lambda: D.Dhop(psi, out=chi), f"dwf {precision} Dhop", grid4)
     r.kernels.append(

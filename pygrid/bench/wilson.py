@@ -21,7 +21,7 @@ import numpy as np
 
 from ..qcd.kernels_wilson import FLOPS_PER_SITE
 from ..qcd.reference import dhop as dhop_reference
-from .common import NO_NUMPY_UNDER_MPI, check_red_black, dslash_note, lanes_note, make_grid, new_run
+from .common import NO_NUMPY_UNDER_MPI, check_red_black, dirac_run, make_grid
 from .kinds import Kind
 from .report import Kernel
 from .roofline import measure_copy
@@ -76,12 +76,7 @@ def run(dims, precision, ctx):
     rb = real_bytes(precision)
     U, psi, chi = _setup(grid, precision, ctx.seed)
     D = W(U, MASS)
-    r = new_run("wilson", grid, precision)
-    note = lanes_note(grid, precision)
-    if note:
-        r.notes.append(note)
-    note, r.extra["dslash"] = dslash_note()
-    r.notes.append(note)
+    r = dirac_run("wilson", grid, precision)
     ctx.progress.step(f"wilson {precision}: compiling and timing Dhop")
     t, tmin, it, extra = time_operator(ctx, lambda: D.Dhop(psi, out=chi), f"wilson {precision} Dhop", grid)
     compressed = D.reads_compressed_links()
