@@ -5,7 +5,7 @@
 
 Two ``WilsonFermion`` operators on the same gauge field (antiperiodic in time), one with
 ``compress_links=False`` and one with ``compress_links=True`` (two rows of each SU(3) link read,
-the third rebuilt: ``pygrid.qcd.kernels_wilson.compress_links``; by default an operator
+the third rebuilt: ``pygrid.qcd.compressed_links.compress_links``; by default an operator
 compresses on fields larger than the caches), each call timed for 0.4 s a round, the operators
 alternating, so that the machine's slow and fast phases hit both alike.  Prints the median and
 best GFlop/s (Grid's 1320 flops a site; ``Meooe`` hops half the sites) of each and the median of

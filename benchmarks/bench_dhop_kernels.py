@@ -12,8 +12,9 @@ to the current one, e.g.
 
     git show dc3f77a:pygrid/qcd/kernels_wilson.py > pygrid/qcd/kernels_wilson_old.py
 
-(a module that has ``kernel_args``: each variant runs with its own launch state, site
-order and arguments).
+(a module that generates the kernels, launched through ``pygrid.qcd.unrolled_launch`` with
+each its own launch state; a copy from before the launch moved out of ``kernels_wilson``, which
+has ``kernel_args`` of its own, is launched its own way).
 
 ``--last banded|solve|mul|mul_solve`` (5D fields) times that variant of the kernel's last step
 (see ``kernels_wilson.LAST``) with the s matrices of a Möbius operator (b = 1.5, c = 0.5, M5 =
@@ -23,8 +24,8 @@ order and arguments).
 even links forward and the odd links backward, on half the sites) in place of the full-grid one.
 
 ``--compressed`` (4D fields) adds each module's kernel on links compressed to two rows of
-each SU(3) matrix (``kernels_wilson.compress_links``; the third rebuilt in the kernel, times the
-phase of an antiperiodic time direction on the edge links; each module compresses them its own way),
+each SU(3) matrix (``compressed_links.compress_links``; the third rebuilt in the kernel, times the
+phase of an antiperiodic time direction on the edge links),
 as the Wilson operator reads them on fields larger than the caches.  The gauge field carries that
 boundary phase in every variant.
 
@@ -55,6 +56,8 @@ import pygrid as pg
 from pygrid.accelerator.backends import get_backend
 from pygrid.bench.roofline import copy_kernel, stream_copy_kernel, touched
 from pygrid.memory.aligned import aligned_empty
+from pygrid.qcd import unrolled_launch
+from pygrid.qcd.compressed_links import CompressedLinks
 
 
 def aligned_copy(a):
@@ -90,7 +93,7 @@ def _data_source(nsimd, link=18):
         loads += _fold("a", 24)
         if link == 18:  # whole links: a site's four together
             at = f"uo * GS + U({p}) * LK" if p < 4 else f"n * GS + U({p - 4}) * LK"
-        else:  # compressed links: direction by direction (kernels_wilson.compress_links)
+        else:  # compressed links: direction by direction (compressed_links.compress_links)
             at = f"uo * LK + U({p}) * DL" if p < 4 else f"n * LK + U({p - 4}) * DL"
         loads += [f"        c = vloadt({'uf' if p < 4 else 'ub'}, {at}, {link}, W)"]
         loads += _fold("c", link)
@@ -180,23 +183,27 @@ def main():
     for name in args.modules.split(","):
         mod = importlib.import_module("pygrid.qcd." + name)
         # each module's own launch state: its site order, tile and table layout
-        ls = mod._launch_state(st, Ls, ns, dt)
+        if hasattr(mod, "kernel_args"):  # a module that launches its kernels itself
+            lm, ls = mod, mod._launch_state(st, Ls, ns, dt)
+        else:
+            lm, ls = unrolled_launch, unrolled_launch._launch_state(st, Ls, ns, dt, kernels=mod)
+        lc_of = getattr(mod, "CompressedLinks", CompressedLinks).of
         o = aligned_copy(np.zeros_like(p))
         coef = np.array([-0.5, 0, -1, 1], dt)
         use_diag = args.last in ("banded", "mul")
         if use_diag:
             coef[1] = 1.0
-        a = mod.kernel_args(ls, o, p, uf, u, coef, p if use_diag else o, use_diag, **tables)
+        a = lm.kernel_args(ls, o, p, uf, u, coef, p if use_diag else o, use_diag, **tables)
         a += (ls.sites, ls.none, ls.none)
         k = ls.kernel[args.last] if isinstance(ls.kernel, dict) else ls.kernel
         for t in (int(x) for x in args.threads.split(",")):
             variants.append((f"{name}, {t} thread{'s' if t > 1 else ''}", k, a, o, t))
         if args.compressed:
-            lc = mod.CompressedLinks.of(uf, u)
+            lc = lc_of(uf, u)
             if lc is None:
                 raise SystemExit("the gauge field's links do not compress (not SU(3) times a phase)")
             oc = aligned_copy(np.zeros_like(p))
-            ac = mod._compressed_args(mod.kernel_args(ls, oc, p, uf, u, coef, p if use_diag else oc, use_diag,
+            ac = lm._compressed_args(lm.kernel_args(ls, oc, p, uf, u, coef, p if use_diag else oc, use_diag,
                                                       **tables), lc, ls)
             for t in (int(x) for x in args.threads.split(",")):
                 label = f"{name} compressed, {t} thread{'s' if t > 1 else ''}"
@@ -210,7 +217,7 @@ def main():
                 for t in (int(x) for x in args.threads.split(",")):
                     variants.append((f"{label}, {t} thread{'s' if t > 1 else ''}", dk, da, None, t))
             if args.compressed:  # the kernel's loads and stores and the compulsory bytes, links compressed
-                lk = mod.CompressedLinks.of(uf, u)
+                lk = lc_of(uf, u)
                 dc = (da[0], da[1], lk.uf.reshape(-1), lk.ub.reshape(-1)) + da[4:]
                 for label, dk in zip(("loads and stores, compressed", "compulsory stream, compressed"),
                                      data_kernels(ns, 12)):

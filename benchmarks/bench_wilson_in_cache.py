@@ -22,7 +22,7 @@ import numpy as np
 from pygrid.accelerator.host import read_only
 from pygrid.cartesian.simd import default_nsimd
 from pygrid.memory.aligned import aligned_empty
-from pygrid.qcd import kernels_wilson as kw
+from pygrid.qcd import kernels_wilson as kw, unrolled_launch as ul
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_cpu_limits import _aligned, _fma, _rate  # noqa: E402
@@ -54,9 +54,9 @@ def main():
     # in L1; the rest as the library passes it (kernel_args follows the kernel's signature)
     st = types.SimpleNamespace(tables=(nbr, perm, read_only(np.zeros(8 * ns, np.int32)),
                                        read_only(np.zeros(8, np.int32)), n4, Ls),
-                               tile=kw._tile(Ls, ns, dt), far=False)
+                               tile=ul._tile(Ls, ns, dt), far=False)
     sites, none = read_only(np.arange(n4, dtype=np.int32)), read_only(np.zeros(1, dt))
-    a = kw.kernel_args(st, out, psi, uf, u, np.array([-0.5, 0, -1, 1], dt), out, False) + (sites, none, none)
+    a = ul.kernel_args(st, out, psi, uf, u, np.array([-0.5, 0, -1, 1], dt), out, False) + (sites, none, none)
     k(0, n4, *a)
     flops = kw.FLOPS_PER_SITE * ns * n4 * Ls
     best = 0.0

@@ -1,4 +1,4 @@
-"""Links read as two rows of each SU(3) matrix (pygrid.qcd.kernels_wilson.compress_links): the
+"""Links read as two rows of each SU(3) matrix (pygrid.qcd.compressed_links.compress_links): the
 rebuilt links against the stored ones, the SIMD operations against numpy, and the Wilson operator
 on compressed links against the numpy reference and against itself on whole links.
 
@@ -21,7 +21,7 @@ import pygrid as pg
 import pygrid.qcd
 from pygrid import config
 from pygrid.accelerator.simd_numba import vcmatvec, vcmatvec3, vloadt, vstoret, vthirdrow
-from pygrid.qcd import dslash, kernels_wilson as kw
+from pygrid.qcd import compressed_links as cl, dslash, kernels_wilson as kw
 from pygrid.qcd.schur import SchurOperator
 
 DIMS = (4, 4, 4, 8)
@@ -76,7 +76,7 @@ def test_compressed_links_rebuild_the_links(setup, case):
         views = [f.view(pg.CpuRead) for f in links]
         bufs = [v.__enter__() for v in views]
         try:
-            made = kw.compress_links(bufs)
+            made = cl.compress_links(bufs)
             assert made is not None
             rows, ztab = made
             assert ztab.shape[1:] == (2, grid.nsimd) and np.array_equal(ztab[0, 0], np.ones(grid.nsimd))
@@ -95,15 +95,15 @@ def test_links_that_are_not_su3_times_a_phase_are_not_compressed(setup):
     prec, grid, U, psi = setup
     with U.view(pg.CpuRead) as u:
         u = np.array(u)
-    assert kw.compress_links([u]) is not None
-    assert kw.compress_links([u * 1.001]) is None  # not unitary
+    assert cl.compress_links([u]) is not None
+    assert cl.compress_links([u * 1.001]) is None  # not unitary
     rng = np.random.default_rng(3)
     # a phase of its own on every link: SU(3) times a phase, but more phases than the table holds
     z = _complex_links(u) * np.exp(1j * rng.uniform(0, 6, (u.shape[0], 4, u.shape[3])))[..., None, None]
     v = np.stack([np.moveaxis(z.real, 2, -1), np.moveaxis(z.imag, 2, -1)], axis=-2)
-    assert kw.compress_links([v.reshape(u.shape).astype(u.dtype)]) is None
+    assert cl.compress_links([v.reshape(u.shape).astype(u.dtype)]) is None
     with pytest.raises(pg.errors.ConformabilityError, match="link buffer"):
-        kw.compress_links([u[:, :24]])
+        cl.compress_links([u[:, :24]])
 
 
 @numba.njit
@@ -240,15 +240,15 @@ def test_links_that_do_not_compress_are_read_whole():
 
 @pytest.mark.parametrize("nsimd", [8, 4])
 def test_compression_pays_only_out_of_cache(nsimd):
-    assert not kw.compression_pays(8 ** 4 // nsimd, nsimd, np.float64)       # 8^4 double: in the caches
-    assert kw.compression_pays(24 ** 4 // nsimd, nsimd, np.float64)
-    assert not kw.compression_pays(24 ** 4 // nsimd, nsimd, np.float64, Ls=8)  # 5D: the links are reused
+    assert not cl.compression_pays(8 ** 4 // nsimd, nsimd, np.float64)       # 8^4 double: in the caches
+    assert cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float64)
+    assert not cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float64, Ls=8)  # 5D: the links are reused
     # 12^4 double, 20 MB of fields on a full grid: level with the whole links, left whole
-    assert not kw.compression_pays(12 ** 4 // nsimd, nsimd, np.float64)
+    assert not cl.compression_pays(12 ** 4 // nsimd, nsimd, np.float64)
     # the even-odd hop of 12^3 x 24 reads eight links a site (32 MB), where four would be 20 MB
     half = 12 ** 3 * 24 // 2 // nsimd
-    assert kw.compression_pays(half, nsimd, np.float64, links=8)
-    assert not kw.compression_pays(half, nsimd, np.float64, links=4)
+    assert cl.compression_pays(half, nsimd, np.float64, links=8)
+    assert not cl.compression_pays(half, nsimd, np.float64, links=4)
 
 
 @pytest.mark.skipif(os.environ.get("PYGRID_TEST_DEVICE", "unified") != "unified",
@@ -276,7 +276,7 @@ def test_both_orders_rebuild_the_third_rows():
 
 
 def test_the_configuration_switches_the_default_off(monkeypatch):
-    monkeypatch.setattr(kw, "compression_pays", lambda *a, **k: True)  # as on a large lattice
+    monkeypatch.setattr(cl, "compression_pays", lambda *a, **k: True)  # as on a large lattice
     grid = pg.GridCartesian(list(DIMS))
     U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [2, 2]))
     # by default the hand-unrolled kernel alone; the generic one when asked
@@ -349,14 +349,14 @@ def test_compression_of_several_buffers(setup):
     D = pg.qcd.WilsonFermion(U, 0.1, **BOUNDARIES["antiperiodic_t"])
     with D.links.view(pg.CpuRead) as u:
         u = np.array(u)
-    whole = kw.compress_links([u])
-    both = kw.compress_links([u, u])
+    whole = cl.compress_links([u])
+    both = cl.compress_links([u, u])
     assert np.array_equal(both[1], whole[1])
     for rows, zi in both[0]:
         assert np.array_equal(rows, whole[0][0][0]) and np.array_equal(zi, whole[0][0][1])
     bad = u.copy()
     bad[-1, 24] *= 1.01  # element (2, 0) of the last site's z link: its third row
-    assert kw.compress_links([u, bad]) is None
+    assert cl.compress_links([u, bad]) is None
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

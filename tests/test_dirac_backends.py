@@ -228,7 +228,7 @@ def test_generic_kernel_on_compressed_links(name, prec, layout, cb):
     kernel on whole links on every target: antiperiodic in time (the edge links' phase -1) and
     twisted in x (a phase that is not real), the full grid and the even-odd hop (forward and
     backward links of different fields), Dhop and its adjoint."""
-    from pygrid.qcd import kernels_wilson as kw
+    from pygrid.qcd import compressed_links as cl
 
     grid, U, psi = setup(layout=layout, prec=prec)
     D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[np.exp(0.7j), 1, 1, -1])
@@ -240,7 +240,7 @@ def test_generic_kernel_on_compressed_links(name, prec, layout, cb):
     with psi.view(pg.CpuRead) as p, uf_f.view(pg.CpuRead) as a, ub_f.view(pg.CpuRead) as b:
         p, uf, ub = p.copy(), a.copy(), b.copy()
     ub = uf if ub_f is uf_f else ub
-    lc = kw.CompressedLinks.of(uf, ub)
+    lc = cl.CompressedLinks.of(uf, ub)
     assert lc is not None and len(lc.ztab) > 2  # 1, -1 and the twist at least
     n4, ns, dt = st.neighbours.shape[1], p.shape[3], p.dtype
     for dag in (False, True):
@@ -264,7 +264,7 @@ def test_generic_compressed_kernel_reads_a_halo(name):
     rows renumbered into a halo (spinors in ``halo``, links compressed after the local ones) give
     the hop of the kernel on whole local links; the local copies of those rows are replaced by
     other rows (links by other SU(3) links), so a read that ignored the halo would show."""
-    from pygrid.qcd import kernels_wilson as kw
+    from pygrid.qcd import compressed_links as cl
 
     grid, U, psi = setup(dims=(4, 4, 4, 4))
     D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[1, 1, 1, -1])
@@ -278,7 +278,7 @@ def test_generic_compressed_kernel_reads_a_halo(name):
     p_far, u_far = p.copy(), u.copy()
     p_far[moved] = p[np.roll(moved, 1)]
     u_far[moved] = u[np.roll(moved, 1)]
-    lc = kw.CompressedLinks.of(u, np.concatenate([u_far, u[moved]]))
+    lc = cl.CompressedLinks.of(u, np.concatenate([u_far, u[moved]]))
     assert lc is not None and lc.ub.shape[1] == n4 + len(moved)
     coef = np.array([-0.5, 0.0, -1.0, 1.0], dt)
     tables = dict(perm=st.perm, lanes=st.lanes, pxor=st.lane_xor, coef=coef, use_diag=0, n4=n4, Ls=1)

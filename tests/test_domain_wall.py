@@ -401,7 +401,7 @@ def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
     on any host; ``unroll-far``: every field counted as larger than the caches (the AVX2
     structure then writes its result past the caches); ``unroll-wide-far``: both (the AVX-512
     register order's prefetches and streamed result)."""
-    from pygrid.qcd import dslash, kernels_wilson as kw
+    from pygrid.qcd import dslash, kernels_wilson as kw, unrolled_launch as ul
 
     if which != "generic" and dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
@@ -409,10 +409,10 @@ def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
         wide = which != "unroll-far"   # not read from ``which``, which is reassigned below
         monkeypatch.setattr(kw, "wide_default", lambda: wide)
         monkeypatch.setattr(kw, "_modules", {})
-        monkeypatch.setattr(kw, "_states", {})
+        monkeypatch.setattr(ul, "_states", {})
         monkeypatch.setattr(dslash, "_BOUND", {})
         if which.endswith("far"):
-            monkeypatch.setattr(kw, "FAR_BYTES", 0)
+            monkeypatch.setattr(ul, "FAR_BYTES", 0)
         which = "unroll"
     U, D, Mob = ops(prec, (4, 4, 4, 8), Ls=5)
     if pg.get_backend().device == "unified":  # raw host buffers: the CPU backends
@@ -426,7 +426,7 @@ def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
 def _hop_with_a_multiply_in_s(Mob, prec, which):
     """``mul_s``: B (scale * hop(t)) plus nothing, alpha x, or alpha Mooee x; and MooeeInv B (scale *
     hop(t)), B = b + c S (or its adjoint), against the dense s matrices."""
-    from pygrid.qcd import dslash, kernels_wilson as kw
+    from pygrid.qcd import dslash, unrolled_launch as ul
     from pygrid.qcd.fifth_dim import s_apply
 
     w, Ls = Mob._w, Mob.Ls
@@ -455,18 +455,18 @@ def _hop_with_a_multiply_in_s(Mob, prec, which):
                     dslash.dhop(o, *args, dag=dag, which=which, mul_s=Mob._banded["bcS" + sfx], **kwargs)
                     assert relerr(o, want) < TOL[prec], (dag, sorted(kwargs))
         # the variant follows the arguments
-        st = kw._launch_state(w.stencil_cb[0], Ls, o.shape[3], o.dtype)
-        mul = kw.diagonal_term(1.0, (np.ones(2), np.zeros(2 * Ls, np.int32), np.ones(2 * Ls)), Ls, o.dtype)
-        solve = kw.solve_in_s(Mob._sweeps["MooeeInv"], Ls, o.dtype)
+        st = ul._launch_state(w.stencil_cb[0], Ls, o.shape[3], o.dtype)
+        mul = ul.diagonal_term(1.0, (np.ones(2), np.zeros(2 * Ls, np.int32), np.ones(2 * Ls)), Ls, o.dtype)
+        solve = ul.solve_in_s(Mob._sweeps["MooeeInv"], Ls, o.dtype)
         coef = np.array([0.5, 1.0, -1.0, 1.0], o.dtype)
-        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, True, None, None, mul)) == "mul"
-        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, False, None, solve, mul)) == "mul_solve"
+        assert ul._last(ul.kernel_args(st, o, p, uf, ub, coef, xb, True, None, None, mul)) == "mul"
+        assert ul._last(ul.kernel_args(st, o, p, uf, ub, coef, xb, False, None, solve, mul)) == "mul_solve"
         with pytest.raises(pg.errors.ConformabilityError, match="not out"):
             dslash.dhop(o, *args, 1.0, o, which=which, mul_s=Mob._banded["bcS"])
 
 
 def _hop_with_mooee_buffers(D, prec, which):
-    from pygrid.qcd import dslash, kernels_wilson as kw
+    from pygrid.qcd import dslash, unrolled_launch as ul
     from pygrid.qcd.fifth_dim import s_apply
 
     w = D._w
@@ -493,14 +493,14 @@ def _hop_with_mooee_buffers(D, prec, which):
                             inv_s=D._sweeps[inv])
                 assert relerr(o, want) < TOL[prec]
         # the kernel variant follows the arguments (the positions kernels_wilson reads them at)
-        st = kw._launch_state(w.stencil_cb[0], D.Ls, o.shape[3], o.dtype)
+        st = ul._launch_state(w.stencil_cb[0], D.Ls, o.shape[3], o.dtype)
         stream = (np.ones(2), np.zeros(2 * D.Ls, np.int32), np.ones(2 * D.Ls))
-        dterm = kw.diagonal_term(1.0, stream, D.Ls, o.dtype)
-        solve = kw.solve_in_s(D._sweeps["MooeeInv"], D.Ls, o.dtype)
+        dterm = ul.diagonal_term(1.0, stream, D.Ls, o.dtype)
+        solve = ul.solve_in_s(D._sweeps["MooeeInv"], D.Ls, o.dtype)
         coef = np.array([0.5, 1.0, -1.0, 1.0], o.dtype)
-        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, True, dterm)) == "banded"
-        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, False, None, solve)) == "solve"
-        assert kw._last(kw.kernel_args(st, o, p, uf, ub, coef, xb, True)) == "plain"
+        assert ul._last(ul.kernel_args(st, o, p, uf, ub, coef, xb, True, dterm)) == "banded"
+        assert ul._last(ul.kernel_args(st, o, p, uf, ub, coef, xb, False, None, solve)) == "solve"
+        assert ul._last(ul.kernel_args(st, o, p, uf, ub, coef, xb, True)) == "plain"
         with pytest.raises(pg.errors.ConformabilityError, match="no diagonal term"):
             dslash.dhop(o, p, uf, ub, w.stencil_cb[0], D.Ls, 0.7, 1.0, xb, which=which,
                         inv_s=D._sweeps["MooeeInv"])

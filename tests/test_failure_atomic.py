@@ -26,7 +26,7 @@ from pygrid.algorithms import (
     ReliableUpdateConjugateGradient,
 )
 from pygrid.lattice import pick_checkerboard
-from pygrid.qcd import dslash, kernels_wilson
+from pygrid.qcd import dslash, unrolled_launch
 from pygrid.qcd.schur import SchurOperator
 
 MASS, M5, LS = 0.1, 1.8, 4
@@ -55,7 +55,7 @@ class Faults:
         if hasattr(backend, "kept_launch"):
             monkeypatch.setattr(backend, "kept_launch", self._binder(backend.kept_launch))
         monkeypatch.setattr(dslash, "_BOUND", {})          # and the Dirac calls kept with them
-        monkeypatch.setattr(kernels_wilson, "_states", {})  # with the launches each state keeps
+        monkeypatch.setattr(unrolled_launch, "_states", {})  # with the launches each state keeps
         monkeypatch.setattr(reductions_numba, "_KEPT", {})
 
     def _binder(self, bind):

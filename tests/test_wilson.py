@@ -10,7 +10,7 @@ from numpy_refs import dhop_ref
 
 import pygrid as pg
 import pygrid.qcd  # noqa: F401  (pg.qcd)
-from pygrid.qcd import dslash, kernels_wilson as kw
+from pygrid.qcd import dslash, kernels_wilson as kw, unrolled_launch as ul
 from pygrid.tensors.constant import Gamma
 
 G = [Gamma.mu[mu].array() for mu in range(4)]
@@ -122,10 +122,10 @@ def force_structure(monkeypatch, wide, far=False):
         pytest.skip("the unrolled kernel runs on the CPU backends only")
     monkeypatch.setattr(kw, "wide_default", lambda: wide)
     monkeypatch.setattr(kw, "_modules", {})
-    monkeypatch.setattr(kw, "_states", {})
+    monkeypatch.setattr(ul, "_states", {})
     monkeypatch.setattr(dslash, "_BOUND", {})
     if far:
-        monkeypatch.setattr(kw, "FAR_BYTES", 0)
+        monkeypatch.setattr(ul, "FAR_BYTES", 0)
 
 
 @pytest.mark.parametrize("wide", [False, True])
@@ -162,12 +162,12 @@ def test_the_configuration_chooses_the_structure():
         for _ in range(2):   # the second call kept: bound under this configuration
             D.M(psi, out=out)
             assert relerr(out.to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
-        st = kw._launch_state(D.stencil, 1, grid.nsimd, np.float64)
+        st = ul._launch_state(D.stencil, 1, grid.nsimd, np.float64)
         assert st.kernel["plain"] is kw.kernel_for(grid.nsimd, "float64", wide=not host)
     finally:
         config.set_current(before)
     assert kw.wide_default() is host
-    assert kw._launch_state(D.stencil, 1, grid.nsimd, np.float64).kernel["plain"] is kw.kernel_for(
+    assert ul._launch_state(D.stencil, 1, grid.nsimd, np.float64).kernel["plain"] is kw.kernel_for(
         grid.nsimd, "float64", wide=host)
     assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
 
@@ -180,7 +180,7 @@ def test_far_prefetch_path_against_numpy(monkeypatch):
     D = pg.qcd.WilsonFermion(U, MASS)
     Un, pn = U.to_numpy(), psi.to_numpy()
     assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
-    assert all(st.far for st in kw._states.values())
+    assert all(st.far for st in ul._states.values())
 
 
 @pytest.mark.parametrize("prec", ["double", "single"])
@@ -197,7 +197,7 @@ def test_streamed_result_against_numpy(monkeypatch, prec, wide):
     Un, pn = U.to_numpy(), psi.to_numpy()
     assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < TOL[prec]
     assert relerr(D.Dhop(psi).to_numpy(), dhop_ref(Un, pn)) < TOL[prec]
-    assert all(st.far for st in kw._states.values())
+    assert all(st.far for st in ul._states.values())
     with psi.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u:
         want = np.empty_like(p)
         dslash.dhop(want, p, u, u, D.stencil)
@@ -223,17 +223,17 @@ def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
     pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
     pg.ParallelRNG(g5d, [1, 6, 7, 8]).gaussian(x5)
     p5, x, Un = psi5.to_numpy(), x5.to_numpy(), U.to_numpy()
-    far_bytes, register_bytes = kw.FAR_BYTES, kw.REGISTER_BYTES
+    far_bytes, register_bytes = ul.FAR_BYTES, ul.REGISTER_BYTES
     # in cache; in the register order's reach but past the caches (prefetches, streamed result);
     # past its reach
     for far, reach, name in ((False, True, "dhop_local_register"), (True, True, "dhop_local_register"),
                              (True, False, "dhop_local")):
-        monkeypatch.setattr(kw, "FAR_BYTES", 0 if far else far_bytes)
-        monkeypatch.setattr(kw, "REGISTER_BYTES", register_bytes if reach else 0)
-        monkeypatch.setattr(kw, "_states", {})
+        monkeypatch.setattr(ul, "FAR_BYTES", 0 if far else far_bytes)
+        monkeypatch.setattr(ul, "REGISTER_BYTES", register_bytes if reach else 0)
+        monkeypatch.setattr(ul, "_states", {})
         monkeypatch.setattr(dslash, "_BOUND", {})
         dt = np.dtype("float64" if prec == "double" else "float32")
-        st = kw._launch_state(D.stencil, Ls, grid.nsimd, dt)
+        st = ul._launch_state(D.stencil, Ls, grid.nsimd, dt)
         assert st.far == far
         for last in kw.LAST:
             assert st.kernel[last].__name__ == name + ("" if last == "plain" else "_" + last)
@@ -258,8 +258,8 @@ def _to_slices(g5d, prec, buf):
 
 def test_site_order_blocks_large_slices_and_visits_every_site_once():
     """(y, z) columns when a time-slice outgrows the cache budget; natural order otherwise."""
-    assert (kw.site_order((4, 4, 4, 8), 1, 8, "float64") == np.arange(512)).all()
-    order = kw.site_order((16, 8, 8, 8), 8, 8, "float64")          # 12 MB slices: 4 x 4 columns
+    assert (ul.site_order((4, 4, 4, 8), 1, 8, "float64") == np.arange(512)).all()
+    order = ul.site_order((16, 8, 8, 8), 8, 8, "float64")          # 12 MB slices: 4 x 4 columns
     assert sorted(order.tolist()) == list(range(8192))
     x, y, z, t = order % 16, order // 16 % 8, order // 128 % 8, order // 1024
     first = slice(0, 16 * 4 * 4 * 8)                                 # the first column, all t
@@ -271,11 +271,11 @@ def test_blocked_site_order_against_numpy(monkeypatch):
     """The Dhop kernel visiting sites in (y, z) columns gives the numpy reference, 4D and 5D."""
     if dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
-    monkeypatch.setattr(kw, "COLUMN_BYTES", 1)                      # columns of 2 x 2 on any lattice
-    monkeypatch.setattr(kw, "_states", {})
+    monkeypatch.setattr(ul, "COLUMN_BYTES", 1)                      # columns of 2 x 2 on any lattice
+    monkeypatch.setattr(ul, "_states", {})
     grid, rng, U, psi = setup((4, 4, 8, 8), None, "double")
     D = pg.qcd.WilsonFermion(U, MASS)
-    st = kw._launch_state(D.stencil, 1, grid.nsimd, np.dtype("float64"))
+    st = ul._launch_state(D.stencil, 1, grid.nsimd, np.dtype("float64"))
     assert not (st.sites == np.arange(len(st.sites))).all()
     Un, pn = U.to_numpy(), psi.to_numpy()
     assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
@@ -284,15 +284,15 @@ def test_blocked_site_order_against_numpy(monkeypatch):
 
 def test_site_order_gives_each_thread_a_slab_of_a_large_4d_field():
     """4D fields beyond the caches on several threads: one z slab per thread, each over all t."""
-    order = kw.site_order((16, 8, 8, 8), 1, 8, "float64", threads=2, far=True)
+    order = ul.site_order((16, 8, 8, 8), 1, 8, "float64", threads=2, far=True)
     assert sorted(order.tolist()) == list(range(8192))
     z, t = order // 128 % 8, order // 1024
     assert set(z[:4096]) == {0, 1, 2, 3} and set(z[4096:]) == {4, 5, 6, 7}
     assert set(t[:4096]) == set(range(8)) and (order[:512] == np.arange(512)).all()
     natural = np.arange(8192)
-    assert (kw.site_order((16, 8, 8, 8), 1, 8, "float64", threads=1, far=True) == natural).all()
-    assert (kw.site_order((16, 8, 8, 8), 1, 8, "float64", threads=2, far=False) == natural).all()
-    assert (kw.site_order((16, 8, 7, 8), 1, 8, "float64", threads=2, far=True) == np.arange(7168)).all()
+    assert (ul.site_order((16, 8, 8, 8), 1, 8, "float64", threads=1, far=True) == natural).all()
+    assert (ul.site_order((16, 8, 8, 8), 1, 8, "float64", threads=2, far=False) == natural).all()
+    assert (ul.site_order((16, 8, 7, 8), 1, 8, "float64", threads=2, far=True) == np.arange(7168)).all()
 
 
 def test_slab_site_order_against_numpy(monkeypatch):
@@ -300,12 +300,12 @@ def test_slab_site_order_against_numpy(monkeypatch):
     grid and checkerboards."""
     if dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
-    monkeypatch.setattr(kw, "FAR_BYTES", 0)
-    monkeypatch.setattr(kw, "_threads", lambda: 2)
-    monkeypatch.setattr(kw, "_states", {})
+    monkeypatch.setattr(ul, "FAR_BYTES", 0)
+    monkeypatch.setattr(ul, "_threads", lambda: 2)
+    monkeypatch.setattr(ul, "_states", {})
     grid, rng, U, psi = setup((4, 4, 8, 8), None, "double")
     D = pg.qcd.WilsonFermion(U, MASS)
-    st = kw._launch_state(D.stencil, 1, grid.nsimd, np.dtype("float64"))
+    st = ul._launch_state(D.stencil, 1, grid.nsimd, np.dtype("float64"))
     assert st.far and not (st.sites == np.arange(len(st.sites))).all()
     Un, pn = U.to_numpy(), psi.to_numpy()
     assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
@@ -577,8 +577,8 @@ def test_repeated_calls_reuse_the_checked_launch(monkeypatch):
     grid, U, psi, D, out = unrolled_operator((4, 4, 4, 8))
     D.M(psi, out=out)
     checked = []
-    original = kw.run_unrolled
-    monkeypatch.setattr(kw, "run_unrolled", lambda *a, **k: checked.append(1) or original(*a, **k))
+    original = ul.run_unrolled
+    monkeypatch.setattr(ul, "run_unrolled", lambda *a, **k: checked.append(1) or original(*a, **k))
     Un = U.to_numpy()
     for seed in (5, 6):
         pg.ParallelRNG(grid, [seed, 1, 2, 3]).gaussian(psi)

@@ -5,7 +5,7 @@ Uses ``pg.qcd.WilsonFermion(U, mass).Dhop(psi, out=chi)``.  Counts per site:
 traffic, what a perfect kernel must move: the spinor read once (24 reals), the 4 links
 stored at the site (72 reals; U(x-mu) is the neighbour's) and the result written (24 reals)
 = 120 reals = 960 B in double, 480 B in single; where the operator reads its links compressed
-(two rows of each SU(3) matrix, on fields larger than the caches: ``kernels_wilson.compress_links``)
+(two rows of each SU(3) matrix, on fields larger than the caches: ``compressed_links.compress_links``)
 a perfect kernel moves 12 reals a link, 96 reals = 768 B in double, and the Dhop row counts
 those.  The roofline is a copy of the same
 working set (psi, U and the result) in the same run, so no kernel can pass 100%

@@ -32,7 +32,7 @@ from ..accelerator.rows import host_rows
 from ..config import current
 from ..errors import BackendError, ConformabilityError
 from ..stencil.halo import exchange_rows
-from . import kernels_generic as kg, kernels_wilson as kw
+from . import kernels_generic as kg, unrolled_launch as ul
 
 #: backends that run the hand-unrolled numba kernel
 UNROLL_BACKENDS = ("openmp", "numpy")
@@ -80,7 +80,7 @@ def _check_fermion(name, a, dtype, nsimd, nc=12):
 
 class _Bound:
     """A checked call of the unrolled kernel: the objects it was made for, held weakly, and the
-    launch bound to their buffers (:func:`pygrid.qcd.kernels_wilson.bind_unrolled`).  The
+    launch bound to their buffers (:func:`pygrid.qcd.unrolled_launch.bind_unrolled`).  The
     entry leaves ``_BOUND`` when one of them dies, with the tables its launch holds."""
 
     __slots__ = ("refs", "backend", "config", "run", "use_diag", "__weakref__")
@@ -119,7 +119,7 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     alias ``psi``; ``diag`` may be ``out``.  ``which`` overrides the variant.
     On a lattice split over ranks the halo is exchanged here; ``link_halo``
     (:func:`pygrid.stencil.halo.exchange_rows` of ``ub``) saves exchanging the links again.
-    ``links_c``: ``uf`` and ``ub`` compressed (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`,
+    ``links_c``: ``uf`` and ``ub`` compressed (:class:`pygrid.qcd.compressed_links.CompressedLinks`,
     the caller keeps them equal to the links), which the kernels read in their place on 4D fields:
     the unrolled kernel (a halo's links whole), and the generic one, for which ``links_c.ub`` also
     holds the halo's links after the local ones (the rows of ``link_halo``).
@@ -174,9 +174,9 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         solve = _solve_in_s(inv_s, Ls, dtype)
         mul = None if mul_s is None else _diagonal_term(1.0, mul_s, Ls, dtype)
         terms = (dterm, solve, mul)
-        kw.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, *terms,
+        ul.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, *terms,
                         links_c=links_c)
-        run = kw.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, *terms,
+        run = ul.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, *terms,
                                links_c=links_c)
         if run is not None:
             keep(_BOUND, key, _Bound(backend, current(), run, use_diag), held)
@@ -264,19 +264,19 @@ def _derived(kind, alpha, tables, Ls, dtype, make):
 
 
 def _solve_in_s(inv_s, Ls, dtype):
-    """:func:`pygrid.qcd.kernels_wilson.solve_in_s` of ``inv_s`` (or None), kept."""
-    return _derived("solve", 0.0, inv_s, Ls, dtype, lambda: kw.solve_in_s(inv_s, Ls, dtype))
+    """:func:`pygrid.qcd.unrolled_launch.solve_in_s` of ``inv_s`` (or None), kept."""
+    return _derived("solve", 0.0, inv_s, Ls, dtype, lambda: ul.solve_in_s(inv_s, Ls, dtype))
 
 
 def _diagonal_term(alpha, diag_s, Ls, dtype):
-    """:func:`pygrid.qcd.kernels_wilson.diagonal_term` for ``alpha`` and the structure ``diag_s``
+    """:func:`pygrid.qcd.unrolled_launch.diagonal_term` for ``alpha`` and the structure ``diag_s``
     (or None), kept."""
     def make():
         stream = None
         if diag_s is not None:
             order, d, e, f = diag_s
             stream = (d, *_stream_tables(order, e, f))
-        return kw.diagonal_term(alpha, stream, Ls, dtype)
+        return ul.diagonal_term(alpha, stream, Ls, dtype)
 
     return _derived("diag", alpha, diag_s, Ls, dtype, make)
 

@@ -81,7 +81,7 @@ def _compressed_link(E, rows, zi, sites, site, mu, perm):
     """The link of direction mu at ``site`` from its first two rows (``rows``: direction by direction,
     ``sites`` links a direction, 6 complex a link) and its phase (``ztab`` at the row
     ``zi[4 site + mu]``), as 3 x 3 (re, im): the third row is ``z conj(row0 x row1)``
-    (:func:`pygrid.qcd.kernels_wilson.compress_links`)."""
+    (:func:`pygrid.qcd.compressed_links.compress_links`)."""
     at = E.int_param(sites) * mu + site
     m = [[(E.read(rows, at, 2 * (3 * i + j), perm), E.read(rows, at, 2 * (3 * i + j) + 1, perm))
           for j in range(3)] for i in range(2)]

@@ -1,8 +1,10 @@
 """The hand-unrolled Wilson hopping kernel for the CPU (``--dslash-unroll``): numba, explicit SIMD vectors.
 
 The variant beside the generic kernel of :mod:`pygrid.qcd.kernels_generic`, as
-Grid keeps its HandUnroll kernels beside the generic ones; launched by
-:func:`pygrid.qcd.dslash.dhop`, which checks the buffers.  It computes, for every output site x
+Grid keeps its HandUnroll kernels beside the generic ones.  This module generates and compiles
+it; :mod:`pygrid.qcd.unrolled_launch` launches it for :func:`pygrid.qcd.dslash.dhop`, which checks
+the buffers, and :mod:`pygrid.qcd.compressed_links` makes the links its ``compressed`` variant
+reads.  It computes, for every output site x
 (4D outer site o, fifth-dimension index s)
 
     out(x) = alpha * diag(x)
@@ -51,11 +53,11 @@ order of that work follows the registers the kernels are compiled for (:func:`wi
   spins of the half spinor go through the link together, so each link element is
   read once per point, as Grid keeps the spinor in registers (LLVM keeps most of
   the 24 in registers; at 8^4 this ran 1.4x the tiled order below);
-* wide, 5D fields in the caches' reach (``REGISTER_BYTES``): the same register order slice
+* wide, 5D fields in the caches' reach (``unrolled_launch.REGISTER_BYTES``): the same register order slice
   by slice (:func:`_register_body_5d`, ``dhop_local_register``);
 * wide, larger 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
-  24 KiB: ``TILE_BYTES``, in L1) and, per tile, one loop per stencil point, so
+  24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per stencil point, so
   the Ls slices of one neighbour are read as one stream, with software
   prefetches (into L2 on wide machines, L1 on narrow ones; on fields larger than
   the caches) of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
@@ -91,19 +93,15 @@ against (1 -+ g_mu) in tests/test_wilson.py).
 from __future__ import annotations
 
 import functools
-import time
 
 import numpy as np
 
 from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
-from ..accelerator.host import read_only
 from ..cartesian.simd import host_simd_bits
 from ..config import current
-from ..errors import ConformabilityError, SiteTypeError
-from ..stencil.halo import exchange_rows
+from ..errors import SiteTypeError
 from ..tensors.constant import Gamma
-from . import link_rows
 
 #: outer sites ahead of the current one whose neighbour data each point helper prefetches
 PREFETCH_DISTANCE = 4
@@ -115,41 +113,12 @@ SLICE_PREFETCH = 4
 #: links and z, t neighbours are prefetched into L2
 FAR_DISTANCE = 2
 
-#: fields (spinor in and out, links) of more bytes than this count as larger than the caches: the
-#: kernels prefetch only then, and stream their result past the caches.  On the
-#: AVX-512 machine (1 MiB of L2 per core, 32 MiB of L3) the prefetch cost 8-10% on 8 MB of fields and
-#: gained 15-25% from 20 MB on; on AVX2 (512 KB of L2) streaming the result cost 20% on one thread
-#: on 4 MB and gained 17-19% on 15-20 MB
-FAR_BYTES = 12 << 20
-
-#: 4D fields (spinor in and out, the links read) of more bytes than this read their links compressed
-#: (:func:`compression_pays`).  Same-process A/B on the AVX-512 machine (32 MiB of L3), the links
-#: direction by direction, 2026-11-28: Wilson double `Dhop` ran 0.85-0.9x compressed at 8^4 (8 MB),
-#: 0.94-0.97x at 12^4 (20 MB), 1.16x at 12^3 x 24 (40 MB); the even-odd hop 0.96-0.98x at 12^4
-#: (16 MB), 1.11x at 12^3 x 24 (32 MB), 1.10x at 16^4 single (25 MB).  The AVX2 code there ran
-#: level at 12^4.
-COMPRESS_BYTES = 22 << 20
-
-#: 5D fields of at most this many bytes take the register order on wide machines, beyond it the
-#: tiled order (see :func:`_register_body_5d`): on AVX-512 (32 MB of L3, shared with the machine's
-#: other tenants) the register order ran 1.2-1.5x on 7-15 MB of fields, 1.05-1.09x and 0.7-0.8x in
-#: two runs on 28 MB, and the tiled order 1.2-1.7x on 30-120 MB
-REGISTER_BYTES = 24 << 20
-
 #: reals per link (of each lane) the kernel reads: a whole SU(3) matrix, or its first two rows
-#: (``compressed``, :func:`compress_links`)
+#: (``compressed``, :func:`pygrid.qcd.compressed_links.compress_links`)
 LINK_REALS = {False: 18, True: 12}
 
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
 FLOPS_PER_SITE = 1320
-
-# A launch's first argument is its result (``out``): on openmp the result's bytes decide whether the
-# hop runs on the threads (``min_parallel_bytes``), as they do for the expression kernels writing
-# the same fields, although the hop counts 4D outer sites and its 5D fields hold Ls of them each.
-# A field then stays in the caches of the cores that last wrote it: a Schur CG at 8^4 in single
-# ran its iteration 1.4x faster for domain wall Ls 8 with the hop on the threads like the vector
-# updates, and 2x slower for Wilson with its hop alone on the threads and the updates on the
-# calling thread.
 
 
 def _phase(c):
@@ -223,11 +192,11 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
     ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
     ``wide``: the structure for 32 vector registers (both spins of the half spinor through
     the link together; for 4D fields the result spinor held in registers over the points).
-    ``compressed`` (4D fields): links stored as their first two rows (:func:`compress_links`), the
-    kernels ``dhop_local`` and ``dhop_kernel`` alone, taking the phase tables ``zif, zib, ztab``
-    after their other arguments (the links of a halo, ``ubh``, whole).  The register order rebuilds
-    a site's eight third rows before its first point, the tiled order each point's just before its
-    product.
+    ``compressed`` (4D fields): links stored as their first two rows
+    (``compressed_links.compress_links``), the kernels ``dhop_local`` and ``dhop_kernel`` alone,
+    taking the phase tables ``zif, zib, ztab`` after their other arguments (the links of a halo,
+    ``ubh``, whole).  The register order rebuilds a site's eight third rows before its first point,
+    the tiled order each point's just before its product.
     """
     NS = int(ns)
     out = [
@@ -394,7 +363,7 @@ def _phase_code(imag, sign):
 def _link_at(links, row, mu, compressed):
     """Source of the offset of the direction-``mu`` link of site ``row`` in ``links`` (``uf`` or
     ``ub``): whole links are stored site by site (four links a site), compressed ones direction by
-    direction (:func:`compress_links`), from the offsets ``DF{mu}``/``DB{mu}`` of
+    direction (``compressed_links.compress_links``), from the offsets ``DF{mu}``/``DB{mu}`` of
     :func:`_third_row_constants`."""
     if compressed:
         return f"{row} * LK + D{'F' if links == 'uf' else 'B'}{mu}"
@@ -406,7 +375,7 @@ def _neighbour_product(ind, p, n, m, project, from_halo, halo, compressed=False)
     the projected neighbour ``n`` (``project``; with ``halo``, ``from_halo`` for a neighbour on
     another rank), its lanes permuted by ``m``, times U(x) (forward) or U(x - mu)^dag (backward,
     before the permute), both spins of the half spinor at once; ``compressed``: links of two rows
-    whose third rows are ``t{p}`` (:func:`compress_links`)."""
+    whose third rows are ``t{p}`` (``compressed_links.compress_links``)."""
     mu, i2 = p % 4, ind + "    "
 
     def product(links, row, dag):
@@ -546,8 +515,8 @@ def _register_finish(ind, streamed, five_d=False, banded=False):
 
 
 def _register_body_5d(last):
-    """The register order for 5D fields in the caches' reach (:data:`REGISTER_BYTES`): site by site,
-    the eight neighbours' indices read once, then slice by slice the whole result spinor in vector
+    """The register order for 5D fields in the caches' reach (``unrolled_launch.REGISTER_BYTES``): site by
+    site, the eight neighbours' indices read once, then slice by slice the whole result spinor in vector
     variables over the eight points, each link read once per slice (from L1); written once (the
     plain and banded last steps), or kept in a scratch of the site's slices in L1 for its multiply
     and solve in s (the others, which share one compiled function for it, :func:`_register_site`).
@@ -884,7 +853,7 @@ def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
     disk); ``wide`` picks the structure (default: :func:`wide_default`);
     ``halo``: the kernel that also reads neighbours on other ranks (else one that never does);
-    ``compressed``: the 4D kernel on links of two rows (:func:`compress_links`)."""
+    ``compressed``: the 4D kernel on links of two rows (``compressed_links.compress_links``)."""
     if compressed and (int(Ls) > 1 or last != "plain"):
         raise ValueError("compressed links: the 4D kernel only")
     m = _module(nsimd, dtype, Ls, wide, compressed)
@@ -897,459 +866,6 @@ def pack_kernel_for(nsimd, dtype="float64", Ls=1):
     return _module(nsimd, dtype, Ls).pack_kernel
 
 
-def _threads():
-    try:
-        import numba
-
-        return numba.get_num_threads()
-    except Exception:  # pragma: no cover
-        return 1
-
-
-#: bytes of the per-tile accumulator (Ls slices of a tile of outer sites), sized to stay in L1
-TILE_BYTES = 24 * 1024
-
-
-def _tile(Ls, nsimd, dtype):
-    return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
-
-
-#: most distinct phase vectors (a lane vector each) that compressed links may carry: the boundary
-#: phases and twists of a fermion give a few (per direction: one inside, one on the edge, and the
-#: lane patterns of an edge that a SIMD-split direction spreads over the lanes)
-MAX_PHASES = 64
-
-
-def compress_links(links, rtol=32.0):
-    """The links of the host buffers ``links`` (each shaped (osites, 36, 2, nsimd), one lattice's
-    links per buffer) stored as their first two rows, for the kernel of ``compressed=True``; None
-    where a link is not an SU(3) matrix times a phase.
-
-    A link ``U' = z U`` (U in SU(3), |z| = 1: a boundary phase or a twist on an SU(3) link) has the
-    third row ``det(U') conj(row0 x row1)``, so the kernel reads 12 of its 18 reals and rebuilds the
-    rest.  The phases ``det(U')`` are grouped into lane vectors (one per outer site and direction),
-    of which a field has a few: ``ztab`` (shaped (K, 2, nsimd), re and im; row 0 is 1, which the
-    kernel does not read) and, per buffer, ``zi`` (int32, ``4 * osite + mu``) the row of each.
-    Every third row rebuilt from what is kept is checked against the stored one, to ``rtol``
-    times the precision's epsilon: links that are not unitary to their precision (smeared,
-    random complex matrices) return None, and the kernel reads them whole.
-
-    The rows are stored direction by direction, shaped (4, osites, 6, 2, nsimd): the link of
-    direction mu that the kernel reads backward at a site's neighbour then lies in a stream of that
-    direction's links alone, a few slices behind the forward one (read from one array of four links a
-    site, it lies four times further back; the kernel ran 1.08-1.19x in double at 16^4 and 24^4 this
-    way, the even-odd hop 1.09-1.30x, AVX-512 and AVX2 code; docs/performance.md, "Links read
-    compressed").
-
-    Returns ``([(rows, zi) per buffer], ztab)``.
-    """
-    dtype = links[0].dtype
-    W = links[0].shape[3]
-    tol = rtol * float(np.finfo(dtype).eps)
-    for buf in links:
-        if buf.ndim != 4 or buf.shape[1:3] != (36, 2) or buf.dtype != dtype or buf.shape[3] != W:
-            raise ConformabilityError(f"compress_links: a link buffer shaped {buf.shape} {buf.dtype}; "
-                                      f"expected (n, 36, 2, {W}) {dtype}")
-    starts = np.cumsum([0] + [4 * len(buf) for buf in links])
-    f = np.empty((starts[-1], W), np.complex128)
-    for buf, at in zip(links, starts):
-        link_rows.link_dets(buf, f, at)
-    if not np.all(np.isfinite(f)):
-        return None
-    # the phases grouped greedily, each group's vector the first met (row 0 is 1 exactly: the
-    # kernel skips it), to within the tolerance of the check below
-    table = [np.ones(W, np.complex128)]
-    index = np.full(len(f), -1, np.int64)
-    while True:
-        index[(index < 0) & np.all(np.abs(f - table[-1]) <= tol, axis=1)] = len(table) - 1
-        left = np.flatnonzero(index < 0)
-        if not len(left):
-            break
-        if len(table) == MAX_PHASES:
-            return None
-        table.append(f[left[0]])
-    table = np.array(table)
-    planes = np.ascontiguousarray(np.stack([table.real, table.imag], axis=1))
-    out = []
-    for buf, at in zip(links, starts):
-        rows = np.empty((4, len(buf), 6, 2, W), dtype)
-        if not link_rows.pack_rows(buf, index, at, planes, rows) <= tol:
-            return None
-        out.append((rows, np.ascontiguousarray(index[at:at + 4 * len(buf)], np.int32)))
-    ztab = np.ascontiguousarray(np.stack([table.real, table.imag], axis=1), dtype)
-    return out, ztab
-
-
-class CompressedLinks:
-    """The links a hop reads (``uf`` at the output sites, ``ub`` at the source sites) as their first
-    two rows, with their phase tables (:func:`compress_links`): what ``links_c`` of
-    :func:`run_unrolled` takes.  Made by :meth:`of`."""
-
-    __slots__ = ("uf", "ub", "zif", "zib", "ztab", "_copies", "__weakref__")
-
-    def __init__(self, uf, ub, zif, zib, ztab, copies=None):
-        self.uf, self.ub, self.zif, self.zib, self.ztab = uf, ub, zif, zib, ztab
-        # the device copies of the arrays (device_copy), per backend; shared with the swapped twin
-        self._copies = {} if copies is None else copies
-
-    @classmethod
-    def of(cls, uf, ub):
-        """The compressed links of the host buffers ``uf`` and ``ub`` (the same on a full grid), or
-        None where a link is not an SU(3) matrix times a phase."""
-        bufs = [uf] if ub is uf else [uf, ub]
-        made = compress_links(bufs)
-        if made is None:
-            return None
-        rows, ztab = made
-        (cf, zf), (cb, zb) = rows[0], rows[-1]
-        return cls(cf, cb, zf, zb, ztab)
-
-    def swapped(self):
-        """The same compressed links for the hop that reads ``ub`` forward and ``uf`` backward (the
-        even-odd hop from the other checkerboard), sharing the arrays."""
-        return CompressedLinks(self.ub, self.uf, self.zib, self.zif, self.ztab, self._copies)
-
-    def tables(self):
-        """The kernel's last arguments."""
-        return self.zif, self.zib, self.ztab
-
-    def on(self, backend):
-        """The arguments of the generic kernel on compressed links
-        (:data:`pygrid.qcd.kernels_generic.WILSON_HOP_LOCAL_C`) on ``backend``: the rows and the
-        phase table as field buffers, copied to its device once (:meth:`device_copy`)."""
-        W = self.uf.shape[-1]
-
-        def put(a, shape):
-            key = (id(backend), id(a))
-            hit = self._copies.get(key)
-            if hit is None or hit[0] is not backend:
-                hit = self._copies[key] = (backend, backend.device_copy(a.reshape(shape)))
-            return hit[1]
-
-        return dict(ufc=put(self.uf, (-1, 6, 2, W)), ubc=put(self.ub, (-1, 6, 2, W)), zif=self.zif,
-                    zib=self.zib, ztab=put(self.ztab, (-1, 1, 2, W)), nuf=self.uf.shape[1],
-                    nub=self.ub.shape[1])
-
-
-def compression_pays(n4, nsimd, dtype, Ls=1, links=4):
-    """Whether the hop on fields of ``n4`` 4D outer sites, reading ``links`` links a site from memory
-    (4 on a full grid, where a link read forward at its site is read backward at a neighbour; 8 for
-    the even-odd hop, whose forward and backward links are of the two checkerboards), reads its links
-    compressed: 4D fields of more than ``COMPRESS_BYTES``.  Where the fields fit the caches the
-    arithmetic that rebuilds the third rows costs more than the bytes it saves (docs/performance.md,
-    "Links read compressed")."""
-    return int(Ls) == 1 and _field_bytes(n4, Ls, nsimd, dtype, links) > COMPRESS_BYTES
-
-
-def _field_bytes(n4, Ls, nsimd, dtype, links=4):
+def field_bytes(n4, Ls, nsimd, dtype, links=4):
     """The bytes of a hop's fields: the spinor in and out, and ``links`` links a site."""
     return int(n4) * (2 * int(Ls) * 24 + 18 * int(links)) * int(nsimd) * np.dtype(dtype).itemsize
-
-
-#: the sites between a site and its t-neighbour should hold at most this many bytes (spinors and links)
-#: so that the neighbour read one time-slice later still comes from the core's cache
-COLUMN_BYTES = 6 << 20
-
-
-def site_order(rdims, Ls, nsimd, dtype, threads=1, far=False):
-    """The order the kernel visits the 4D outer sites in (``rdims`` x fastest, t slowest).
-
-    In natural order a site's t-neighbour is read again one whole time-slice
-    later; at 16^4 and Ls 8 that slice is 12 MB, out of the core's cache.  When the
-    slice is larger than :data:`COLUMN_BYTES`, the (y, z) plane is cut into b x b
-    columns of every x (b the widest that keeps a column's slice under the budget,
-    dividing y and z where possible), each walked over all t, so the reuse distance
-    is one column's slice.
-
-    4D fields larger than the caches (``far``) on several ``threads`` are cut in z into one
-    slab per thread instead (full x-y planes, each walked over all t; the launch gives each
-    thread one contiguous block of this order): split by t, as in natural order, each
-    thread would hold a window of a whole slice in the shared L3, twice the bytes on two
-    threads.  Any order gives the same result; only the cache sees it.
-    """
-    X, Y, Z, T = (int(d) for d in rdims)
-    n4 = X * Y * Z * T
-    site_bytes = (int(Ls) * 24 + 4 * 18) * int(nsimd) * np.dtype(dtype).itemsize
-    natural = np.arange(n4, dtype=np.int32)
-    idx = natural.reshape(T, Z, Y, X)
-    threads = int(threads)
-    if (int(Ls) == 1 and far and threads > 1 and Z % threads == 0
-            and X * Y * Z * site_bytes <= threads * COLUMN_BYTES):
-        b = Z // threads
-        return np.ascontiguousarray(np.concatenate([idx[:, z0:z0 + b].reshape(-1) for z0 in range(0, Z, b)]))
-    if X * Y * Z * site_bytes <= COLUMN_BYTES:
-        return natural
-    widest = max(2, int((COLUMN_BYTES / (X * site_bytes)) ** 0.5))
-    # columns that tile the plane evenly: a ragged last column ran 6% slower (domain wall Ls 16 single)
-    even = [d for d in range(2, widest + 1) if Y % d == 0 and Z % d == 0]
-    b = max(even) if even else widest
-    if b >= max(Y, Z):
-        return natural
-    cols = [idx[:, z0:z0 + b, y0:y0 + b, :].reshape(-1) for z0 in range(0, Z, b) for y0 in range(0, Y, b)]
-    return np.ascontiguousarray(np.concatenate(cols))
-
-
-#: at most this many pieces of the interior of a decomposed lattice, letting the halo messages progress
-#: between them (MPI moves data only inside its calls; each test costs microseconds), with at
-#: least MIN_PIECE_SITES outer sites per piece and at least two pieces
-INTERIOR_CHUNKS = 8
-MIN_PIECE_SITES = 384
-
-
-def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None, dterm=None,
-                 solve=None, mul=None, links_c=None):
-    """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`.
-
-    On a lattice split over ranks the face half spinors are packed and sent
-    first, the interior sites computed while they travel, then the boundary
-    sites from the received halo; ``link_halo`` holds the links of the
-    backward neighbours on other ranks (:func:`pygrid.stencil.halo.exchange_rows`
-    of ``ub``; exchanged here when not given).  ``dterm``: the diagonal term's coefficients, see
-    :func:`diagonal_term`; ``solve``: a solve in s after the hop, :func:`solve_in_s`; ``mul``: a
-    multiply in s before them, :func:`diagonal_term` of the matrix with alpha 1.  ``links_c``: the
-    links ``uf``, ``ub`` compressed (:class:`CompressedLinks`), which a 4D hop reads in their place
-    (the links of ``link_halo`` whole).
-    """
-    for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
-        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
-            raise ConformabilityError(f"dhop: {name} buffer must be a C-contiguous host array")
-    if not out.flags.writeable:
-        raise ConformabilityError("dhop: out buffer is read-only")
-    nsimd, dtype = out.shape[3], out.dtype
-    st = _launch_state(stencil, Ls, nsimd, dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
-    last = _last(args)
-    plan = stencil.plan
-    compressed = links_c is not None and int(Ls) == 1
-    if compressed:
-        args = _with_links(args, links_c)
-    tables = links_c.tables() if compressed else ()
-    kernel = st.kernel_c if compressed else (lambda halo: (st.kernel_halo if halo else st.kernel)[last])
-    if plan is None or not plan.nhalo:
-        full = args + (st.sites, st.none, st.none) + tables
-        st.launcher(backend, kernel(False), full)(st.n4, *full)
-        return
-    if link_halo is None:
-        link_halo = exchange_rows(plan, ub)
-    if link_halo.shape != (plan.nhalo,) + ub.shape[1:] or link_halo.dtype != dtype:
-        raise ConformabilityError(f"dhop: link halo {link_halo.shape} {link_halo.dtype} does not match the "
-                                  f"stencil's {plan.nhalo} halo rows of {ub.shape[1:]} {dtype}")
-    t = time.perf_counter()
-    # one pack for every point with a face, each row projected with its point's sign
-    signs = st.signs[coef[2] > 0]
-    pack = (args[1], st.rows, st.mus, signs, int(Ls), st.packed_flat)
-    st.launcher(backend, st.pack, pack)(len(st.rows), *pack)
-    exchange = plan.start(st.packed, st.halo)
-    plan.comm.stats.pack_s += time.perf_counter() - t
-    tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1))) + tables
-    for part in st.pieces:
-        st.launcher(backend, kernel(False), args + (part,) + tail)(len(part), *args, part, *tail)
-        exchange.test()
-    exchange.wait()
-    if len(st.boundary):
-        launch = st.launcher(backend, kernel(True), args + (st.boundary,) + tail)
-        launch(len(st.boundary), *args, st.boundary, *tail)
-
-
-def _with_links(args, links_c):
-    """``args`` (:func:`kernel_args`) with the compressed links in place of ``uf`` and ``ub``."""
-    return args[:2] + (links_c.uf, links_c.ub) + args[4:]
-
-
-def _compressed_args(args, links_c, st):
-    """The arguments of the kernel on compressed links on one rank: ``args`` (:func:`kernel_args`)
-    with the compressed links in place of ``uf`` and ``ub``, and the phase tables last."""
-    return _with_links(args, links_c) + (st.sites, st.none, st.none) + links_c.tables()
-
-
-def _writable(a):
-    # numba compiles a kernel per combination of writeable flags, and a Dirac kernel takes seconds:
-    # every buffer goes in writable, as pygrid's kernel views give them (the kernel never writes its
-    # inputs); a read-only one, from a caller's read view, is copied
-    return a if a.flags.writeable else a.copy()
-
-
-def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm=None, solve=None, mul=None):
-    """The hopping kernel's arguments before ``sites, halo, ubh``, for the launch state ``st``
-    (:func:`_launch_state`) and host buffers shaped (osites, ncomp, 2, nsimd), passed as they are
-    (the kernel indexes them flat), writable; ``dterm`` from :func:`diagonal_term` (None: the
-    plain ``alpha * diag`` of ``coef``), ``solve`` from :func:`solve_in_s` (None: none) and
-    ``mul``, the multiply in s before them, from :func:`diagonal_term` with alpha 1 (None: none)."""
-    if dterm is None:
-        dterm = diagonal_term(coef[1], None, Ls=1, dtype=coef.dtype)
-    if solve is None:
-        solve = solve_in_s(None, 1, coef.dtype)
-    if mul is None:  # an empty mprev: no multiply
-        mul = diagonal_term(1.0, None, Ls=1, dtype=coef.dtype)
-    return (out, _writable(psi), _writable(uf), _writable(ub), _writable(diag), *st.tables, coef,
-            bool(use_diag), *dterm, *solve, *mul, st.tile, st.far)
-
-
-def solve_in_s(tables, Ls, dtype):
-    """``(sorder, sinv)``, the kernel's solve in s after the hop (5D fields): ``tables`` from
-    :func:`pygrid.qcd.fifth_dim.bidiag_solver` (order, 1/d, e/d, q, r), or None for no solve
-    (``sorder`` empty)."""
-    if tables is None:
-        return _NO_PREV, read_only(np.zeros(0, dtype))
-    order, invd, ed, q, r = (np.asarray(t) for t in tables)
-    if order.shape != (2, int(Ls)):
-        raise ConformabilityError(f"dhop: a solve in s of {order.shape[-1]} slices for Ls={Ls}")
-    sinv = np.concatenate([invd, ed, r, q.reshape(-1)]).astype(dtype)
-    return read_only(np.ascontiguousarray(order.reshape(-1), np.int32)), read_only(sinv)
-
-
-_NO_PREV = read_only(np.zeros(0, np.int32))
-
-
-#: where :func:`kernel_args` puts ``dprev``, ``sorder`` and ``mprev``
-_DPREV, _SORDER, _MPREV = 14, 15, 18
-
-
-def _last(args):
-    """The kernel variant (:data:`LAST`) that :func:`kernel_args`' arguments ask for."""
-    dprev, sorder, mprev = args[_DPREV], args[_SORDER], args[_MPREV]
-    if len(mprev):
-        return "mul_solve" if len(sorder) else "mul"
-    return "solve" if len(sorder) else "banded" if len(dprev) else "plain"
-
-
-def diagonal_term(alpha, stream, Ls, dtype):
-    """``(dco, dprev)``, the kernel's diagonal term: ``alpha * diag`` (``stream`` None), or
-    ``alpha * A diag`` for A cyclic bidiagonal in s per chirality, ``stream = (d, prev, ep)``:
-    row s of chirality c is ``d[c] x_s + ep[c, s] x_prev[c, s]`` (flattened (2, Ls) tables, see
-    :func:`pygrid.qcd.dslash.stream_tables`).  ``dco`` holds ``alpha d`` then ``alpha ep``;
-    ``dprev`` is empty for the plain term."""
-    if stream is None:
-        return read_only(np.full(2, alpha, dtype)), _NO_PREV
-    d, prev, ep = stream
-    if len(prev) != 2 * int(Ls):
-        raise ConformabilityError(f"dhop: a diagonal term in s of {len(prev) // 2} slices for Ls={Ls}")
-    dco = np.concatenate([alpha * np.asarray(d, np.float64), alpha * np.asarray(ep, np.float64)])
-    return read_only(dco.astype(dtype)), read_only(np.ascontiguousarray(prev, np.int32))
-
-
-def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None, solve=None,
-                  mul=None, links_c=None):
-    """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
-    the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``, its
-    arguments packed once); the caller passes the same buffers again, alive.  ``run.prepared()``
-    is the same launch without arguments (``launch.prepared``).  None where a call
-    has more to do than the launch (a lattice split over ranks, a read-only buffer that each call
-    copies)."""
-    plan = stencil.plan
-    if (plan is not None and plan.nhalo) or not all(
-            a.flags.writeable for a in (out, psi, uf, ub, diag)):
-        return None
-    st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
-    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
-    kernel = st.kernel[_last(args)]
-    if links_c is not None and int(Ls) == 1:
-        args, kernel = _compressed_args(args, links_c, st), st.kernel_c()
-    else:
-        args += (st.sites, st.none, st.none)
-    # each outer site writes its own result: the threads may share out the blocks' pieces
-    launch = backend.bind_kernel(kernel, *args, balance=True)
-    n4 = st.n4
-    again = launch.again
-
-    # the launch holds its arguments weakly: the tables and coefficients, which caches may drop, and
-    # the compressed links are held here
-    held = args[5:] + (links_c,)
-
-    def run(out, psi, uf, ub, diag, _tables=held):
-        # the buffers it was bound with (the caller checked that they are these)
-        again(n4)
-
-    run.prepared = launch.prepared(n4)
-    run.prepared.tables = held
-    return run
-
-
-class _LaunchState:
-    """What every launch on one stencil, Ls, lane count and precision reuses: flattened tables,
-    the kernels, the interior pieces, and the message and halo buffers (fresh ones would
-    page-fault on every call)."""
-
-    def __init__(self, stencil, Ls, nsimd, dtype):
-        self.stencil = stencil
-        self.n4 = stencil.neighbours.shape[1]
-        # per variant of the last step (LAST; 4D fields have the plain one), looked up here and
-        # compiled at their first launch
-        lasts = LAST if int(Ls) > 1 else ("plain",)
-        self.kernel = {last: kernel_for(nsimd, dtype, Ls, last=last) for last in lasts}
-        self.kernel_halo = {last: kernel_for(nsimd, dtype, Ls, halo=True, last=last) for last in lasts}
-        field_bytes = _field_bytes(self.n4, Ls, nsimd, dtype)
-        self.far = bool(field_bytes > FAR_BYTES)
-        self.nsimd, self.dtype = nsimd, dtype
-        self._kernel_c = None
-        if int(Ls) > 1 and field_bytes <= REGISTER_BYTES and wide_default():
-            for last in LAST:
-                self.kernel[last] = kernel_for(nsimd, dtype, Ls, last="register" + ("" if last == "plain"
-                                                                                    else "_" + last))
-        # the tables read-only, whatever the stencil's flags: one numba specialisation per path
-        self.tables = tuple(read_only(t.reshape(-1)) for t in (
-            stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
-        self.tile = _tile(Ls, nsimd, dtype)
-        self.none = read_only(np.zeros(1, dtype))
-        rdims = stencil.grid.rdims
-        self.sites = read_only(site_order(rdims, Ls, nsimd, dtype, _threads(), self.far)
-                               if len(rdims) == 4 and int(np.prod(rdims)) == self.n4 else stencil.sites)
-        self.boundary = read_only(stencil.boundary)
-        self._launchers = {}
-        plan = stencil.plan
-        if plan is None or not plan.nhalo:
-            return
-        self.pack = pack_kernel_for(nsimd, dtype, Ls)
-        faces = [(p, pt) for p, pt in enumerate(plan.points) if pt.nface]
-        self.rows = np.ascontiguousarray(np.concatenate([pt.rows for _, pt in faces]), np.int32)
-        self.mus = np.concatenate([np.full(pt.nface, p % 4, np.int32) for p, pt in faces])
-        fwd = np.concatenate([np.full(pt.nface, p < 4) for p, pt in faces])
-        # the projector signs of the hopping kernel, (forward, backward) = (-1, +1), or (+1, -1) for dag
-        self.signs = {False: np.where(fwd, -1.0, 1.0).astype(dtype),
-                      True: np.where(fwd, 1.0, -1.0).astype(dtype)}
-        shape = (int(Ls), 6, 2, nsimd)
-        packed = np.empty((len(self.rows),) + shape, dtype)
-        self.packed_flat = packed.reshape(-1)
-        self.packed, at = [packed[:0]] * len(plan.points), 0
-        for p, pt in faces:
-            self.packed[p] = packed[at:at + pt.nface]
-            at += pt.nface
-        self.halo = np.empty((plan.nhalo,) + shape, dtype)
-        self.halo_flat = self.halo.reshape(-1)
-        inner = stencil.interior
-        pieces = max(2, min(INTERIOR_CHUNKS, len(inner) // MIN_PIECE_SITES))
-        step = max(1, -(-len(inner) // pieces))
-        self.pieces = [read_only(inner[c:c + step]) for c in range(0, len(inner), step)]
-
-
-    def kernel_c(self, halo=False):
-        """The kernel on compressed links, with the halo branches or without (compiled at its first
-        launch)."""
-        if self._kernel_c is None:
-            self._kernel_c = {h: kernel_for(self.nsimd, self.dtype, halo=h, compressed=True)
-                              for h in (False, True)}
-        return self._kernel_c[halo]
-
-    def launcher(self, backend, kernel, args):
-        """``launch(osites, *args)``: ``backend.bind_kernel(kernel, *args)``, kept per backend and
-        kernel.  Every launch of a kernel here has arguments of the same
-        types (this state fixes its tables, :func:`run_unrolled` checks the buffers), and a lattice
-        split over ranks launches each kernel about ten times a call: kept, a launch skips the
-        lookup by the arguments' fingerprints, about 5 us of the kernel's 24."""
-        hit = self._launchers.get((id(backend), kernel))
-        if hit is None or hit[0] is not backend:
-            hit = self._launchers[(id(backend), kernel)] = (backend, backend.bind_kernel(kernel, *args))
-        return hit[1]
-
-
-_states = {}
-
-
-def _launch_state(stencil, Ls, nsimd, dtype):
-    key = (id(stencil), Ls, nsimd, dtype, wide_default())
-    st = _states.get(key)
-    if st is None or st.stencil is not stencil:
-        if len(_states) > 64:
-            _states.clear()
-        st = _states[key] = _LaunchState(stencil, Ls, nsimd, dtype)
-    return st

@@ -1,4 +1,4 @@
-"""Compiled helpers of :func:`pygrid.qcd.kernels_wilson.compress_links`: the determinant of every
+"""Compiled helpers of :func:`pygrid.qcd.compressed_links.compress_links`: the determinant of every
 link of a host link buffer, and the check of each rebuilt third row with the packing of the first
 two rows.
 

@@ -21,7 +21,7 @@ from ..memory import ViewMode
 from ..stencil import Stencil, wilson_displacements
 from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
-from . import dslash, kernels_wilson as kw
+from . import compressed_links as cl, dslash, kernels_wilson as kw
 from .boundary import FermionBoundary
 from .fermion import FermionOperator, committing
 from .hop import again, hop as hop_fields
@@ -44,7 +44,7 @@ class WilsonFermion(FermionOperator):
     a new field, or writes into ``out=`` and returns it.
 
     ``compress_links``: whether the hops read each link as the first two rows of an SU(3) matrix
-    and rebuild the third (``kernels_wilson.compress_links``).  None (the default): as the
+    and rebuild the third (``compressed_links.compress_links``).  None (the default): as the
     configuration says (``--compress-links``, ``--no-compress-links``; by default the
     hand-unrolled kernel, openmp and numpy backends, on fields larger than the host's caches);
     True: every kernel on any fields (the generic one too, every backend's; on a lattice split over
@@ -88,7 +88,7 @@ class WilsonFermion(FermionOperator):
         always = compress_links is None and current().compress_links == "always"
         self._compress = tuple(
             bool(compress_links or always or compress_links is None
-                 and kw.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype, links=links))
+                 and cl.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype, links=links))
             for s, links in ((self.stencil, 4), (self.stencil_cb[0], 8)))
         self._links_c = {}
 
@@ -116,7 +116,7 @@ class WilsonFermion(FermionOperator):
 
     def _compressed(self, cb_in):
         """The links of the hop from checkerboard ``cb_in`` (None: the full-grid hop) compressed
-        (:class:`pygrid.qcd.kernels_wilson.CompressedLinks`), or None where it reads them whole.
+        (:class:`pygrid.qcd.compressed_links.CompressedLinks`), or None where it reads them whole.
         For the generic kernel on a lattice split over ranks the backward links hold the halo's
         after the local ones.  Made again when the links were written since (a kept call bound to
         the old ones is dropped)."""
@@ -148,7 +148,7 @@ class WilsonFermion(FermionOperator):
             def of(a, b):
                 if halo:  # the halo's links after the local ones, as the generic kernel reads them
                     b = np.concatenate([b, self.link_halo(stencil, ub, b)])
-                return kw.CompressedLinks.of(b if ub is uf else a, b)
+                return cl.CompressedLinks.of(b if ub is uf else a, b)
 
             with uf.view(ViewMode.CpuRead) as a:
                 if ub is uf:

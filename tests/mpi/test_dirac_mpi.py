@@ -62,10 +62,10 @@ def test_wilson_with_far_prefetch(layout, monkeypatch):
     """The unrolled kernel's prefetches for fields larger than the caches (forced here on a small
     lattice) change nothing, the halo branches included (links whole: compressed, they differ in
     rounding; see test_wilson_on_compressed_links)."""
-    from pygrid.qcd import kernels_wilson as kw
+    from pygrid.qcd import unrolled_launch as ul
 
-    monkeypatch.setattr(kw, "FAR_BYTES", 0)
-    monkeypatch.setattr(kw, "_states", {})
+    monkeypatch.setattr(ul, "FAR_BYTES", 0)
+    monkeypatch.setattr(ul, "_states", {})
     res = []
     for g in grids(DIMS, layout):
         U, psi = setup(g)
@@ -73,7 +73,7 @@ def test_wilson_with_far_prefetch(layout, monkeypatch):
         res.append([D.M(psi).to_numpy(), D.Dhop(psi).to_numpy()])
     for x, y in zip(*res):
         np.testing.assert_array_equal(same_everywhere(x), y)
-    assert all(st.far for st in kw._states.values())
+    assert all(st.far for st in ul._states.values())
 
 
 @pytest.mark.parametrize("structure", [("unroll", "wide"), ("unroll", "narrow"), ("generic", "auto")],

@@ -1,0 +1,370 @@
+"""Launching the hand-unrolled Wilson hopping kernel (:mod:`pygrid.qcd.kernels_wilson`) on host buffers.
+
+:func:`run_unrolled` launches it once on buffers that :func:`pygrid.qcd.dslash.dhop` checked (on a
+lattice split over ranks: the face half spinors packed and sent, the interior computed while they
+travel, then the boundary from the halo); :func:`bind_unrolled` binds a launch to its buffers once
+for the calls that repeat.  What every launch on one stencil reuses (the flattened tables, the
+order the sites are visited in, the kernels, the message buffers) is a :class:`_LaunchState`.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..accelerator.host import read_only
+from ..errors import ConformabilityError
+from ..stencil.halo import exchange_rows
+from . import kernels_wilson
+from .kernels_wilson import field_bytes
+
+#: fields (spinor in and out, links) of more bytes than this count as larger than the caches: the
+#: kernels prefetch only then, and stream their result past the caches.  On the
+#: AVX-512 machine (1 MiB of L2 per core, 32 MiB of L3) the prefetch cost 8-10% on 8 MB of fields and
+#: gained 15-25% from 20 MB on; on AVX2 (512 KB of L2) streaming the result cost 20% on one thread
+#: on 4 MB and gained 17-19% on 15-20 MB
+FAR_BYTES = 12 << 20
+
+#: 5D fields of at most this many bytes take the register order on wide machines, beyond it the
+#: tiled order (see :func:`_register_body_5d`): on AVX-512 (32 MB of L3, shared with the machine's
+#: other tenants) the register order ran 1.2-1.5x on 7-15 MB of fields, 1.05-1.09x and 0.7-0.8x in
+#: two runs on 28 MB, and the tiled order 1.2-1.7x on 30-120 MB
+REGISTER_BYTES = 24 << 20
+
+# A launch's first argument is its result (``out``): on openmp the result's bytes decide whether the
+# hop runs on the threads (``min_parallel_bytes``), as they do for the expression kernels writing
+# the same fields, although the hop counts 4D outer sites and its 5D fields hold Ls of them each.
+# A field then stays in the caches of the cores that last wrote it: a Schur CG at 8^4 in single
+# ran its iteration 1.4x faster for domain wall Ls 8 with the hop on the threads like the vector
+# updates, and 2x slower for Wilson with its hop alone on the threads and the updates on the
+# calling thread.
+
+
+def _threads():
+    try:
+        import numba
+
+        return numba.get_num_threads()
+    except Exception:  # pragma: no cover
+        return 1
+
+
+#: bytes of the per-tile accumulator (Ls slices of a tile of outer sites), sized to stay in L1
+TILE_BYTES = 24 * 1024
+
+
+def _tile(Ls, nsimd, dtype):
+    return max(1, TILE_BYTES // (int(Ls) * 24 * int(nsimd) * np.dtype(dtype).itemsize))
+
+#: the sites between a site and its t-neighbour should hold at most this many bytes (spinors and links)
+#: so that the neighbour read one time-slice later still comes from the core's cache
+COLUMN_BYTES = 6 << 20
+
+
+def site_order(rdims, Ls, nsimd, dtype, threads=1, far=False):
+    """The order the kernel visits the 4D outer sites in (``rdims`` x fastest, t slowest).
+
+    In natural order a site's t-neighbour is read again one whole time-slice
+    later; at 16^4 and Ls 8 that slice is 12 MB, out of the core's cache.  When the
+    slice is larger than :data:`COLUMN_BYTES`, the (y, z) plane is cut into b x b
+    columns of every x (b the widest that keeps a column's slice under the budget,
+    dividing y and z where possible), each walked over all t, so the reuse distance
+    is one column's slice.
+
+    4D fields larger than the caches (``far``) on several ``threads`` are cut in z into one
+    slab per thread instead (full x-y planes, each walked over all t; the launch gives each
+    thread one contiguous block of this order): split by t, as in natural order, each
+    thread would hold a window of a whole slice in the shared L3, twice the bytes on two
+    threads.  Any order gives the same result; only the cache sees it.
+    """
+    X, Y, Z, T = (int(d) for d in rdims)
+    n4 = X * Y * Z * T
+    site_bytes = (int(Ls) * 24 + 4 * 18) * int(nsimd) * np.dtype(dtype).itemsize
+    natural = np.arange(n4, dtype=np.int32)
+    idx = natural.reshape(T, Z, Y, X)
+    threads = int(threads)
+    if (int(Ls) == 1 and far and threads > 1 and Z % threads == 0
+            and X * Y * Z * site_bytes <= threads * COLUMN_BYTES):
+        b = Z // threads
+        return np.ascontiguousarray(np.concatenate([idx[:, z0:z0 + b].reshape(-1) for z0 in range(0, Z, b)]))
+    if X * Y * Z * site_bytes <= COLUMN_BYTES:
+        return natural
+    widest = max(2, int((COLUMN_BYTES / (X * site_bytes)) ** 0.5))
+    # columns that tile the plane evenly: a ragged last column ran 6% slower (domain wall Ls 16 single)
+    even = [d for d in range(2, widest + 1) if Y % d == 0 and Z % d == 0]
+    b = max(even) if even else widest
+    if b >= max(Y, Z):
+        return natural
+    cols = [idx[:, z0:z0 + b, y0:y0 + b, :].reshape(-1) for z0 in range(0, Z, b) for y0 in range(0, Y, b)]
+    return np.ascontiguousarray(np.concatenate(cols))
+
+
+#: at most this many pieces of the interior of a decomposed lattice, letting the halo messages progress
+#: between them (MPI moves data only inside its calls; each test costs microseconds), with at
+#: least MIN_PIECE_SITES outer sites per piece and at least two pieces
+INTERIOR_CHUNKS = 8
+MIN_PIECE_SITES = 384
+
+
+def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo=None, dterm=None,
+                 solve=None, mul=None, links_c=None):
+    """Launch the hand-unrolled kernel on host buffers already checked by :func:`pygrid.qcd.dslash.dhop`.
+
+    On a lattice split over ranks the face half spinors are packed and sent
+    first, the interior sites computed while they travel, then the boundary
+    sites from the received halo; ``link_halo`` holds the links of the
+    backward neighbours on other ranks (:func:`pygrid.stencil.halo.exchange_rows`
+    of ``ub``; exchanged here when not given).  ``dterm``: the diagonal term's coefficients, see
+    :func:`diagonal_term`; ``solve``: a solve in s after the hop, :func:`solve_in_s`; ``mul``: a
+    multiply in s before them, :func:`diagonal_term` of the matrix with alpha 1.  ``links_c``: the
+    links ``uf``, ``ub`` compressed (:class:`CompressedLinks`), which a 4D hop reads in their place
+    (the links of ``link_halo`` whole).
+    """
+    for name, a in (("out", out), ("psi", psi), ("uf", uf), ("ub", ub), ("diag", diag)):
+        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+            raise ConformabilityError(f"dhop: {name} buffer must be a C-contiguous host array")
+    if not out.flags.writeable:
+        raise ConformabilityError("dhop: out buffer is read-only")
+    nsimd, dtype = out.shape[3], out.dtype
+    st = _launch_state(stencil, Ls, nsimd, dtype)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
+    last = _last(args)
+    plan = stencil.plan
+    compressed = links_c is not None and int(Ls) == 1
+    if compressed:
+        args = _with_links(args, links_c)
+    tables = links_c.tables() if compressed else ()
+    kernel = st.kernel_c if compressed else (lambda halo: (st.kernel_halo if halo else st.kernel)[last])
+    if plan is None or not plan.nhalo:
+        full = args + (st.sites, st.none, st.none) + tables
+        st.launcher(backend, kernel(False), full)(st.n4, *full)
+        return
+    if link_halo is None:
+        link_halo = exchange_rows(plan, ub)
+    if link_halo.shape != (plan.nhalo,) + ub.shape[1:] or link_halo.dtype != dtype:
+        raise ConformabilityError(f"dhop: link halo {link_halo.shape} {link_halo.dtype} does not match the "
+                                  f"stencil's {plan.nhalo} halo rows of {ub.shape[1:]} {dtype}")
+    t = time.perf_counter()
+    # one pack for every point with a face, each row projected with its point's sign
+    signs = st.signs[coef[2] > 0]
+    pack = (args[1], st.rows, st.mus, signs, int(Ls), st.packed_flat)
+    st.launcher(backend, st.pack, pack)(len(st.rows), *pack)
+    exchange = plan.start(st.packed, st.halo)
+    plan.comm.stats.pack_s += time.perf_counter() - t
+    tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1))) + tables
+    for part in st.pieces:
+        st.launcher(backend, kernel(False), args + (part,) + tail)(len(part), *args, part, *tail)
+        exchange.test()
+    exchange.wait()
+    if len(st.boundary):
+        launch = st.launcher(backend, kernel(True), args + (st.boundary,) + tail)
+        launch(len(st.boundary), *args, st.boundary, *tail)
+
+
+def _with_links(args, links_c):
+    """``args`` (:func:`kernel_args`) with the compressed links in place of ``uf`` and ``ub``."""
+    return args[:2] + (links_c.uf, links_c.ub) + args[4:]
+
+
+def _compressed_args(args, links_c, st):
+    """The arguments of the kernel on compressed links on one rank: ``args`` (:func:`kernel_args`)
+    with the compressed links in place of ``uf`` and ``ub``, and the phase tables last."""
+    return _with_links(args, links_c) + (st.sites, st.none, st.none) + links_c.tables()
+
+
+def _writable(a):
+    # numba compiles a kernel per combination of writeable flags, and a Dirac kernel takes seconds:
+    # every buffer goes in writable, as pygrid's kernel views give them (the kernel never writes its
+    # inputs); a read-only one, from a caller's read view, is copied
+    return a if a.flags.writeable else a.copy()
+
+
+def kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm=None, solve=None, mul=None):
+    """The hopping kernel's arguments before ``sites, halo, ubh``, for the launch state ``st``
+    (:func:`_launch_state`) and host buffers shaped (osites, ncomp, 2, nsimd), passed as they are
+    (the kernel indexes them flat), writable; ``dterm`` from :func:`diagonal_term` (None: the
+    plain ``alpha * diag`` of ``coef``), ``solve`` from :func:`solve_in_s` (None: none) and
+    ``mul``, the multiply in s before them, from :func:`diagonal_term` with alpha 1 (None: none)."""
+    if dterm is None:
+        dterm = diagonal_term(coef[1], None, Ls=1, dtype=coef.dtype)
+    if solve is None:
+        solve = solve_in_s(None, 1, coef.dtype)
+    if mul is None:  # an empty mprev: no multiply
+        mul = diagonal_term(1.0, None, Ls=1, dtype=coef.dtype)
+    return (out, _writable(psi), _writable(uf), _writable(ub), _writable(diag), *st.tables, coef,
+            bool(use_diag), *dterm, *solve, *mul, st.tile, st.far)
+
+
+def solve_in_s(tables, Ls, dtype):
+    """``(sorder, sinv)``, the kernel's solve in s after the hop (5D fields): ``tables`` from
+    :func:`pygrid.qcd.fifth_dim.bidiag_solver` (order, 1/d, e/d, q, r), or None for no solve
+    (``sorder`` empty)."""
+    if tables is None:
+        return _NO_PREV, read_only(np.zeros(0, dtype))
+    order, invd, ed, q, r = (np.asarray(t) for t in tables)
+    if order.shape != (2, int(Ls)):
+        raise ConformabilityError(f"dhop: a solve in s of {order.shape[-1]} slices for Ls={Ls}")
+    sinv = np.concatenate([invd, ed, r, q.reshape(-1)]).astype(dtype)
+    return read_only(np.ascontiguousarray(order.reshape(-1), np.int32)), read_only(sinv)
+
+
+_NO_PREV = read_only(np.zeros(0, np.int32))
+
+
+#: where :func:`kernel_args` puts ``dprev``, ``sorder`` and ``mprev``
+_DPREV, _SORDER, _MPREV = 14, 15, 18
+
+
+def _last(args):
+    """The kernel variant (:data:`pygrid.qcd.kernels_wilson.LAST`) that :func:`kernel_args`' arguments
+    ask for."""
+    dprev, sorder, mprev = args[_DPREV], args[_SORDER], args[_MPREV]
+    if len(mprev):
+        return "mul_solve" if len(sorder) else "mul"
+    return "solve" if len(sorder) else "banded" if len(dprev) else "plain"
+
+
+def diagonal_term(alpha, stream, Ls, dtype):
+    """``(dco, dprev)``, the kernel's diagonal term: ``alpha * diag`` (``stream`` None), or
+    ``alpha * A diag`` for A cyclic bidiagonal in s per chirality, ``stream = (d, prev, ep)``:
+    row s of chirality c is ``d[c] x_s + ep[c, s] x_prev[c, s]`` (flattened (2, Ls) tables, see
+    :func:`pygrid.qcd.dslash.stream_tables`).  ``dco`` holds ``alpha d`` then ``alpha ep``;
+    ``dprev`` is empty for the plain term."""
+    if stream is None:
+        return read_only(np.full(2, alpha, dtype)), _NO_PREV
+    d, prev, ep = stream
+    if len(prev) != 2 * int(Ls):
+        raise ConformabilityError(f"dhop: a diagonal term in s of {len(prev) // 2} slices for Ls={Ls}")
+    dco = np.concatenate([alpha * np.asarray(d, np.float64), alpha * np.asarray(ep, np.float64)])
+    return read_only(dco.astype(dtype)), read_only(np.ascontiguousarray(prev, np.int32))
+
+
+def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None, solve=None,
+                  mul=None, links_c=None):
+    """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
+    the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``, its
+    arguments packed once); the caller passes the same buffers again, alive.  ``run.prepared()``
+    is the same launch without arguments (``launch.prepared``).  None where a call
+    has more to do than the launch (a lattice split over ranks, a read-only buffer that each call
+    copies)."""
+    plan = stencil.plan
+    if (plan is not None and plan.nhalo) or not all(
+            a.flags.writeable for a in (out, psi, uf, ub, diag)):
+        return None
+    st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
+    args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
+    kernel = st.kernel[_last(args)]
+    if links_c is not None and int(Ls) == 1:
+        args, kernel = _compressed_args(args, links_c, st), st.kernel_c()
+    else:
+        args += (st.sites, st.none, st.none)
+    # each outer site writes its own result: the threads may share out the blocks' pieces
+    launch = backend.bind_kernel(kernel, *args, balance=True)
+    n4 = st.n4
+    again = launch.again
+
+    # the launch holds its arguments weakly: the tables and coefficients, which caches may drop, and
+    # the compressed links are held here
+    held = args[5:] + (links_c,)
+
+    def run(out, psi, uf, ub, diag, _tables=held):
+        # the buffers it was bound with (the caller checked that they are these)
+        again(n4)
+
+    run.prepared = launch.prepared(n4)
+    run.prepared.tables = held
+    return run
+
+
+class _LaunchState:
+    """What every launch on one stencil, Ls, lane count and precision reuses: flattened tables,
+    the kernels, the interior pieces, and the message and halo buffers (fresh ones would
+    page-fault on every call)."""
+
+    def __init__(self, stencil, Ls, nsimd, dtype, kernels=kernels_wilson):
+        # ``kernels``: the module that generates the kernels (a copy of an older one for an A/B
+        # comparison in benchmarks/bench_dhop_kernels.py)
+        self.stencil = stencil
+        self.n4 = stencil.neighbours.shape[1]
+        self.kernels = kernels
+        # per variant of the last step (LAST; 4D fields have the plain one), looked up here and
+        # compiled at their first launch
+        lasts = kernels.LAST if int(Ls) > 1 else ("plain",)
+        self.kernel = {last: kernels.kernel_for(nsimd, dtype, Ls, last=last) for last in lasts}
+        self.kernel_halo = {last: kernels.kernel_for(nsimd, dtype, Ls, halo=True, last=last)
+                            for last in lasts}
+        nbytes = field_bytes(self.n4, Ls, nsimd, dtype)
+        self.far = bool(nbytes > FAR_BYTES)
+        self.nsimd, self.dtype = nsimd, dtype
+        self._kernel_c = None
+        if int(Ls) > 1 and nbytes <= REGISTER_BYTES and kernels.wide_default():
+            for last in kernels.LAST:
+                self.kernel[last] = kernels.kernel_for(nsimd, dtype, Ls, last="register" + (
+                    "" if last == "plain" else "_" + last))
+        # the tables read-only, whatever the stencil's flags: one numba specialisation per path
+        self.tables = tuple(read_only(t.reshape(-1)) for t in (
+            stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
+        self.tile = _tile(Ls, nsimd, dtype)
+        self.none = read_only(np.zeros(1, dtype))
+        rdims = stencil.grid.rdims
+        self.sites = read_only(site_order(rdims, Ls, nsimd, dtype, _threads(), self.far)
+                               if len(rdims) == 4 and int(np.prod(rdims)) == self.n4 else stencil.sites)
+        self.boundary = read_only(stencil.boundary)
+        self._launchers = {}
+        plan = stencil.plan
+        if plan is None or not plan.nhalo:
+            return
+        self.pack = kernels.pack_kernel_for(nsimd, dtype, Ls)
+        faces = [(p, pt) for p, pt in enumerate(plan.points) if pt.nface]
+        self.rows = np.ascontiguousarray(np.concatenate([pt.rows for _, pt in faces]), np.int32)
+        self.mus = np.concatenate([np.full(pt.nface, p % 4, np.int32) for p, pt in faces])
+        fwd = np.concatenate([np.full(pt.nface, p < 4) for p, pt in faces])
+        # the projector signs of the hopping kernel, (forward, backward) = (-1, +1), or (+1, -1) for dag
+        self.signs = {False: np.where(fwd, -1.0, 1.0).astype(dtype),
+                      True: np.where(fwd, 1.0, -1.0).astype(dtype)}
+        shape = (int(Ls), 6, 2, nsimd)
+        packed = np.empty((len(self.rows),) + shape, dtype)
+        self.packed_flat = packed.reshape(-1)
+        self.packed, at = [packed[:0]] * len(plan.points), 0
+        for p, pt in faces:
+            self.packed[p] = packed[at:at + pt.nface]
+            at += pt.nface
+        self.halo = np.empty((plan.nhalo,) + shape, dtype)
+        self.halo_flat = self.halo.reshape(-1)
+        inner = stencil.interior
+        pieces = max(2, min(INTERIOR_CHUNKS, len(inner) // MIN_PIECE_SITES))
+        step = max(1, -(-len(inner) // pieces))
+        self.pieces = [read_only(inner[c:c + step]) for c in range(0, len(inner), step)]
+
+
+    def kernel_c(self, halo=False):
+        """The kernel on compressed links, with the halo branches or without (compiled at its first
+        launch)."""
+        if self._kernel_c is None:
+            self._kernel_c = {h: self.kernels.kernel_for(self.nsimd, self.dtype, halo=h, compressed=True)
+                              for h in (False, True)}
+        return self._kernel_c[halo]
+
+    def launcher(self, backend, kernel, args):
+        """``launch(osites, *args)``: ``backend.bind_kernel(kernel, *args)``, kept per backend and
+        kernel.  Every launch of a kernel here has arguments of the same
+        types (this state fixes its tables, :func:`run_unrolled` checks the buffers), and a lattice
+        split over ranks launches each kernel about ten times a call: kept, a launch skips the
+        lookup by the arguments' fingerprints, about 5 us of the kernel's 24."""
+        hit = self._launchers.get((id(backend), kernel))
+        if hit is None or hit[0] is not backend:
+            hit = self._launchers[(id(backend), kernel)] = (backend, backend.bind_kernel(kernel, *args))
+        return hit[1]
+
+
+_states = {}
+
+
+def _launch_state(stencil, Ls, nsimd, dtype, kernels=kernels_wilson):
+    key = (id(stencil), Ls, nsimd, dtype, kernels.wide_default(), kernels.__name__)
+    st = _states.get(key)
+    if st is None or st.stencil is not stencil:
+        if len(_states) > 64:
+            _states.clear()
+        st = _states[key] = _LaunchState(stencil, Ls, nsimd, dtype, kernels)
+    return st
