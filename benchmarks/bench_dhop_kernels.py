@@ -3,8 +3,8 @@
     python benchmarks/bench_dhop_kernels.py --grid 16.16.16.16 --precision double --Ls 8 \
         [--threads 1,2] [--modules kernels_wilson,kernels_wilson_old] [--reps 9]
 
-Each variant (a kernel module from pygrid.qcd, times a thread count; on several threads launched
-as the operators launch it, bound once and run by the thread team in balanced pieces) runs for
+Each variant (a kernel module from pygrid.qcd, times a thread count; launched as the operators
+launch it, bound once, on several threads run by the thread team in balanced pieces) runs for
 0.3 s in turn, ``--reps`` rounds, so that the machine's slow and fast phases
 hit every variant alike; prints the median and best GFlop/s (1320 flops per 4D
 or 5D site) of each.  To compare against an older kernel, put its module next
@@ -54,6 +54,7 @@ import numpy as np
 
 import pygrid as pg
 from pygrid.accelerator.backends import get_backend
+from pygrid.accelerator.parallel_numba import Bound
 from pygrid.bench.roofline import copy_kernel, stream_copy_kernel, touched
 from pygrid.memory.aligned import aligned_empty
 from pygrid.qcd import unrolled_launch
@@ -236,14 +237,13 @@ def main():
         if k is None:  # a roofline's copy (pygrid.bench.roofline): (copy, dst, src)
             a[0](*a[1:])
             return
-        if t == 1:
-            k(0, n4, *a)
-            return
-        # the operators' launch: bound once, run by the thread team in balanced pieces
+        # the operators' launch: bound once, run by the thread team in balanced pieces, or on the
+        # calling thread on its packed arguments (parallel_numba.Bound)
         go = launches.get(id(v))
         if go is None:
-            go = launches[id(v)] = pool.bind_kernel(k, *a, balance=True).prepared(n4)
-        go()
+            go = launches[id(v)] = (Bound(k, a).again if t == 1 else
+                                    pool.bind_kernel(k, *a, balance=True).prepared(n4))
+        go(1, n4) if t == 1 else go()
 
     for label, src, dst in copies:
         # a copy moves the hop's bytes, so its calls a second are the hop's at the copy's pace

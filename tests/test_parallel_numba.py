@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from numba import njit, typeof, types
 from numba._dispatcher import compute_fingerprint as _fp
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from pygrid.accelerator import parallel_numba
 from pygrid.accelerator.openmp_backend import OpenMPBackend
@@ -348,3 +350,40 @@ def test_backend_bind_kernel_covers_all_sites(osites):
     seen = []
     be.bind_kernel(lambda lo, hi, tag: seen.append((lo, hi, tag)), "x")(osites, "y")
     assert seen == [(0, osites, "y")]
+
+
+@intrinsic
+def _has_owner(typingctx, arr):
+    """Whether the array argument carries its memory's owner (numba's meminfo), whose reference
+    count numba then keeps with atomic operations."""
+    def codegen(context, builder, sig, args):
+        meminfo = context.make_array(sig.args[0])(context, builder, args[0]).meminfo
+        return builder.icmp_unsigned("!=", meminfo, cgutils.get_null_value(meminfo.type))
+
+    return types.boolean(arr), codegen
+
+
+@njit(nogil=True)
+def note_owner(lo, hi, a, owned):
+    owned[0] = 1 if _has_owner(a) else 0
+    for i in range(lo, hi):
+        a[i] += 1.0
+
+
+def test_one_block_runs_on_packed_arguments():
+    """A bound launch of one block, on its own arguments or on others, hands the kernel its arrays
+    without their owners, as the threads' blocks get them: every reference count the kernel keeps
+    on them is then a no-op instead of an atomic operation (which waits for the stores streamed
+    past the caches before it)."""
+    a, owned = np.zeros(30), np.full(1, 7, np.int64)
+    note_owner(0, 30, a, owned)             # through numba's dispatch: unboxed, with the owner
+    assert owned[0] == 1
+    bound = parallel_numba.Bound(note_owner, (a, owned))
+    b = np.zeros(30)
+    bound(1, 30, b, owned)
+    assert owned[0] == 0
+    np.testing.assert_array_equal(b, 1.0)
+    owned[0] = 7
+    bound.again(1, 30)
+    assert owned[0] == 0
+    np.testing.assert_array_equal(a, 2.0)

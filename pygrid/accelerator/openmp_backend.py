@@ -210,11 +210,13 @@ class OpenMPBackend:
         split (:meth:`blocks`).  A Ctrl-C is raised when every block is done, so the views of a
         launch never close while a thread still writes through them.
         """
-        n = self.blocks(host.launch_bytes(args))
-        if n == 1:
+        nbytes = host.launch_bytes(args)
+        if nbytes < self.min_parallel_bytes:
             kernel(0, osites, *args)
             return
-        _parallel()(n, osites, kernel, *args)
+        # on one thread too through the driver, whose kernel sees its arrays packed without their
+        # owners (see parallel_numba.Bound): numba's dispatch would hand them over with them
+        _parallel()(self._blocks(), osites, kernel, *args)
 
     def kept_launch(self, kernel: Callable, args: tuple, nblocks: int,
                     balance: bool = False) -> Callable[..., None]:
