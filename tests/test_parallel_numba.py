@@ -387,3 +387,21 @@ def test_one_block_runs_on_packed_arguments():
     bound.again(1, 30)
     assert owned[0] == 0
     np.testing.assert_array_equal(a, 2.0)
+
+
+def test_one_thread_launch_of_a_large_field_runs_on_packed_arguments():
+    """On one thread a launch too large for the calling thread alone at several threads runs packed,
+    as a block of the threads does; a small one goes straight to the kernel."""
+    be = OpenMPBackend()
+    a, owned = np.zeros(64), np.full(1, 7, np.int64)
+    try:
+        be.set_threads(1)
+        be.min_parallel_bytes = 0
+        be.accelerator_for(64, note_owner, a, owned)
+        assert owned[0] == 0
+        be.min_parallel_bytes = 1 << 20
+        be.accelerator_for(64, note_owner, a, owned)
+        assert owned[0] == 1
+        np.testing.assert_array_equal(a, 2.0)
+    finally:
+        be.set_threads(2)

@@ -77,6 +77,7 @@ def _name(dtype: np.dtype) -> str:
 
 
 _parallel_for = None
+_run_packed = None
 _reductions_numba = None
 
 
@@ -87,6 +88,13 @@ def _reductions():
     if _reductions_numba is None:
         from . import reductions_numba as _reductions_numba
     return _reductions_numba
+
+
+def _serial_packed():
+    global _run_packed
+    if _run_packed is None:
+        from .parallel_numba import run_packed as _run_packed
+    return _run_packed
 
 
 def _parallel():
@@ -214,9 +222,13 @@ class OpenMPBackend:
         if nbytes < self.min_parallel_bytes:
             kernel(0, osites, *args)
             return
-        # on one thread too through the driver, whose kernel sees its arrays packed without their
-        # owners (see parallel_numba.Bound): numba's dispatch would hand them over with them
-        _parallel()(self._blocks(), osites, kernel, *args)
+        n = self._blocks()
+        if n == 1:
+            # its arguments packed, without their owners (see parallel_numba.Bound), where numba's
+            # dispatch would hand them over with them
+            _serial_packed()(osites, kernel, *args)
+            return
+        _parallel()(n, osites, kernel, *args)
 
     def kept_launch(self, kernel: Callable, args: tuple, nblocks: int,
                     balance: bool = False) -> Callable[..., None]:

@@ -431,6 +431,17 @@ def parallel_for(nblocks: int, osites: int, kernel, *args) -> None:
     _launch(kernel, args)[0].run(nblocks, osites, args, kernel)
 
 
+def run_packed(osites: int, kernel, *args) -> None:
+    """``kernel(0, osites, *args)`` on the calling thread, on its arguments packed where their types
+    allow it, as :class:`Bound` runs one block: the kernel sees its arrays without their owners."""
+    if isinstance(kernel, CPUDispatcher):
+        launch = _launch(kernel, args)[0]
+        if launch.packing is not None:
+            launch.packing.tramp(0, osites, launch.words(args))
+            return
+    kernel(0, osites, *args)
+
+
 class Bound:
     """``kernel`` bound to the types of one set of arguments: ``bound(nblocks, osites, *args)`` is
     :func:`parallel_for` without the lookup of its driver by the arguments' fingerprints, and
