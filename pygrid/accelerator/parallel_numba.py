@@ -437,9 +437,17 @@ def run_packed(osites: int, kernel, *args) -> None:
     if isinstance(kernel, CPUDispatcher):
         launch = _launch(kernel, args)[0]
         if launch.packing is not None:
-            launch.packing.tramp(0, osites, launch.words(args))
+            _one_block_packed(launch, osites, args)
             return
     kernel(0, osites, *args)
+
+
+def _one_block_packed(launch, osites, args):
+    # packed, the kernel sees its arrays without their owners: the reference counts numba keeps
+    # inside its loops (an array passed to an inlined helper) are no-ops, where on unboxed arrays
+    # each is an atomic operation that waits for the streamed stores before it (a Wilson hop past
+    # the caches ran 0.8x on one thread so, AVX2 machine)
+    launch.packing.tramp(0, osites, launch.words(args))
 
 
 class Bound:
@@ -470,11 +478,7 @@ class Bound:
     def __call__(self, nblocks, osites, *args):
         launch = self._launch
         if nblocks == 1 and launch is not None and launch.packing is not None:
-            # packed, the kernel sees its arrays without their owners: the reference counts numba
-            # keeps inside its loops (an array passed to an inlined helper) are no-ops, where on
-            # unboxed arrays each is an atomic operation that waits for the streamed stores before
-            # it (a Wilson hop past the caches ran 0.8x on one thread so, AVX2 machine)
-            launch.packing.tramp(0, osites, launch.words(args))
+            _one_block_packed(launch, osites, args)
         elif launch is None or nblocks == 1:
             self._serial(0, osites, *args)
         else:

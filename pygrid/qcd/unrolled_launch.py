@@ -22,12 +22,13 @@ from .kernels_wilson import field_bytes
 #: kernels prefetch only then, and stream their result past the caches.  On the AVX-512 machine
 #: (1 MiB of L2 per core, 32 MiB of L3) the prefetch cost 8-10% on 8 MB of fields and gained 15-25%
 #: from 20 MB on.  On the AVX2 machine (512 KiB of L2), two threads, same-process A/B: at 12 MiB
-#: the 5D hops on 14-15 MB (domain wall 8^4, Ls 16 single and Ls 8 double) ran 1.02-1.10x with
-#: neither, the Wilson hop on 20 MB (12^4 double) 1.03x, and the 5D hops on 28-30 MB 0.93-0.94x
+#: the 5D hops on 14-15 MB (domain wall 8^4, Ls 16 single and Ls 8 double) ran 1.02-1.10x without
+#: the prefetches and streamed stores, the Wilson hop on 20 MB (12^4 double) 1.03x, and the 5D hops
+#: on 28-30 MB 0.93-0.94x
 FAR_BYTES = 16 << 20
 
 #: 5D fields of at most this many bytes take the register order on wide machines, beyond it the
-#: tiled order (see :func:`_register_body_5d`): on AVX-512 (32 MB of L3, shared with the machine's
+#: tiled order (see ``kernels_wilson._register_body_5d``): on AVX-512 (32 MB of L3, shared with the machine's
 #: other tenants) the register order ran 1.2-1.5x on 7-15 MB of fields, 1.05-1.09x and 0.7-0.8x in
 #: two runs on 28 MB, and the tiled order 1.2-1.7x on 30-120 MB
 REGISTER_BYTES = 24 << 20
