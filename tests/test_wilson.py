@@ -483,38 +483,44 @@ def test_5d_kernel_variants_share_the_first_seven_points(wide):
         isinstance(f, ast.FunctionDef) and f.name.startswith("tile_points") for f in four.body)
 
 
-def test_the_kernel_counts_no_references_per_site():
-    """The unrolled kernel, called unboxed as the numpy backend calls it, compiled afresh to read its
-    LLVM IR: numba counts no reference of any array past the kernel's entry block.  The inlined
-    helpers of the last point take the result and the diagonal term's field; before their
-    arguments were rebound without owners (``simd_numba.unowned``), numba counted references to
-    them at every site, atomic operations on an unboxed array."""
+@pytest.mark.parametrize("Ls", [1, 3])
+def test_the_kernel_counts_no_references_per_site(Ls):
+    """The unrolled kernel (4D, and 5D with its shared function of the first seven points), called
+    unboxed as the numpy backend calls it, compiled afresh to read its LLVM IR: numba counts no
+    reference of any array past a function's entry block.  The inlined helpers of the last point
+    take the result and the diagonal term's field; before the kernels rebound their arguments
+    without owners (``simd_numba.unowned``), numba counted references to them at every site,
+    atomic operations on an unboxed array."""
     import re
 
     grid, rng, U, psi = setup((4, 4, 4, 8), None, "double")
     D = pg.qcd.WilsonFermion(U, MASS)
     dt = np.dtype("float64")
+    g5d = pg.GridCartesian5D(grid, Ls) if Ls > 1 else grid
+    psi = pg.LatticeFermion(g5d, "double")
+    pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi)
     # numba's disk cache would give back machine code without its IR
-    src = kw._source(grid.nsimd, dt.name, False, False).replace("cache=True", "cache=False")
+    src = kw._source(grid.nsimd, dt.name, Ls > 1, False).replace("cache=True", "cache=False")
     ns = {}
     exec(compile(src, "<unrolled Wilson kernel>", "exec"), ns)
-    st = ul._launch_state(D.stencil, 1, grid.nsimd, dt)
+    st = ul._launch_state(D.stencil, Ls, grid.nsimd, dt)
     with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u:
         o = np.zeros_like(p)
         args = ul.kernel_args(st, o, p, u, u, np.array([-0.5, 0, -1, 1]), o, False)
         ns["dhop_local"](0, st.n4, *args, st.sites, st.none, st.none)
-        want = D.Dhop(psi).to_numpy()
-    got = pg.LatticeFermion(grid, "double")
-    with got.view(pg.CpuWrite) as a:
-        a[...] = o
-    assert relerr(got.to_numpy(), want) < TOL["double"]
+    got, p5, Un = _to_slices(g5d, "double", o), psi.to_numpy(), U.to_numpy()
+    for s in range(Ls):
+        want = dhop_ref(Un, p5[s] if Ls > 1 else p5)
+        assert relerr(got[s] if Ls > 1 else got, want) < TOL["double"]
     k = ns["dhop_local"]
     ir = k.inspect_llvm(k.signatures[0])
-    body = next(f for f in re.split(r"\ndefine ", ir)[1:]
-                if re.search(r"@\S*dhop_local\S*\(", f.split("\n")[0]) and "cpython" not in f.split("(")[0])
-    blocks = re.split(r"\n(?=[\w.]+:)", body)[1:]  # after the function's header
-    assert blocks[0].startswith("entry:") and len(blocks) > 10
-    assert not [b.split(":")[0] for b in blocks[1:] if "NRT_incref" in b]
+    names = ("dhop_local", "tile_points") if Ls > 1 else ("dhop_local",)
+    funcs = {n: next(f for f in re.split(r"\ndefine ", ir)[1:] if re.search(
+        rf"@\S*\d{n}\S*\(", f.split("\n")[0]) and "cpython" not in f.split("(")[0]) for n in names}
+    for name, body in funcs.items():
+        blocks = re.split(r"\n(?=[\w.]+:)", body)[1:]  # after the function's header
+        assert blocks[0].startswith("entry:") and len(blocks) > 10, name
+        assert not [b.split(":")[0] for b in blocks[1:] if "NRT_incref" in b], name
 
 
 def test_errors():
