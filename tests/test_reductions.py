@@ -111,7 +111,7 @@ def test_device_reduction_kernels_match_numpy(osites, ncomp, ns, rows, stride, d
 def test_openmp_reduction_blocks_match_numpy(osites, ncomp, ns, nblocks, single, seed):
     """The openmp reduction kernels run block by block as the parallel driver splits a launch
     (block b = [b n // nb, (b + 1) n // nb)): each block's partial lands in its own slot, and
-    an odd count of components takes the unrolled loop's remainder."""
+    an odd count of components takes the remainder of the unrolled loop over its streams."""
     from pygrid.accelerator import host, reductions_numba as rn
 
     nblocks = min(nblocks, osites)
