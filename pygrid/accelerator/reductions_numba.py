@@ -55,7 +55,7 @@ SINGLE_GROUP = 4
 #: past L2 a core keeps more lines in flight over more streams.  One core on AVX2 (Zen 3), GB/s
 #: read in double from 16 MB (L3) and 64 MB: norm2 37 and 18 on one stream, 50 and 23 on two, 59 and
 #: 25 on four; the inner product (two fields) 31 and 21 on one part each, 42 and 23 on two; in
-#: single norm2 24 and 21 on one stream, 51 and 30 on four; from L1 and L2 alike
+#: single norm2 24 and 21 on one stream, 51 and 30 on four; in L1 and L2 within the spread
 NORM2_STREAMS = 4
 INNER_STREAMS = 2
 
