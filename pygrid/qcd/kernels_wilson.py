@@ -78,7 +78,7 @@ Arrays are indexed flat with unsigned integers (``U = np.uint64``; numba's
 wraparound checks on signed indices defeat vectorisation); the small helpers
 are inlined by numba (``inline="always"``), so the vectors never go through
 memory between them; no array variable is reassigned in the site loop, and each kernel
-rebinds its array arguments without their owners at its top (:data:`_ARRAY_ARGS`), so that
+rebinds its array arguments without their owners at its top (``simd_numba.unowned``), so that
 numba's reference counts, which it keeps per site on arrays an inlined helper takes, are
 no-ops, not atomic operations on every site (which two threads contend on, and which wait
 for the streamed stores before them).
@@ -187,15 +187,6 @@ def gamma_structure():
     return tuple(out)
 
 
-#: the kernels' array arguments, each rebound at a kernel's top to the array without its owner
-#: (``simd_numba.unowned``): numba counts references per site to the arrays the inlined helpers
-#: take (the result and the diagonal term's field at the last point), and on an unboxed call
-#: (the numpy backend, a small launch on the calling thread) each count was an atomic operation
-_ARRAY_ARGS = frozenset(("out", "psi", "uf", "ub", "diag", "nbr", "perm", "lanes", "pxor", "dco", "dprev",
-                         "sorder", "sinv", "mco", "mprev", "sites", "halo", "ubh", "zif", "zib", "ztab",
-                         "rows", "mus", "signs", "acc_t", "coef"))
-
-
 def _source(ns, dtype, five_d, wide=False, compressed=False):
     """numba source of the hopping kernel written with explicit SIMD vectors (pygrid.accelerator.simd_numba).
 
@@ -251,7 +242,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
         out.append(f'    """{doc}"""')
         if deco == "@_jit":
             params = [x.strip() for x in sig[sig.index("(") + 1:-1].split(",")]
-            out.extend(f"    {x} = unowned({x})" for x in params if x in _ARRAY_ARGS)
+            out.extend(f"    {x} = unowned({x})" for x in params)
         out.extend("    " + x for x in body)
         out.append("")
 
