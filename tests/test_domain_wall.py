@@ -412,7 +412,7 @@ def test_hop_with_mooee_as_its_diagonal_term(monkeypatch, prec, which):
         monkeypatch.setattr(ul, "_states", {})
         monkeypatch.setattr(dslash, "_BOUND", {})
         if which.endswith("far"):
-            monkeypatch.setattr(ul, "FAR_BYTES", 0)
+            monkeypatch.setattr(ul, "FAR_BYTES", dict.fromkeys(ul.FAR_BYTES, 0))
         which = "unroll"
     U, D, Mob = ops(prec, (4, 4, 4, 8), Ls=5)
     if pg.get_backend().device == "unified":  # raw host buffers: the CPU backends

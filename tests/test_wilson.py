@@ -125,7 +125,7 @@ def force_structure(monkeypatch, wide, far=False):
     monkeypatch.setattr(ul, "_states", {})
     monkeypatch.setattr(dslash, "_BOUND", {})
     if far:
-        monkeypatch.setattr(ul, "FAR_BYTES", 0)
+        monkeypatch.setattr(ul, "FAR_BYTES", dict.fromkeys(ul.FAR_BYTES, 0))
 
 
 @pytest.mark.parametrize("wide", [False, True])
@@ -228,7 +228,7 @@ def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
     # past its reach
     for far, reach, name in ((False, True, "dhop_local_register"), (True, True, "dhop_local_register"),
                              (True, False, "dhop_local")):
-        monkeypatch.setattr(ul, "FAR_BYTES", 0 if far else far_bytes)
+        monkeypatch.setattr(ul, "FAR_BYTES", dict.fromkeys(far_bytes, 0) if far else far_bytes)
         monkeypatch.setattr(ul, "REGISTER_BYTES", register_bytes if reach else 0)
         monkeypatch.setattr(ul, "_states", {})
         monkeypatch.setattr(dslash, "_BOUND", {})
@@ -300,7 +300,7 @@ def test_slab_site_order_against_numpy(monkeypatch):
     grid and checkerboards."""
     if dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
-    monkeypatch.setattr(ul, "FAR_BYTES", 0)
+    monkeypatch.setattr(ul, "FAR_BYTES", dict.fromkeys(ul.FAR_BYTES, 0))
     monkeypatch.setattr(ul, "_threads", lambda: 2)
     monkeypatch.setattr(ul, "_states", {})
     grid, rng, U, psi = setup((4, 4, 8, 8), None, "double")

@@ -19,13 +19,15 @@ from . import kernels_wilson
 from .kernels_wilson import field_bytes
 
 #: fields (spinor in and out, links) of more bytes than this count as larger than the caches: the
-#: kernels prefetch only then, and stream their result past the caches.  On the AVX-512 machine
-#: (1 MiB of L2 per core, 32 MiB of L3) the prefetch cost 8-10% on 8 MB of fields and gained 15-25%
-#: from 20 MB on.  On the AVX2 machine (512 KiB of L2), two threads, same-process A/B: at 12 MiB
-#: the 5D hops on 14-15 MB (domain wall 8^4, Ls 16 single and Ls 8 double) ran 1.02-1.10x without
-#: the prefetches and streamed stores, the Wilson hop on 20 MB (12^4 double) 1.03x, and the 5D hops
-#: on 28-30 MB 0.93-0.94x
-FAR_BYTES = 16 << 20
+#: kernels prefetch only then, and stream their result past the caches; per structure of the
+#: kernels (``kernels_wilson.wide_default``), whose far paths differ.  On the AVX-512 machine (1 MiB
+#: of L2 per core, 32 MiB of L3) the prefetch cost 8-10% on 8 MB of fields and gained 15-25% from
+#: 20 MB on; the 5D register order on 14-15 MB (domain wall 8^4, Ls 8 double and Ls 16 single) ran
+#: 1.03-1.05x and 1.00-1.06x far, same-process A/B, three runs.  On the AVX2 machine (512 KiB of
+#: L2), two threads, same-process A/B: the tiled order's 5D hops on 14-15 MB ran 1.02-1.10x
+#: without the prefetches and streamed stores, the Wilson hop on 20 MB (12^4 double) 1.03x, and the
+#: 5D hops on 28-30 MB 0.93-0.94x
+FAR_BYTES = {"wide": 12 << 20, "narrow": 16 << 20}
 
 #: 5D fields of at most this many bytes take the register order on wide machines, beyond it the
 #: tiled order (see ``kernels_wilson._register_body_5d``): on AVX-512 (32 MB of L3, shared with the machine's
@@ -296,7 +298,7 @@ class _LaunchState:
         self.kernel_halo = {last: kernels.kernel_for(nsimd, dtype, Ls, halo=True, last=last)
                             for last in lasts}
         nbytes = field_bytes(self.n4, Ls, nsimd, dtype)
-        self.far = bool(nbytes > FAR_BYTES)
+        self.far = bool(nbytes > FAR_BYTES["wide" if kernels.wide_default() else "narrow"])
         self.nsimd, self.dtype = nsimd, dtype
         self._kernel_c = None
         if int(Ls) > 1 and nbytes <= REGISTER_BYTES and kernels.wide_default():

@@ -64,7 +64,7 @@ def test_wilson_with_far_prefetch(layout, monkeypatch):
     rounding; see test_wilson_on_compressed_links)."""
     from pygrid.qcd import unrolled_launch as ul
 
-    monkeypatch.setattr(ul, "FAR_BYTES", 0)
+    monkeypatch.setattr(ul, "FAR_BYTES", dict.fromkeys(ul.FAR_BYTES, 0))
     monkeypatch.setattr(ul, "_states", {})
     res = []
     for g in grids(DIMS, layout):
