@@ -136,14 +136,37 @@ def test_process_settings_applied_at_backend_start_not_at_import():
 
 
 def test_the_benchmark_timer_waits_for_each_call(monkeypatch):
-    """GPU launches return before their kernels run: each timed call ends with the backend's
-    synchronize, so a time covers the work."""
+    """GPU launches return before their kernels run: each timed batch ends with the backend's
+    synchronize, so a time covers the work; too few calls for batches are timed one by one."""
     from pygrid.bench.timing import time_kernel
 
     events = []
     monkeypatch.setattr(pg.get_backend(), "synchronize", lambda: events.append("sync"))
     _, _, n = time_kernel(lambda: events.append("call"), iterations=3, warmup=2)
     assert n == 3 and events == ["call", "sync"] * 5
+
+
+def test_the_benchmark_timer_times_short_calls_in_batches(monkeypatch):
+    """Calls far shorter than a batch are timed in batches of back-to-back calls, each ending with
+    the synchronize, at least MIN_SAMPLES of them; the per-call figures are a batch's time per call
+    (a call that sleeps 0.2 ms cannot come out faster), and exactly the calls asked for are made."""
+    import time
+
+    from pygrid.bench import timing
+
+    events = []
+    monkeypatch.setattr(pg.get_backend(), "synchronize", lambda: events.append("sync"))
+
+    def call():
+        events.append("call")
+        time.sleep(2e-4)
+
+    median, fastest, n = timing.time_kernel(call, iterations=200, warmup=2)
+    timed = events[4:]
+    batches = timed.count("sync")
+    assert n == 200 and timed.count("call") == 200 and timed[-1] == "sync"
+    assert timing.MIN_SAMPLES <= batches < 200
+    assert 2e-4 <= fastest <= median
 
 
 LAYER = """

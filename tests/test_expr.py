@@ -346,7 +346,7 @@ def _kept_hits(monkeypatch):
     it handed to the checked path."""
     from pygrid.expr import evaluate as ev
 
-    hits, call = [], ev.KeptEvaluation.__call__
+    hits, call = [], ev.KeptEvaluation.run
 
     def counted(self, *args):
         served = True
@@ -356,7 +356,7 @@ def _kept_hits(monkeypatch):
         finally:
             hits.append(int(served))
 
-    monkeypatch.setattr(ev.KeptEvaluation, "__call__", counted)
+    monkeypatch.setattr(ev.KeptEvaluation, "run", counted)
     return hits
 
 

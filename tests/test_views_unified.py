@@ -151,7 +151,7 @@ class UnifiedViews(RuleBasedStateMachine):
                     kept = self.kept.get(what)
                     if kept is None:
                         kept = self.kept[what] = mgr.kept_launch(views.unified[1], buffers, self.go)
-                    done = kept()
+                    done = kept.run()
                     if done is not None:
                         return done
                     buffers = kept.buffers

@@ -219,9 +219,9 @@ class KeptBinding:
         return self.bound.prepared(self.osites)
 
     def again(self, gate, coefs=()):
-        """``coefs`` written (:meth:`set_coefficients`), then ``gate()`` (a ``memory.KeptLaunch`` of
-        :meth:`prepared`): :meth:`totals`, or None where the gate refused, another thread's call
-        holds this launch, or the thread count changed since :meth:`prepared`."""
+        """``coefs`` written (:meth:`set_coefficients`), then ``gate()`` (the ``run`` of a
+        ``memory.KeptLaunch`` of :meth:`prepared`): :meth:`totals`, or None where the gate refused,
+        another thread's call holds this launch, or the thread count changed since :meth:`prepared`."""
         if self.backend.threads() != self.threads or not self.lock.acquire(False):
             return None
         try:

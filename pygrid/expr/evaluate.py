@@ -47,7 +47,7 @@ def evaluate(expr, out, backend=None, keep=True):
     # without the IR's lookup and the launch's coefficient array
     key = (sig, id(out), *map(id, fields))
     kept = _kept.get(key)
-    if kept is not None and kept(backend, out, fields, coefs):
+    if kept is not None and kept.run(backend, out, fields, coefs):
         return out
     launch, known = lower_signed(e, sig, fields, coefs)
     fields = launch.fields
@@ -123,7 +123,7 @@ class KeptEvaluation:
             if run is not None:
                 self.bound, self.gate = bound, u[0].kept_launch(u[1], self.buffers, run)
 
-    def __call__(self, backend, out, fields, coefs) -> bool:
+    def run(self, backend, out, fields, coefs) -> bool:
         """Evaluate again into ``out`` from ``fields`` (the same objects, in slot order) with
         ``coefs`` (complex numbers, a sequence); False, with nothing done, where the evaluation must
         take the checked path."""
@@ -141,7 +141,7 @@ class KeptEvaluation:
             if fields[slot].checkerboard != cb:
                 return False
         gate = self.gate
-        if gate is not None and self.bound.again(gate, coefs) is not None:
+        if gate is not None and self.bound.again(gate.run, coefs) is not None:
             return True
         order, c = self.order, np.asarray(coefs, dtype=np.complex128)
         return views.run_on(self.buffers, lambda a: backend.run(

@@ -87,7 +87,7 @@ def launch(k: KeptViews, coefs: tuple = ()) -> list | None:
     done, where there is none, the views would not open inline (:func:`run` then opens them, and
     raises what the general path raises) or another thread's call holds the launch."""
     gate = k.kept_launch
-    return None if gate is None else k.bound.again(gate, coefs)
+    return None if gate is None else k.bound.again(gate.run, coefs)
 
 
 def run(k: KeptViews, fn: Callable[[tuple], Any]) -> bool:

@@ -46,7 +46,7 @@ class HopCall(KeptViews):
         # every bound launch) retires the kept calls as well
         self.table = dslash._BOUND
 
-    def __call__(self, fields) -> bool:
+    def run(self, fields) -> bool:
         """Run on ``fields`` (the same objects, in order); False, with nothing done, where the call
         must take the checked path: other fields, backend or configuration, or other buffers."""
         # KeptViews.holds, get_backend() and current() inline: each Python function a call runs costs
@@ -61,7 +61,7 @@ class HopCall(KeptViews):
             return False
         kept = self.kept_launch
         if kept is not None:
-            done = kept()
+            done = kept.run()
             if done is not None:
                 return done
         views = self.views
@@ -76,7 +76,7 @@ def again(calls, key, fields) -> bool:
     src, uf, ub, tgt and, with a diagonal term, diag); False, with nothing done, where there is none
     or it must take the checked path."""
     call = calls.get(key)
-    return call is not None and call(fields)
+    return call is not None and call.run(fields)
 
 
 def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, halo_of=None,
@@ -104,7 +104,7 @@ def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None
                id(inv_s), id(mul_s))
     fields = (src, uf, ub, tgt) if diag is None else (src, uf, ub, tgt, diag)
     call = calls.get(key)
-    if call is not None and call(fields):
+    if call is not None and call.run(fields):
         return tgt
     if kept_only:
         return None

@@ -200,7 +200,7 @@ class WilsonFermion(FermionOperator):
         if self._compress[0]:  # the compressed links checked against the links (fields this large
             self._compressed(None)  # take milliseconds a hop)
         call = self._hop_calls.get((dag, 0.0, id(psi), id(out)))
-        if call is not None and out is not psi and call((psi, self.links, self.links, out)):
+        if call is not None and out is not psi and call.run((psi, self.links, self.links, out)):
             return out
         return self._hop(psi, out, dag, 0.0, "DhopDag" if dag else "Dhop")
 
