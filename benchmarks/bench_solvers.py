@@ -7,12 +7,16 @@ domain-wall solves, and the share of it spent outside the hopping term.
 Each solve is CG on the normal equations of the Schur operator (``MdagMOperator(SchurOperator(D))``),
 a fixed number of iterations (a tolerance of 1e-150, which it does not reach: at 8^4 the
 iterated residual of the Wilson solve passed 1e-30 after 67 iterations) on a random gauge field, after one
-short solve that compiles every kernel.  The hopping term is timed inside the solve: the
+short solve that compiles every kernel.  The time per iteration is that of a solve as it runs;
+the hopping term is then timed inside a second solve: the
 operator's ``Meooe`` / ``MeooeDag`` calls and the hops with pieces of the diagonal folded in
 (Wilson's ``_mpc_finish``, domain wall's ``_mpc_start`` and ``_mpc_end``), each between two clock
-reads (the device synchronised); "outside Dhop"
-is the rest of the iteration (the linear algebra of CG, ``Mooee`` and ``MooeeInv`` where they
-are kernels of their own, the solver's Python).  Each of those calls is then timed on its own,
+reads (the device synchronised), the Wilson Schur operator's kept pair of hops
+(``pygrid.qcd.hop.HopPair``, which calls none of them) left out so that each goes through them;
+"outside Dhop" is the rest of the iteration (the linear algebra of CG, ``Mooee`` and ``MooeeInv``
+where they are kernels of their own, the solver's Python), the first solve's time per iteration
+less the second's hops (which count the Python of each hop's call on the path that checks it).
+Each of those calls is then timed on its own,
 repeated on the arguments of its last call in the solve (the fields it has just read), and
 printed beside its time inside the solve: the variants do different work (domain wall's
 ``_mpc_start`` solves ``MooeeInv`` in s in its kernel, ``_mpc_end`` adds ``Mooee psi``), so a
@@ -52,11 +56,15 @@ from pygrid.qcd.schur import SchurOperator
 HOPS = ("Meooe", "MeooeDag", "_mpc_finish", "_mpc_start", "_mpc_end")
 
 
-def _time_hops(D, sync):
-    """Wrap D's hopping methods with timers (the device synchronised around each call); returns the
-    list their durations go into, the names wrapped, and per name the durations of its calls and
-    the arguments of its last one."""
+def _time_hops(D, S, sync):
+    """Wrap D's hopping methods with timers (the device synchronised around each call), and leave
+    the Schur operator ``S``'s kept pairs of hops out; returns the list their durations go into, the
+    names wrapped, and per name the durations of its calls and the arguments of its last one."""
     spent, names, calls = [], [], {}
+    if hasattr(D, "_mpc_kept"):
+        S._kept.clear()
+        D._mpc_kept = lambda *a: None
+        names.append("_mpc_kept")
     for name in HOPS:
         method = getattr(D, name, None)
         if method is None:
@@ -99,15 +107,17 @@ def measure(op, grid, precision, Ls, iterations):
     S = SchurOperator(D, 1)
     A, rhs = MdagMOperator(S), S.Mdag(S.prepare_source(b))
     ConjugateGradient(1e-150, maxiter=3, verbose="error")(A, rhs)   # compiles every kernel
+    _, rec = ConjugateGradient(1e-150, maxiter=iterations, verbose="error")(A, rhs)
+    t_iter = rec.time / rec.iterations
     sync = pg.get_backend().synchronize  # a GPU launch returns before its kernel has run
-    spent, names, calls = _time_hops(D, sync)
+    spent, names, calls = _time_hops(D, S, sync)
     try:
         _, rec = ConjugateGradient(1e-150, maxiter=iterations, verbose="error")(A, rhs)
     finally:
         for name in names:
             del D.__dict__[name]
     # the solve's own time and the hops inside it both include its closing true residual
-    t_iter, hops = rec.time / rec.iterations, len(spent) / rec.iterations
+    hops = len(spent) / rec.iterations
     variants = {name: (statistics.median(durations), len(durations) / rec.iterations,
                        _alone(D, name, last, sync, max(10, iterations // 4)))
                 for name, (durations, last) in calls.items()}

@@ -215,15 +215,38 @@ def test_axpy_xpay_refuses_shared_fields_and_other_types():
         np.testing.assert_array_equal(f.to_numpy(), b)
 
 
-def test_mdagm_apply_and_norm_is_the_inner_product():
+class _ReturnsNew:
+    """An operator whose M and Mdag accept out= but return a new field (the Wilson operator's)."""
+
+    def __init__(self, D):
+        self.D = D
+
+    def M(self, x, out=None):
+        return self.D.M(x)
+
+    def Mdag(self, x, out=None):
+        return self.D.Mdag(x)
+
+
+@pytest.mark.parametrize("kind", ["wilson", "schur", "returns a new field"])
+def test_mdagm_apply_and_norm_is_the_inner_product(kind):
+    """``(Mdag M p, |M p|^2)`` against ``A.M(p)`` and ``<p, A p>``, on the fields' current contents,
+    the later calls through the kept intermediate and the operator's M and Mdag called directly."""
     from pygrid.algorithms import MdagMOperator
 
     g = grid()
     U = pg.qcd.random_gauge(g, pg.ParallelRNG(g, [1, 2, 3, 4]))
-    A = MdagMOperator(pg.qcd.WilsonFermion(U, 0.1))
-    p = random_field(g, pg.SpinColourVector())
-    out = pg.LatticeFermion(g)
-    for _ in range(2):  # the second call reuses the kept intermediate
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    if kind == "schur":
+        op = pg.qcd.SchurDiagMooeeOperator(D, 1)
+        p, out = op.new_fermion(), op.new_fermion()
+        p @= pg.pick_checkerboard(1, random_field(g, pg.SpinColourVector()))
+    else:
+        op = D if kind == "wilson" else _ReturnsNew(D)
+        p, out = random_field(g, pg.SpinColourVector()), pg.LatticeFermion(g)
+    A = MdagMOperator(op)
+    for k in range(3):  # the later calls reuse the kept intermediate
+        p @= (1.5 + k) * p
         got, n = A.apply_and_norm(p, out=out)
         assert got is out
         want = A.M(p)

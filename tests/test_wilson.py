@@ -786,6 +786,70 @@ def test_a_call_while_its_kept_views_are_open_opens_its_own():
     assert relerr(out.to_numpy(), dhop_ref(U.to_numpy(), psi.to_numpy())) < 1e-12
 
 
+def schur_by_pieces(D, x, dag):
+    """Mpc x (Mpc^dag x with ``dag``) composed from the operator's own pieces, as a numpy array."""
+    hop, inv, diag = (D.MeooeDag, D.MooeeInvDag, D.MooeeDag) if dag else (D.Meooe, D.MooeeInv, D.Mooee)
+    w = diag(x)
+    w @= w - hop(inv(hop(x)))
+    return w.to_numpy()
+
+
+def test_a_kept_schur_application_runs_its_two_hops_again(monkeypatch):
+    """M and Mdag of a Wilson Schur operator on the same fields again run their two hops' kept calls
+    together (``hop.HopPair``) on the fields' current contents, equal to the operator's pieces
+    composed, in place too; an out on the other checkerboard and a forgotten table of bound launches
+    take the checked path, which gives the same; the pair is forgotten with its fields."""
+    from pygrid.qcd import hop
+
+    grid, U, psi, D, _ = unrolled_operator((4, 4, 4, 8))
+    if D._compress[1]:
+        pytest.skip("the even-odd hops read compressed links here")
+    S = pg.qcd.SchurDiagMooeeOperator(D, 1)
+    x, y = pg.pick_checkerboard(1, psi), S.new_fermion()
+    ran, run = [], hop.HopPair.run
+
+    def counted(self, *args):
+        done = run(self, *args)
+        ran.append(done)
+        return done
+
+    monkeypatch.setattr(hop.HopPair, "run", counted)
+    for dag, apply in ((False, S.M), (True, S.Mdag)):
+        for k in range(3):
+            x @= (0.5 + k) * x
+            ran.clear()
+            apply(x, out=y)
+            assert relerr(y.to_numpy(), schur_by_pieces(D, x, dag)) < 1e-13
+            assert ran == ([] if k == 0 else [True])
+    # out on the other checkerboard: the checked path, which gives it the result's
+    y.checkerboard = 0
+    ran.clear()
+    S.M(x, out=y)
+    assert ran == [False] and y.checkerboard == 1
+    assert relerr(y.to_numpy(), schur_by_pieces(D, x, False)) < 1e-13
+    # every bound launch forgotten: the kept calls refuse, the checked path runs and keeps them again
+    monkeypatch.setattr(dslash, "_BOUND", {})
+    ran.clear()
+    S.M(x, out=y)
+    S.M(x, out=y)
+    assert ran == [False, True]
+    assert relerr(y.to_numpy(), schur_by_pieces(D, x, False)) < 1e-13
+    # in place
+    want = schur_by_pieces(D, x, True)
+    z = x.copy()
+    for _ in range(2):
+        z.assign(x)
+        S.Mdag(z, out=z)
+        assert relerr(z.to_numpy(), want) < 1e-13
+    assert set(S._kept) == {(False, id(x), id(y)), (True, id(x), id(y)), (True, id(z), id(z))}
+    del z
+    gc.collect()
+    assert set(S._kept) == {(False, id(x), id(y)), (True, id(x), id(y))}
+    del y
+    gc.collect()
+    assert S._kept == {}
+
+
 def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatch):
     """A hop's launch splits over the threads exactly where an expression writing its result field
     does (the bytes of that field decide): at 4.4.8.8 in single the even-odd Wilson hop's fields

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..accelerator import get_backend
+from ..accelerator.host import keep
 from ..accelerator.rows import host_rows
 from ..cartesian import GridCartesian
 from ..config import current
@@ -24,7 +25,7 @@ from ..tensors import sitetype as st
 from . import compressed_links as cl, dslash, kernels_wilson as kw
 from .boundary import FermionBoundary
 from .fermion import FermionOperator, committing
-from .hop import again, hop as hop_fields
+from .hop import MAX_CALLS, HopPair, again, hop as hop_fields
 
 _GAUGE = st.LorentzColourMatrix()
 
@@ -255,6 +256,22 @@ class WilsonFermion(FermionOperator):
                           self.stencil_cb[cb_in], 1, 0.5 / diag, diag, psi, dag, halo_of=self,
                           key=("finish", cb_in, dag, diag, id(t), id(res), id(psi)), links_c=links_c)
 
+    def _mpc_kept(self, psi: Lattice, t: Lattice, res: Lattice, dag: bool) -> HopPair | None:
+        """A Schur application's two hops (``Meooe`` or ``MeooeDag`` of psi into t, then
+        :meth:`_mpc_finish` into res) as the last one on these fields kept them, to run again together
+        (:class:`pygrid.qcd.hop.HopPair`); None where either was not kept or reads compressed links
+        (which each call checks against the links)."""
+        cb = psi._cb
+        if self._compress[1] or cb is None or self.diag == 0.0:
+            return None
+        calls = self._hop_calls
+        first = calls.get(("cb", cb, dag, id(psi), id(t)))
+        second = calls.get(("finish", 1 - cb, dag, self.diag, id(t), id(res), id(psi)))
+        if first is None or second is None:
+            return None
+        U = self.U_cb
+        return HopPair(first, second, (U[1 - cb], U[cb]), (U[cb], U[1 - cb]), t, cb)
+
 
 class SchurDiagMooeeOperator:
     """Grid's SchurDiagMooeeOperator: the Schur complement on one checkerboard.
@@ -278,6 +295,7 @@ class SchurDiagMooeeOperator:
         self.grid = fermion_op.rb_grid
         self.precision = fermion_op.precision
         self._scratch_fields = {}
+        self._kept = {}   # (dag, id(psi), id(out)) -> the fermion operator's HopPair (_mpc_kept)
 
     def _scratch(self, slot, cb):
         """A kept red-black field for an intermediate (see FermionOperator._scratch)."""
@@ -307,7 +325,13 @@ class SchurDiagMooeeOperator:
         if fused is not None:
             t = hop(psi, out=scratch)
             with committing(res, self.cb):
-                return fused(t, psi, res, dag)
+                fused(t, psi, res, dag)
+            # kept for the next application on the same fields (M and Mdag look it up first)
+            kept = None if out is None else getattr(self.op, "_mpc_kept", None)
+            pair = None if kept is None else kept(psi, t, res, dag)
+            if pair is not None:
+                keep(self._kept, (dag, id(psi), id(res)), pair, (psi, res), MAX_CALLS)
+            return res
         # an operator whose diagonal is not a scalar may end in the second hop's kernel, which reads
         # psi's other slices of a site after writing some of res's: not in place (optional)
         end = getattr(self.op, "_mpc_end", None)
@@ -335,10 +359,16 @@ class SchurDiagMooeeOperator:
             return res.assign(d - t2)
 
     def M(self, psi, out=None):
+        kept = self._kept.get((False, id(psi), id(out)))
+        if kept is not None and kept.run(psi, out):
+            return out
         op = self.op
         return self._apply(psi, out, "M", op.Meooe, op.MooeeInv, op.Mooee, False)
 
     def Mdag(self, psi, out=None):
+        kept = self._kept.get((True, id(psi), id(out)))
+        if kept is not None and kept.run(psi, out):
+            return out
         op = self.op
         return self._apply(psi, out, "Mdag", op.MeooeDag, op.MooeeInvDag, op.MooeeDag, True)
 
