@@ -850,6 +850,32 @@ def test_a_kept_schur_application_runs_its_two_hops_again(monkeypatch):
     assert S._kept == {}
 
 
+@pytest.mark.parametrize("kind", ["wilson", "dwf"])
+def test_an_operators_parameters_are_fixed_when_it_is_made(kind):
+    """Assigning an operator's mass (or M5, b, c, Ls, diag) afterwards would leave its kernels'
+    coefficients and kept calls as they were: it raises, naming the parameter, and the operator
+    goes on giving what it gave (here, on a kept Schur application)."""
+    grid, rng, U, psi = setup((4, 4, 4, 4), None, "double")
+    if kind == "wilson":
+        D, names = pg.qcd.WilsonFermion(U, MASS), ("mass", "diag")
+    else:
+        D, names = pg.qcd.DomainWallFermion(U, 4, 0.05, 1.8), ("mass", "M5", "b", "c", "Ls")
+        psi = D.new_fermion()
+        pg.ParallelRNG(psi.grid, [4, 5]).gaussian(psi)
+    S = pg.qcd.SchurDiagMooeeOperator(D, 1)
+    x = pg.pick_checkerboard(1, psi)
+    before = S.M(x, out=S.new_fermion()).to_numpy()
+    out = S.new_fermion()
+    S.M(x, out=out)
+    for name in names:
+        value = getattr(D, name)
+        with pytest.raises(AttributeError, match=f"{type(D).__name__}.{name} is fixed when the operator"):
+            setattr(D, name, value + 1)
+        assert getattr(D, name) == value
+    S.M(x, out=out)
+    np.testing.assert_array_equal(out.to_numpy(), before)
+
+
 def test_hops_run_on_the_threads_where_expressions_on_their_fields_do(monkeypatch):
     """A hop's launch splits over the threads exactly where an expression writing its result field
     does (the bytes of that field decide): at 4.4.8.8 in single the even-odd Wilson hop's fields

@@ -79,7 +79,7 @@ from ..memory import ViewMode
 from ..tensors.constant import Gamma
 from . import kernels_wilson as kw
 from .dslash import bidiag_apply, bidiag_multiply
-from .fermion import FERMION, FermionOperator, committing
+from .fermion import FERMION, FermionOperator, committing, fixed
 from .fifth_dim import (
     bidiag_solver,
     bidiag_structure,
@@ -118,6 +118,12 @@ class MobiusFermion(FermionOperator):
 
     flops_per_site = kw.FLOPS_PER_SITE
     fermion_label = "5D LatticeFermion"
+
+    Ls = fixed("Ls", "The extent of the fifth dimension.")
+    mass = fixed("mass", "The quark mass m_f of the fifth dimension's boundary.")
+    M5 = fixed("M5", "The domain-wall height.")
+    b = fixed("b", "Mobius b.")
+    c = fixed("c", "Mobius c.")
 
     def __init__(self, U: Lattice, Ls: int, mass: float, M5: float, b: float, c: float,
                  boundary_phases=None, twists=None) -> None:

@@ -58,6 +58,23 @@ class committing:
         return False
 
 
+def fixed(name: str, doc: str) -> property:
+    """An operator's parameter, set once by its constructor: its kernels' coefficients, tables and kept
+    calls are made from it, so a later assignment, which would leave them as they were, raises."""
+    attr = "_" + name
+
+    def get(self):
+        return getattr(self, attr)
+
+    def assign(self, value):
+        if hasattr(self, attr):
+            raise AttributeError(f"{type(self).__name__}.{name} is fixed when the operator is made (its "
+                                 f"kernels' coefficients and kept calls come from it): make a new operator")
+        setattr(self, attr, value)
+
+    return property(get, assign, doc=doc)
+
+
 def native_grid(grid, precision):
     """The grid of ``grid``'s lattice and ranks in the SIMD layout pygrid picks for ``precision``
     (twice double's lanes in single), or ``grid`` itself where that layout is the same or cannot

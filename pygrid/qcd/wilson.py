@@ -24,7 +24,7 @@ from ..stencil.halo import exchange_rows
 from ..tensors import sitetype as st
 from . import compressed_links as cl, dslash, kernels_wilson as kw
 from .boundary import FermionBoundary
-from .fermion import FermionOperator, committing
+from .fermion import FermionOperator, committing, fixed
 from .hop import MAX_CALLS, HopPair, again, hop as hop_fields
 
 _GAUGE = st.LorentzColourMatrix()
@@ -57,6 +57,9 @@ class WilsonFermion(FermionOperator):
     """
 
     flops_per_site = kw.FLOPS_PER_SITE
+
+    mass = fixed("mass", "The bare mass m.")
+    diag = fixed("diag", "The diagonal term 4 + m.")
 
     def __init__(self, U: Lattice, mass: float, boundary_phases=None, twists=None,
                  compress_links: bool | None = None) -> None:
