@@ -19,6 +19,7 @@ from pygrid.accelerator.simd_numba import (
     vfms,
     vload,
     vloadt,
+    vpin,
     vpermt,
     vpermute,
     vproj2,
@@ -303,3 +304,30 @@ def test_spinor_operations_misuse():
     with pytest.raises(TypingError, match="vrecon2 needs a tuple of a multiple of 12"):
         short_tuple(np.zeros(96), np.zeros(4))
 
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 register constraint")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_pinned_vectors_keep_their_values_and_order_memory(dtype):
+    """vpin hands back its vectors unchanged, as an inline-assembly statement that clobbers memory
+    (what keeps LLVM from moving loads over it); sums and memory around it are as written."""
+    w = 16 // np.dtype(dtype).itemsize  # 128-bit vectors: a register on every x86-64 host
+
+    @njit(fastmath=True)
+    def k(a, out):
+        t = vloadt(a, U(0), 4, w)
+        vstore(out, U(0), t[0] + t[1])
+        p = vpin(t)
+        s = vload(out, U(0), w) + p[2] + p[3]
+        vstoret(out, U(w), p)
+        vstore(out, U(5 * w), s)
+
+    a = np.random.default_rng(3).standard_normal(4 * w).astype(dtype)
+    out = np.zeros(6 * w, dtype)
+    k(a, out)
+    np.testing.assert_array_equal(out[w:5 * w], a)
+    np.testing.assert_allclose(out[5 * w:], a.reshape(4, w).sum(axis=0), rtol=1e-6)
+    ir = k.inspect_llvm(k.signatures[0])
+    assert 'asm sideeffect "", "=v,=v,=v,=v,0,1,2,3,~{memory}"' in ir
+    with pytest.raises(TypingError, match="vpin"):
+        njit(lambda a: vpin(a[0]))(a)

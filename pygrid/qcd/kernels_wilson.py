@@ -206,7 +206,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
         "from numba import njit",
         "from pygrid.accelerator.simd_numba import prefetch_lines, prefetch_l2_lines, vload, vstore, vzero, "
         "vsplat, vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vstoret_nt, store_fence, vcaxpy, "
-        "vscalet, vpermt, vproj2, vrecon2, vthirdrow, vcmatvec3, unowned",
+        "vscalet, vpermt, vproj2, vrecon2, vthirdrow, vcmatvec3, unowned, vpin",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
@@ -280,6 +280,10 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
                f"the lower, + e0 * x[P0:] and e1 * x[P1:] if banded; past the caches if nt).")
     fn("hload2(h, b)", ["return vloadt(h, b, 12, W)"],
        "Both spins of a half spinor at h[b:], as received in a halo.")
+    # an inline-assembly operand must fit a register: lanes wider than the host's vectors are not pinned
+    fits = NS * np.dtype(dtype).itemsize * 8 <= host_simd_bits()
+    fn("hold(t)", ["return vpin(t)" if fits else "return t"],
+       "The vectors of t, pinned where they fit the host's registers (vpin).")
     body = [
         "LS = U(Ls)",
         "for i in range(lo, hi):",
@@ -479,7 +483,13 @@ def _third_row(ind, p, row, halo):
 def _register_points(ind, src, halo, compressed=False):
     """Source lines (indented by ``ind``) of the register order's eight points into the result
     spinor's variables c0..c3: neighbour ``n{p}`` (its spinor at psi[src(n{p}):]) projected,
-    its lanes permuted by ``m{p}``, through the link, rebuilt into the four spins."""
+    its lanes permuted by ``m{p}``, through the link, rebuilt into the four spins.
+
+    The accumulators are pinned after each point (``hold``): without it LLVM's scheduler starts
+    the next points' loads early and reassociates the sums, and spills more of the 24 result
+    vectors.  Same-process A/B on the AVX-512 machine (2026-11-30, ``bench_dhop_kernels.py``,
+    two threads): Wilson 8^4 double 1.02-1.05x, single 1.03-1.07x; in L1 1.10x and 1.06x; domain
+    wall Ls 8 double 8^4 1.07x; out of the caches on compressed links 0.97-1.05x."""
     body = []
     for p in range(8):
         mu = p % 4
@@ -494,6 +504,9 @@ def _register_points(ind, src, halo, compressed=False):
             else:
                 body += [f"{ind}c{a} = vcaxpy(None, c{a}, {half}, 0)",
                          f"{ind}c{low} = vcaxpy({g}, c{low}, {half}, {ph})"]
+        if p < 7:
+            body += [f"{ind}cc = hold(c0 + c1 + c2 + c3)"]
+            body += [f"{ind}c{k} = cc[{6 * k}:{6 * k + 6}]" for k in range(4)]
     return body
 
 
