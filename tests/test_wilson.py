@@ -141,6 +141,19 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
     check_5d_hop(grid, U, D)
 
 
+@pytest.mark.parametrize("bits, nsimd, dtype, pinned", [(512, 8, "float64", True), (512, 16, "float32", True),
+                                                      (512, 16, "float64", False), (256, 4, "float64", False)])
+def test_the_accumulators_are_pinned_where_the_registers_hold_them(monkeypatch, bits, nsimd, dtype, pinned):
+    """The wide structure pins its 24 result vectors after each point on AVX-512 alone: on 16
+    registers, or with lanes wider than a register, LLVM cannot allocate the pin and aborts the
+    process (the wide structure can be forced on AVX2)."""
+    monkeypatch.setattr(kw, "host_simd_bits", lambda: bits)
+    src = kw._source(nsimd, dtype, False, wide=True)
+    hold = src[src.index("def hold(t):"):]
+    assert ("return vpin(t)" in hold.split("\n\n")[0]) == pinned
+    assert src.count("cc = hold(c0 + c1 + c2 + c3)") == 2 * 7   # seven points, with and without halos
+
+
 def test_the_configuration_chooses_the_structure():
     """``--dslash-structure`` (the configuration's ``dslash_structure``) picks the structure the
     host would not: the same results, from a kernel module of that structure, and back."""

@@ -280,8 +280,9 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
                f"the lower, + e0 * x[P0:] and e1 * x[P1:] if banded; past the caches if nt).")
     fn("hload2(h, b)", ["return vloadt(h, b, 12, W)"],
        "Both spins of a half spinor at h[b:], as received in a halo.")
-    # an inline-assembly operand must fit a register: lanes wider than the host's vectors are not pinned
-    fits = NS * np.dtype(dtype).itemsize * 8 <= host_simd_bits()
+    # the pin's 24 operands need a register each: AVX-512's 32 registers, each holding the W lanes
+    # (AVX2 has 16, and LLVM aborts the process on an asm statement it cannot allocate)
+    fits = host_simd_bits() >= 512 and NS * np.dtype(dtype).itemsize * 8 <= 512
     fn("hold(t)", ["return vpin(t)" if fits else "return t"],
        "The vectors of t, pinned where they fit the host's registers (vpin).")
     body = [
