@@ -142,7 +142,8 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
 
 
 @pytest.mark.parametrize("bits, nsimd, dtype, pinned", [
-    (512, 8, "float64", True), (512, 16, "float32", True), (512, 16, "float64", False), (256, 4, "float64", False)])
+    (512, 8, "float64", True), (512, 16, "float32", True), (512, 16, "float64", False),
+    (256, 4, "float64", False)])
 def test_the_accumulators_are_pinned_where_the_registers_hold_them(monkeypatch, bits, nsimd, dtype, pinned):
     """The wide structure pins its 24 result vectors after each point on AVX-512 alone: on 16
     registers, or with lanes wider than a register, LLVM cannot allocate the pin and aborts the
