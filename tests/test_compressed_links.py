@@ -239,34 +239,24 @@ def test_links_that_do_not_compress_are_read_whole():
 
 
 @pytest.mark.parametrize("nsimd", [8, 4])
-@pytest.mark.parametrize("wide", [True, False])
-def test_compression_pays_only_out_of_cache(monkeypatch, nsimd, wide):
-    monkeypatch.setattr(cl, "wide_default", lambda: wide)
+def test_compression_pays_only_out_of_cache(nsimd):
     assert not cl.compression_pays(8 ** 4 // nsimd, nsimd, np.float64)       # 8^4 double: in the caches
     assert cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float64)
-    assert cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float32)
     assert not cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float64, Ls=8)  # 5D: the links are reused
     # 12^4 double, 20 MB of fields on a full grid: level with the whole links, left whole
     assert not cl.compression_pays(12 ** 4 // nsimd, nsimd, np.float64)
     # the even-odd hop of 12^3 x 24 reads eight links a site (32 MB), where four would be 20 MB
     half = 12 ** 3 * 24 // 2 // nsimd
-    assert cl.compression_pays(half, nsimd, np.float64, links=8) == (not wide)
+    assert cl.compression_pays(half, nsimd, np.float64, links=8)
     assert not cl.compression_pays(half, nsimd, np.float64, links=4)
-    # the wide structure: double from 34 MiB (the full grid of 12^3 x 24, 40 MB), single from 46 MiB
-    assert cl.compression_pays(2 * half, nsimd, np.float64)
-    assert cl.compression_pays(16 ** 4 // nsimd, nsimd, np.float32) == (not wide)            # 31 MB
-    assert cl.compression_pays(16 ** 3 * 24 // nsimd, nsimd, np.float32) == (not wide)       # 47 MB
-    assert cl.compression_pays(16 ** 3 * 32 // 2 // nsimd, nsimd, np.float32, links=8)      # 50 MB
 
 
 @pytest.mark.skipif(os.environ.get("PYGRID_TEST_DEVICE", "unified") != "unified",
                     reason="24 MB of links, above the device passes' watermark; the main pass runs it")
 def test_the_operators_compress_by_the_bytes_each_hop_reads():
-    """On 12^3 x 24 double the full grid (40 MB) reads its links compressed, and the even-odd hop
-    (eight links a site from memory, 32 MB) with the narrow structure (AVX2) but not the wide one,
-    which does from 34 MiB; on 12^4 neither (20 and 16 MB)."""
-    eo = not kw.wide_default()
-    for dims, want in (((12, 12, 12, 24), (True, eo)), ((12, 12, 12, 12), (False, False))):
+    """On 12^3 x 24 double the even-odd hop (eight links a site from memory, 32 MB) reads its links
+    compressed and so does the full grid (40 MB); on 12^4 neither (20 and 16 MB)."""
+    for dims, want in (((12, 12, 12, 24), (True, True)), ((12, 12, 12, 12), (False, False))):
         grid = pg.GridCartesian(list(dims), precision="double")
         U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1]), precision="double")
         D = pg.qcd.WilsonFermion(U, 0.1)

@@ -13,19 +13,15 @@ import numpy as np
 
 from ..errors import ConformabilityError
 from . import link_rows
-from .kernels_wilson import field_bytes, wide_default
+from .kernels_wilson import field_bytes
 
 #: 4D fields (spinor in and out, the links read) of more bytes than this read their links compressed
-#: (:func:`compression_pays`), per structure of the hand-unrolled kernel and real itemsize: about
-#: where the fields outgrow the last-level cache (32 MiB on the machines measured), in single a
-#: little past it, where the rows rebuilt cost twice as much against the bytes saved.  Same-process
-#: A/B on the AVX-512 machine (`bench_compressed_links.py`, 2026-11-30, the wide structure with its
-#: accumulators pinned), compressed / whole, `Dhop` and the even-odd hop: double 12^3 x 24 (40 and
-#: 32 MB) 1.05 and 0.95, 16^4 (63 and 50 MB) 1.16 and 1.12; single 16^4 (31 and 25 MB) 0.92 and
-#: 0.88, 16^3 x 24 (47 and 38 MB) 0.97 and 0.92, 16^3 x 32 (63 and 50 MB) 1.12 and 1.04, 20^4 1.22
-#: and 1.25.  The narrow structure (AVX2) as measured on 2026-11-28: level at 12^4 (20 MB).
-COMPRESS_BYTES = {("wide", 8): 34 << 20, ("wide", 4): 46 << 20,
-                  ("narrow", 8): 22 << 20, ("narrow", 4): 22 << 20}
+#: (:func:`compression_pays`).  Same-process A/B on the AVX-512 machine (32 MiB of L3), the links
+#: direction by direction, 2026-11-28: Wilson double `Dhop` ran 0.85-0.9x compressed at 8^4 (8 MB),
+#: 0.94-0.97x at 12^4 (20 MB), 1.16x at 12^3 x 24 (40 MB); the even-odd hop 0.96-0.98x at 12^4
+#: (16 MB), 1.11x at 12^3 x 24 (32 MB), 1.10x at 16^4 single (25 MB).  The AVX2 code there ran
+#: level at 12^4.
+COMPRESS_BYTES = 22 << 20
 
 
 #: most distinct phase vectors (a lane vector each) that compressed links may carry: the boundary
@@ -149,8 +145,7 @@ def compression_pays(n4, nsimd, dtype, Ls=1, links=4):
     """Whether the hop on fields of ``n4`` 4D outer sites, reading ``links`` links a site from memory
     (4 on a full grid, where a link read forward at its site is read backward at a neighbour; 8 for
     the even-odd hop, whose forward and backward links are of the two checkerboards), reads its links
-    compressed: 4D fields of more than ``COMPRESS_BYTES`` for the kernel's structure and precision.
-    Where the fields fit the caches the arithmetic that rebuilds the third rows costs more than the
-    bytes it saves (docs/performance.md, "Links read compressed")."""
-    limit = COMPRESS_BYTES["wide" if wide_default() else "narrow", np.dtype(dtype).itemsize]
-    return int(Ls) == 1 and field_bytes(n4, Ls, nsimd, dtype, links) > limit
+    compressed: 4D fields of more than ``COMPRESS_BYTES``.  Where the fields fit the caches the
+    arithmetic that rebuilds the third rows costs more than the bytes it saves (docs/performance.md,
+    "Links read compressed")."""
+    return int(Ls) == 1 and field_bytes(n4, Ls, nsimd, dtype, links) > COMPRESS_BYTES
