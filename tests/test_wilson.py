@@ -237,13 +237,14 @@ def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
     pg.ParallelRNG(g5d, [5, 6, 7, 8]).gaussian(psi5)
     pg.ParallelRNG(g5d, [1, 6, 7, 8]).gaussian(x5)
     p5, x, Un = psi5.to_numpy(), x5.to_numpy(), U.to_numpy()
-    far_bytes, register_bytes = ul.FAR_BYTES, ul.REGISTER_BYTES
+    far_bytes, register_bytes, schur_bytes = ul.FAR_BYTES, ul.REGISTER_BYTES, ul.SCHUR_REGISTER_BYTES
     # in cache; in the register order's reach but past the caches (prefetches, streamed result);
     # past its reach
     for far, reach, name in ((False, True, "dhop_local_register"), (True, True, "dhop_local_register"),
                              (True, False, "dhop_local")):
         monkeypatch.setattr(ul, "FAR_BYTES", dict.fromkeys(far_bytes, 0) if far else far_bytes)
         monkeypatch.setattr(ul, "REGISTER_BYTES", register_bytes if reach else 0)
+        monkeypatch.setattr(ul, "SCHUR_REGISTER_BYTES", schur_bytes if reach else 0)
         monkeypatch.setattr(ul, "_states", {})
         monkeypatch.setattr(dslash, "_BOUND", {})
         dt = np.dtype("float64" if prec == "double" else "float32")
@@ -260,6 +261,26 @@ def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
                     got = _to_slices(g5d, prec, o)
                     for s in range(Ls):
                         assert relerr(got[s], dhop_ref(Un, p5[s]) + alpha * x[s]) < TOL[prec], (far, alpha, s)
+
+
+def test_the_schur_variants_leave_the_register_order_on_smaller_fields(monkeypatch):
+    """On fields between the two limits the plain hop runs the register order and the Schur
+    operators' variants of the last step the tiled one (inside a solve the register order is the
+    slower there); below both every variant runs the register order, above both none."""
+    force_structure(monkeypatch, True)
+    grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    nbytes = kw.field_bytes(D.stencil.neighbours.shape[1], 3, grid.nsimd, "float64")
+    for plain_limit, schur_limit, plain_reg, schur_reg in ((nbytes, nbytes - 1, True, False),
+                                                           (nbytes, nbytes, True, True),
+                                                           (nbytes - 1, nbytes - 1, False, False)):
+        monkeypatch.setattr(ul, "REGISTER_BYTES", plain_limit)
+        monkeypatch.setattr(ul, "SCHUR_REGISTER_BYTES", schur_limit)
+        monkeypatch.setattr(ul, "_states", {})
+        st = ul._launch_state(D.stencil, 3, grid.nsimd, np.dtype("float64"))
+        for last in kw.LAST:
+            want = plain_reg if last == "plain" else schur_reg
+            assert ("register" in st.kernel[last].__name__) == want, (last, plain_limit, schur_limit)
 
 
 def _to_slices(g5d, prec, buf):

@@ -35,6 +35,16 @@ FAR_BYTES = {"wide": 12 << 20, "narrow": 16 << 20}
 #: two runs on 28 MB, and the tiled order 1.2-1.7x on 30-120 MB
 REGISTER_BYTES = 24 << 20
 
+#: the same for the other variants of the last step (``kernels_wilson.LAST``), which the Schur
+#: operators run inside their solves: there the solver's vectors share the L3, and the register
+#: order, the faster on a hop's own, ran slower from about 10 MB of fields.  Domain wall Schur CG,
+#: AVX-512 machine, 2026-11-30, alternating processes, ms an iteration, tiled against register
+#: order: 8^4 Ls 16 double (14 MB) 4.48-4.58 against 4.94-5.16 (its hops on their own 0.73-0.77
+#: against 0.62-0.71 ms), 8.8.8.16 Ls 16 single (14 MB) 4.75-4.82 against 5.55-5.78; 8^4 Ls 12
+#: double (11 MB) level; 8^4 Ls 8 double and Ls 16 single (7 MB) 2.15-2.21 against 2.07-2.13 and
+#: 2.11-2.16 against 2.02-2.06
+SCHUR_REGISTER_BYTES = 12 << 20
+
 # A launch's first argument is its result (``out``): on openmp the result's bytes decide whether the
 # hop runs on the threads (``min_parallel_bytes``), as they do for the expression kernels writing
 # the same fields, although the hop counts 4D outer sites and its 5D fields hold Ls of them each.
@@ -301,10 +311,11 @@ class _LaunchState:
         self.far = bool(nbytes > FAR_BYTES["wide" if kernels.wide_default() else "narrow"])
         self.nsimd, self.dtype = nsimd, dtype
         self._kernel_c = None
-        if int(Ls) > 1 and nbytes <= REGISTER_BYTES and kernels.wide_default():
+        if int(Ls) > 1 and kernels.wide_default():
             for last in kernels.LAST:
-                self.kernel[last] = kernels.kernel_for(nsimd, dtype, Ls, last="register" + (
-                    "" if last == "plain" else "_" + last))
+                if nbytes <= (REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES):
+                    self.kernel[last] = kernels.kernel_for(nsimd, dtype, Ls, last="register" + (
+                        "" if last == "plain" else "_" + last))
         # the tables read-only, whatever the stencil's flags: one numba specialisation per path
         self.tables = tuple(read_only(t.reshape(-1)) for t in (
             stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
