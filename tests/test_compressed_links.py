@@ -243,22 +243,24 @@ def test_compression_pays_only_out_of_cache(nsimd):
     assert not cl.compression_pays(8 ** 4 // nsimd, nsimd, np.float64)       # 8^4 double: in the caches
     assert cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float64)
     assert not cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float64, Ls=8)  # 5D: the links are reused
-    # 12^4 double, 20 MB of fields on a full grid: level with the whole links, left whole
-    assert not cl.compression_pays(12 ** 4 // nsimd, nsimd, np.float64)
-    # the even-odd hop of 12^3 x 24 reads eight links a site (32 MB), where four would be 20 MB
-    half = 12 ** 3 * 24 // 2 // nsimd
+    # 12^4: the even-odd hop in double (16 MB) compressed, in single (8 MB) whole
+    half = 12 ** 4 // 2 // nsimd
     assert cl.compression_pays(half, nsimd, np.float64, links=8)
-    assert not cl.compression_pays(half, nsimd, np.float64, links=4)
+    assert not cl.compression_pays(half, nsimd, np.float32, links=8)
+    # eight links a site from memory for the even-odd hop, four for the full grid: 12^4 single's
+    # full-grid hop reads 10 MB, an even-odd hop of as many sites 16 MB
+    assert not cl.compression_pays(2 * half, nsimd, np.float32, links=4)
+    assert cl.compression_pays(2 * half, nsimd, np.float32, links=8)
 
 
 @pytest.mark.skipif(os.environ.get("PYGRID_TEST_DEVICE", "unified") != "unified",
                     reason="24 MB of links, above the device passes' watermark; the main pass runs it")
 def test_the_operators_compress_by_the_bytes_each_hop_reads():
-    """On 12^3 x 24 double the even-odd hop (eight links a site from memory, 32 MB) reads its links
-    compressed and so does the full grid (40 MB); on 12^4 neither (20 and 16 MB)."""
-    for dims, want in (((12, 12, 12, 24), (True, True)), ((12, 12, 12, 12), (False, False))):
-        grid = pg.GridCartesian(list(dims), precision="double")
-        U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1]), precision="double")
+    """On 12^4 double the even-odd hop (eight links a site from memory, 16 MB) reads its links
+    compressed and so does the full grid (20 MB); on 12^4 single neither (10 and 8 MB)."""
+    for prec, want in (("double", (True, True)), ("single", (False, False))):
+        grid = pg.GridCartesian([12, 12, 12, 12], precision=prec)
+        U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1]), precision=prec)
         D = pg.qcd.WilsonFermion(U, 0.1)
         assert (D.reads_compressed_links(), D.reads_compressed_links(0), D.reads_compressed_links(1)) == (
             want[0], want[1], want[1])

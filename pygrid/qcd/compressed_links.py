@@ -16,12 +16,16 @@ from . import link_rows
 from .kernels_wilson import field_bytes
 
 #: 4D fields (spinor in and out, the links read) of more bytes than this read their links compressed
-#: (:func:`compression_pays`).  Same-process A/B on the AVX-512 machine (32 MiB of L3), the links
-#: direction by direction, 2026-11-28: Wilson double `Dhop` ran 0.85-0.9x compressed at 8^4 (8 MB),
-#: 0.94-0.97x at 12^4 (20 MB), 1.16x at 12^3 x 24 (40 MB); the even-odd hop 0.96-0.98x at 12^4
-#: (16 MB), 1.11x at 12^3 x 24 (32 MB), 1.10x at 16^4 single (25 MB).  The AVX2 code there ran
-#: level at 12^4.
-COMPRESS_BYTES = 22 << 20
+#: (:func:`compression_pays`).  Set by the Schur CG, where the solver's vectors share the caches
+#: with the hop's fields: AVX-512 machine, 2026-11-30, alternating processes (`bench_solvers.py
+#: --operators wilson [--compress-links]`, three each), ms an iteration, compressed against whole
+#: (the even-odd hop's fields in brackets): 12^4 double (16 MB) 1.45-1.62 against 1.65-1.85,
+#: 12^3 x 16 double (21 MB) 2.35-2.46 against 2.62-2.67, 12^2 x 16^2 single (14 MB) 1.19-1.23
+#: against 1.22-1.39; 12^4 single (8 MB) 0.63-0.66 against 0.54-0.55, 8^4 double (3 MB) 0.32-0.33
+#: against 0.28.  A hop on its own keeps more of the caches (the full-grid hop of 12^4 double, 20
+#: MB, ran 0.94-0.97x compressed on 2026-11-28, and at 16^4 single 0.92x with the accumulators
+#: pinned), but inside the solve 16^4 single ran its iteration 1.08x faster compressed.
+COMPRESS_BYTES = 12 << 20
 
 
 #: most distinct phase vectors (a lane vector each) that compressed links may carry: the boundary
