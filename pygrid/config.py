@@ -320,7 +320,7 @@ class Config:
     compress_links
         When the Wilson operator's hops read its links as two rows of each SU(3) matrix,
         rebuilding the third, one of :data:`COMPRESS_LINKS`: ``auto`` (the hand-unrolled kernel
-        on fields larger than the caches, :func:`pygrid.qcd.compressed_links.compression_pays`),
+        on fields of more than 12 MiB, :func:`pygrid.qcd.compressed_links.compression_pays`),
         ``always`` (every kernel on any fields, the generic one too, every backend's; read when an
         operator is made) or ``never``.  An operator's own
         ``compress_links=True/False`` wins; links that are not SU(3) times a phase are always
