@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import time
 
 import numpy as np
@@ -196,7 +197,11 @@ def main():
             coef[1] = 1.0
         a = lm.kernel_args(ls, o, p, uf, u, coef, p if use_diag else o, use_diag, **tables)
         a += (ls.sites, ls.none, ls.none)
-        k = ls.kernel[args.last] if isinstance(ls.kernel, dict) else ls.kernel
+        if inspect.ismethod(ls.kernel):  # this library's launch state
+            k, kc = ls.kernel(args.last), (lambda ls=ls: ls.kernel(compressed=True))
+        else:  # an older module's own: a kernel per last step, or one kernel
+            k = ls.kernel[args.last] if isinstance(ls.kernel, dict) else ls.kernel
+            kc = getattr(ls, "kernel_c", None)
         for t in (int(x) for x in args.threads.split(",")):
             variants.append((f"{name}, {t} thread{'s' if t > 1 else ''}", k, a, o, t))
         if args.compressed:
@@ -208,7 +213,7 @@ def main():
                                                       **tables), lc, ls)
             for t in (int(x) for x in args.threads.split(",")):
                 label = f"{name} compressed, {t} thread{'s' if t > 1 else ''}"
-                variants.append((label, ls.kernel_c(), ac, oc, t))
+                variants.append((label, kc(), ac, oc, t))
         if args.data and name == args.modules.split(",")[0]:
             nbr = np.ascontiguousarray(st.neighbours.reshape(-1)).astype(np.int64)
             do = aligned_copy(np.zeros_like(p))  # the kernel's result stays for the checks

@@ -141,6 +141,38 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
     check_5d_hop(grid, U, D)
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_adjoint_has_kernels_of_its_own_with_the_signs_compiled_in(monkeypatch, wide):
+    """The projectors' signs are constants of each compiled kernel (an add or a subtract in place of
+    a multiply-add by a sign read at run time), so the adjoint runs kernels of its own: 4D and 5D,
+    every structure, against numpy both ways; no kernel reads the signs from ``coef``."""
+    for five_d in (False, True):
+        src = kw._source(4, "float64", five_d, wide)
+        assert "coef[2]" not in src and "coef[3]" not in src
+        assert src.count("gf = vsplat(Z(-1.0), W)") == src.count("gf = vsplat(Z(1.0), W)") > 0
+    force_structure(monkeypatch, wide)
+    grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
+    D = pg.qcd.WilsonFermion(U, MASS)
+    Un = U.to_numpy()
+    Ls = 3
+    g5d = pg.GridCartesian5D(grid, Ls)
+    for g, Lsx in ((grid, 1), (g5d, Ls)):
+        x = pg.LatticeFermion(g)
+        pg.ParallelRNG(g, [5, 6, 7, 8]).gaussian(x)
+        xn = x.to_numpy()
+        st = ul._launch_state(D.stencil, Lsx, grid.nsimd, np.dtype("float64"))
+        for dag in (False, True):
+            assert st.kernel("plain", dag).__name__.endswith("_dag") is dag
+            with x.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u:
+                for _ in range(2):  # the second call: the bound launch
+                    o = np.full_like(p, np.nan)
+                    dslash.dhop(o, p, u, u, D.stencil, Lsx, dag=dag)
+                    got = _to_slices(g, "double", o)
+                    for s in range(Lsx):
+                        want = dhop_ref(Un, xn[s] if Lsx > 1 else xn, dag=dag)
+                        assert relerr(got[s] if Lsx > 1 else got, want) < 1e-12, (Lsx, dag, s)
+
+
 @pytest.mark.parametrize("bits, nsimd, dtype, pinned", [
     (512, 8, "float64", True), (512, 16, "float32", True), (512, 16, "float64", False),
     (256, 4, "float64", False)])
@@ -152,7 +184,8 @@ def test_the_accumulators_are_pinned_where_the_registers_hold_them(monkeypatch, 
     src = kw._source(nsimd, dtype, False, wide=True)
     hold = src[src.index("def hold(t):"):]
     assert ("return vpin(t)" in hold.split("\n\n")[0]) == pinned
-    assert src.count("cc = hold(c0 + c1 + c2 + c3)") == 2 * 7   # seven points, with and without halos
+    # seven points, with and without halos, for the hop and its adjoint
+    assert src.count("cc = hold(c0 + c1 + c2 + c3)") == 2 * 2 * 7
 
 
 def test_the_configuration_chooses_the_structure():
@@ -177,11 +210,11 @@ def test_the_configuration_chooses_the_structure():
             D.M(psi, out=out)
             assert relerr(out.to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
         st = ul._launch_state(D.stencil, 1, grid.nsimd, np.float64)
-        assert st.kernel["plain"] is kw.kernel_for(grid.nsimd, "float64", wide=not host)
+        assert st.kernel("plain") is kw.kernel_for(grid.nsimd, "float64", wide=not host)
     finally:
         config.set_current(before)
     assert kw.wide_default() is host
-    assert ul._launch_state(D.stencil, 1, grid.nsimd, np.float64).kernel["plain"] is kw.kernel_for(
+    assert ul._launch_state(D.stencil, 1, grid.nsimd, np.float64).kernel("plain") is kw.kernel_for(
         grid.nsimd, "float64", wide=host)
     assert relerr(D.M(psi).to_numpy(), m_ref(Un, pn, MASS)) < 1e-12
 
@@ -251,7 +284,7 @@ def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
         st = ul._launch_state(D.stencil, Ls, grid.nsimd, dt)
         assert st.far == far
         for last in kw.LAST:
-            assert st.kernel[last].__name__ == name + ("" if last == "plain" else "_" + last)
+            assert st.kernel(last).__name__ == name + ("" if last == "plain" else "_" + last)
         with psi5.view(pg.AcceleratorRead) as p, x5.view(pg.AcceleratorRead) as xb, \
                 U.view(pg.AcceleratorRead) as u:
             for alpha in (0.0, 0.7):
@@ -280,7 +313,7 @@ def test_the_schur_variants_leave_the_register_order_on_smaller_fields(monkeypat
         st = ul._launch_state(D.stencil, 3, grid.nsimd, np.dtype("float64"))
         for last in kw.LAST:
             want = plain_reg if last == "plain" else schur_reg
-            assert ("register" in st.kernel[last].__name__) == want, (last, plain_limit, schur_limit)
+            assert ("register" in st.kernel(last).__name__) == want, (last, plain_limit, schur_limit)
 
 
 def _to_slices(g5d, prec, buf):

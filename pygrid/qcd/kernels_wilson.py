@@ -309,40 +309,44 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
             "sorder, sinv, mco, mprev, tile, far, "
             "sites, halo, ubh")
     # numba compiles a function at its first call: a job on one rank never compiles the halo
-    # branches, and a domain-wall Dhop never the variants of a Schur operator's two hops
-    if five_d:
-        for halo in (True, False):
-            fn(f"{_POINTS[halo]}({_POINTS_ARGS})", _tile_points(nls, nlg, wide, halo),
-               "The first seven points of a tile (sites i0:i1) into its accumulator acc_t; every variant "
-               "of the last step calls this one compiled function"
-               + (", which also reads neighbours on other ranks." if halo else "."),
-               "@_jit")
-    if compressed:
+    # branches, a domain-wall Dhop never the variants of a Schur operator's two hops, and an
+    # operator never applied as its adjoint never the adjoint's kernels (_signs)
+    for dag in (False, True):
+        d, adj = _dag(dag), " For the adjoint (the projectors' signs flipped)." if dag else ""
         if five_d:
-            raise ValueError("compressed links: the 4D kernel only")
-        for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
-            body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=True)
-            fn(f"{name}({args}, zif, zib, ztab)", body,
-               f"{name} on links stored as their first two rows (compress_links), the third rebuilt "
-               "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab"
-               + ("; the halo's links (ubh) whole." if halo else "."), "@_jit")
-        return "\n".join(out) + "\n"
-    for last in LAST if five_d else ("plain",):
-        sfx = "" if last == "plain" else "_" + last
-        fn(f"dhop_kernel{sfx}({args})", _kernel_body(nls, nlg, nlu, five_d, wide, True, dtype, last),
-           f"The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop() ({LAST[last]}).",
-           "@_jit")
-        fn(f"dhop_local{sfx}({args})", _kernel_body(nls, nlg, nlu, five_d, wide, False, dtype, last),
-           f"dhop_kernel{sfx} on sites whose neighbours are all on this rank (halo and ubh are not read).",
-           "@_jit")
-    if five_d and wide:
-        fn(_REGISTER_SITE, _register_site(), "The register order's hop of one site into acc_t "
-           "(_register_site).", "@_jit")
-        for last in LAST:
-            sfx = "" if last == "plain" else "_" + last
-            fn(f"dhop_local_register{sfx}({args})", _register_body_5d(last),
-               f"dhop_local{sfx} on fields in the caches' reach, in the register order (_register_body_5d).",
-               "@_jit")
+            for halo in (True, False):
+                fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, wide, halo, dag),
+                   "The first seven points of a tile (sites i0:i1) into its accumulator acc_t; every variant "
+                   "of the last step calls this one compiled function"
+                   + (", which also reads neighbours on other ranks." if halo else ".") + adj,
+                   "@_jit")
+        if compressed:
+            if five_d:
+                raise ValueError("compressed links: the 4D kernel only")
+            for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
+                body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=True, dag=dag)
+                fn(f"{name}{d}({args}, zif, zib, ztab)", body,
+                   f"{name} on links stored as their first two rows (compress_links), the third rebuilt "
+                   "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab"
+                   + ("; the halo's links (ubh) whole." if halo else ".") + adj, "@_jit")
+            continue
+        for last in LAST if five_d else ("plain",):
+            sfx = ("" if last == "plain" else "_" + last) + d
+            for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
+                doc = (f"The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop() "
+                       f"({LAST[last]}).{adj}" if halo else
+                       f"dhop_kernel{sfx} on sites whose neighbours are all on this rank (halo and ubh are "
+                       "not read).")
+                body = _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last, dag=dag)
+                fn(f"{name}{sfx}({args})", body, doc, "@_jit")
+        if five_d and wide:
+            fn(_register_site_call(dag), _register_site(dag), "The register order's hop of one site into "
+               "acc_t (_register_site)." + adj, "@_jit")
+            for last in LAST:
+                sfx = ("" if last == "plain" else "_" + last) + d
+                fn(f"dhop_local_register{sfx}({args})", _register_body_5d(last, dag),
+                   f"dhop_local{sfx} on fields in the caches' reach, in the register order "
+                   "(_register_body_5d).", "@_jit")
     return "\n".join(out) + "\n"
 
 
@@ -355,6 +359,22 @@ LAST = {"plain": "the diagonal term alpha * diag",
         "mul": "B applied in s to the tile's result (mco, mprev), then the diagonal term alpha * diag "
                "or alpha * A diag",
         "mul_solve": "B, then A^-1, applied in s to the tile's result before it is written"}
+
+
+def _signs(dag):
+    """Source lines setting ``gf`` and ``gb``, the projector signs of the forward and backward points
+    (-1 and +1; +1 and -1 for the adjoint), as constants of the compiled function: LLVM then folds
+    each multiply-add by a sign into an add or a subtract, which leaves the FMA units to the link
+    products (read from ``coef`` at run time they took 24 of a point's 96 FMAs; same-process A/B on
+    the AVX-512 machine at 8^4, 2026-11-30: Wilson double 1.03-1.04x, domain wall Ls 8 double
+    1.06-1.07x)."""
+    f, b = (1.0, -1.0) if dag else (-1.0, 1.0)
+    return [f"gf = vsplat(Z({f}), W)", f"gb = vsplat(Z({b}), W)"]
+
+
+def _dag(dag):
+    """The name suffix of a kernel compiled for the adjoint (:func:`_signs`)."""
+    return "_dag" if dag else ""
 
 
 def _reconstruction(mu, a):
@@ -412,7 +432,7 @@ def _neighbour_product(ind, p, n, m, project, from_halo, halo, compressed=False)
     return lines
 
 
-def _register_body(nls, nlg, nlu, halo, itemsize, compressed=False):
+def _register_body(nls, nlg, nlu, halo, itemsize, compressed=False, dag=False):
     """The wide structure for 4D fields: site by site, the whole result spinor held in 24 vector
     variables over the eight points (LLVM keeps most of them in AVX-512's 32 registers), written once
     at the end.  With ``far`` (fields larger than the caches) it prefetches into L2, ``FAR_DISTANCE``
@@ -423,8 +443,7 @@ def _register_body(nls, nlg, nlu, halo, itemsize, compressed=False):
     body = [
         "sc = vsplat(coef[0], W)",
         "al = vsplat(coef[1], W)",
-        "gf = vsplat(coef[2], W)",
-        "gb = vsplat(coef[3], W)",
+        *_signs(dag),
         "N4 = U(n4)",
         f"nt = far and out.ctypes.data % (W * {itemsize}) == 0",
         "for i in range(lo, hi):",
@@ -533,7 +552,7 @@ def _register_finish(ind, streamed, five_d=False, banded=False):
     return body + [ind + x for x in lines]
 
 
-def _register_body_5d(last):
+def _register_body_5d(last, dag=False):
     """The register order for 5D fields in the caches' reach (``unrolled_launch.REGISTER_BYTES``): site by
     site, the eight neighbours' indices read once, then slice by slice the whole result spinor in vector
     variables over the eight points, each link read once per slice (from L1); written once (the
@@ -551,10 +570,10 @@ def _register_body_5d(last):
         if last == "mul_solve":
             body += ["mul_t = np.empty(Ls * 24 * W, Z)"]
         body += ["for i in range(lo, hi):", "    uo = U(sites[i])",
-                 f"    {_REGISTER_SITE}", "    A0 = U(0)", "    D0 = uo * LS * FS"]
+                 f"    {_register_site_call(dag)}", "    A0 = U(0)", "    D0 = uo * LS * FS"]
         body += ["    " + x for x in _site_end(last)]
     else:
-        body += ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)",
+        body += [*_signs(dag), "N4 = U(n4)",
                  "for i in range(lo, hi):", "    uo = U(sites[i])"]
         for p in range(8):
             body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
@@ -579,15 +598,20 @@ def _slice_prefetches(ind):
                                 f"{REGISTER_PREFETCH_LINES})" for p in range(8)]
 
 
-#: the call of the function holding the register order's hop of one site into its scratch
+#: the signature of the function holding the register order's hop of one site into its scratch
 _REGISTER_SITE = "register_site(uo, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, far)"
 
 
-def _register_site():
+def _register_site_call(dag):
+    """The call of ``register_site`` (``register_site_dag`` for the adjoint)."""
+    return _REGISTER_SITE.replace("register_site(", f"register_site{_dag(dag)}(")
+
+
+def _register_site(dag=False):
     """The body of ``register_site``: the register order's hop of the 4D site ``uo``, every slice,
     unscaled, into ``acc_t`` (the site's Ls slices); a function of its own (not inlined by numba)
     so that the last steps that finish a site from its scratch share its compile."""
-    body = ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)", "LS = U(Ls)"]
+    body = [*_signs(dag), "N4 = U(n4)", "LS = U(Ls)"]
     for p in range(8):
         body += [f"n{p} = U(nbr[U({p}) * N4 + uo])", f"m{p} = perm[U({p}) * N4 + uo]"]
     body += ["for s in range(Ls):", "    S = U(s)"]
@@ -608,25 +632,24 @@ _POINTS = {False: "tile_points", True: "tile_points_halo"}
 _POINTS_ARGS = "i0, i1, hi, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, far, sites, halo, ubh"
 
 
-def _tile_points(nls, nlg, wide, halo):
+def _tile_points(nls, nlg, wide, halo, dag=False):
     """The body of :data:`_POINTS`: a function of its own (not inlined by numba), so that the five
     variants of the 5D kernel's last step share its compile: each further variant compiles its
     last point and the tile's end alone."""
     pf = _prefetch(wide)
-    body = ["gf = vsplat(coef[2], W)", "gb = vsplat(coef[3], W)", "N4 = U(n4)", "LS = U(Ls)", "I0 = U(i0)"]
+    body = [*_signs(dag), "N4 = U(n4)", "LS = U(Ls)", "I0 = U(i0)"]
     for p in range(7):
         body += _point_loop(p, nls, nlg, pf, True, halo, "")
     return body
 
 
-def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compressed=False):
+def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compressed=False, dag=False):
     if wide and not five_d:
-        return _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize, compressed)
+        return _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize, compressed, dag)
     pf = _prefetch(wide)
     body = [
         "sc = vsplat(coef[0], W)",
-        "gf = vsplat(coef[2], W)",
-        "gb = vsplat(coef[3], W)",
+        *_signs(dag),
         "N4 = U(n4)",
         "LS = U(Ls)",
         # the diagonal term's coefficient per chirality (alpha for both but in the banded variant,
@@ -647,7 +670,7 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compres
     if compressed:
         body[body.index("for i0 in range(lo, hi, tile):"):0] = _third_row_constants()
     if five_d:
-        body += [f"    {_POINTS[halo]}({_POINTS_ARGS})"]
+        body += [f"    {_POINTS[halo]}{_dag(dag)}({_POINTS_ARGS})"]
     for p in range(7 if five_d else 0, 8):
         body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ", last, compressed)
     if last in _AT_TILE_END:
@@ -868,16 +891,19 @@ def _module(nsimd, dtype, Ls, wide=None, compressed=False):
     return m
 
 
-def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain", compressed=False):
+def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain", compressed=False,
+               dag=False):
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
     disk); ``wide`` picks the structure (default: :func:`wide_default`);
     ``halo``: the kernel that also reads neighbours on other ranks (else one that never does);
-    ``compressed``: the 4D kernel on links of two rows (``compressed_links.compress_links``)."""
+    ``compressed``: the 4D kernel on links of two rows (``compressed_links.compress_links``);
+    ``dag``: the adjoint's kernel (the projectors' signs are constants of each, :func:`_signs`,
+    so the kernel ignores the signs in ``coef``)."""
     if compressed and (int(Ls) > 1 or last != "plain"):
         raise ValueError("compressed links: the 4D kernel only")
     m = _module(nsimd, dtype, Ls, wide, compressed)
     sfx = "" if last == "plain" else "_" + last
-    return getattr(m, ("dhop_kernel" if halo else "dhop_local") + sfx)
+    return getattr(m, ("dhop_kernel" if halo else "dhop_local") + sfx + _dag(dag))
 
 
 def pack_kernel_for(nsimd, dtype="float64", Ls=1):

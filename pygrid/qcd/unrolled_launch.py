@@ -148,7 +148,10 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     if compressed:
         args = _with_links(args, links_c)
     tables = links_c.tables() if compressed else ()
-    kernel = st.kernel_c if compressed else (lambda halo: (st.kernel_halo if halo else st.kernel)[last])
+    dag = bool(coef[2] > 0)
+
+    def kernel(halo):
+        return st.kernel(last, dag, halo, compressed)
     if plan is None or not plan.nhalo:
         full = args + (st.sites, st.none, st.none) + tables
         st.launcher(backend, kernel(False), full)(st.n4, *full)
@@ -267,9 +270,10 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
         return None
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
-    kernel = st.kernel[_last(args)]
+    dag = bool(coef[2] > 0)
+    kernel = st.kernel(_last(args), dag)
     if links_c is not None and int(Ls) == 1:
-        args, kernel = _compressed_args(args, links_c, st), st.kernel_c()
+        args, kernel = _compressed_args(args, links_c, st), st.kernel(dag=dag, compressed=True)
     else:
         args += (st.sites, st.none, st.none)
     # each outer site writes its own result: the threads may share out the blocks' pieces
@@ -301,21 +305,15 @@ class _LaunchState:
         self.stencil = stencil
         self.n4 = stencil.neighbours.shape[1]
         self.kernels = kernels
-        # per variant of the last step (LAST; 4D fields have the plain one), looked up here and
-        # compiled at their first launch
-        lasts = kernels.LAST if int(Ls) > 1 else ("plain",)
-        self.kernel = {last: kernels.kernel_for(nsimd, dtype, Ls, last=last) for last in lasts}
-        self.kernel_halo = {last: kernels.kernel_for(nsimd, dtype, Ls, halo=True, last=last)
-                            for last in lasts}
         nbytes = field_bytes(self.n4, Ls, nsimd, dtype)
         self.far = bool(nbytes > FAR_BYTES["wide" if kernels.wide_default() else "narrow"])
-        self.nsimd, self.dtype = nsimd, dtype
-        self._kernel_c = None
-        if int(Ls) > 1 and kernels.wide_default():
-            for last in kernels.LAST:
-                if nbytes <= (REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES):
-                    self.kernel[last] = kernels.kernel_for(nsimd, dtype, Ls, last="register" + (
-                        "" if last == "plain" else "_" + last))
+        self.nsimd, self.dtype, self.Ls = nsimd, dtype, int(Ls)
+        # the 5D variants of the last step that take the register order on these fields
+        self._register = frozenset(
+            last for last in kernels.LAST
+            if int(Ls) > 1 and kernels.wide_default()
+            and nbytes <= (REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES))
+        self._kernels = {}
         # the tables read-only, whatever the stencil's flags: one numba specialisation per path
         self.tables = tuple(read_only(t.reshape(-1)) for t in (
             stencil.neighbours, stencil.perm, stencil.lanes, stencil.lane_xor)) + (self.n4, int(Ls))
@@ -352,13 +350,23 @@ class _LaunchState:
         self.pieces = [read_only(inner[c:c + step]) for c in range(0, len(inner), step)]
 
 
-    def kernel_c(self, halo=False):
-        """The kernel on compressed links, with the halo branches or without (compiled at its first
-        launch)."""
-        if self._kernel_c is None:
-            self._kernel_c = {h: self.kernels.kernel_for(self.nsimd, self.dtype, halo=h, compressed=True)
-                              for h in (False, True)}
-        return self._kernel_c[halo]
+    def kernel(self, last="plain", dag=False, halo=False, compressed=False):
+        """The kernel of variant ``last`` of the last step (:data:`pygrid.qcd.kernels_wilson.LAST`;
+        4D fields have the plain one), for the adjoint or not, with the halo branches or without, on
+        compressed links (4D) or whole; looked up once here and compiled at its first launch."""
+        key = (last, dag, halo, compressed)
+        k = self._kernels.get(key)
+        if k is None:
+            # an older kernel module (bench_dhop_kernels.py's A/B) has no adjoint's kernels
+            extra = {"dag": True} if dag else {}
+            if compressed:
+                k = self.kernels.kernel_for(self.nsimd, self.dtype, halo=halo, compressed=True, **extra)
+            else:
+                name = "register" + ("" if last == "plain" else "_" + last) if (
+                    not halo and last in self._register) else last
+                k = self.kernels.kernel_for(self.nsimd, self.dtype, self.Ls, halo=halo, last=name, **extra)
+            self._kernels[key] = k
+        return k
 
     def launcher(self, backend, kernel, args):
         """``launch(osites, *args)``: ``backend.bind_kernel(kernel, *args)``, kept per backend and
