@@ -187,7 +187,7 @@ def gamma_structure():
     return tuple(out)
 
 
-def _source(ns, dtype, five_d, wide=False, compressed=False):
+def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
     """numba source of the hopping kernel written with explicit SIMD vectors (pygrid.accelerator.simd_numba).
 
     ``five_d``: the variant for 5D fields, which also prefetches the neighbour's slice
@@ -199,6 +199,8 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
     taking the phase tables ``zif, zib, ztab`` after their other arguments (the links of a halo,
     ``ubh``, whole).  The register order rebuilds a site's eight third rows before its first point,
     the tiled order each point's just before its product.
+    ``dag``: the adjoint's kernels (names ending ``_dag``; the signs of :func:`_signs`), a module of
+    their own, which an operator never applied as its adjoint never loads or compiles.
     """
     NS = int(ns)
     out = [
@@ -309,44 +311,42 @@ def _source(ns, dtype, five_d, wide=False, compressed=False):
             "sorder, sinv, mco, mprev, tile, far, "
             "sites, halo, ubh")
     # numba compiles a function at its first call: a job on one rank never compiles the halo
-    # branches, a domain-wall Dhop never the variants of a Schur operator's two hops, and an
-    # operator never applied as its adjoint never the adjoint's kernels (_signs)
-    for dag in (False, True):
-        d, adj = _dag(dag), " For the adjoint (the projectors' signs flipped)." if dag else ""
+    # branches, and a domain-wall Dhop never the variants of a Schur operator's two hops
+    d, adj = _dag(dag), " For the adjoint (the projectors' signs flipped)." if dag else ""
+    if five_d:
+        for halo in (True, False):
+            fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, wide, halo, dag),
+               "The first seven points of a tile (sites i0:i1) into its accumulator acc_t; every variant "
+               "of the last step calls this one compiled function"
+               + (", which also reads neighbours on other ranks." if halo else ".") + adj,
+               "@_jit")
+    if compressed:
         if five_d:
-            for halo in (True, False):
-                fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, wide, halo, dag),
-                   "The first seven points of a tile (sites i0:i1) into its accumulator acc_t; every variant "
-                   "of the last step calls this one compiled function"
-                   + (", which also reads neighbours on other ranks." if halo else ".") + adj,
-                   "@_jit")
-        if compressed:
-            if five_d:
-                raise ValueError("compressed links: the 4D kernel only")
-            for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
-                body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=True, dag=dag)
-                fn(f"{name}{d}({args}, zif, zib, ztab)", body,
-                   f"{name} on links stored as their first two rows (compress_links), the third rebuilt "
-                   "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab"
-                   + ("; the halo's links (ubh) whole." if halo else ".") + adj, "@_jit")
-            continue
-        for last in LAST if five_d else ("plain",):
+            raise ValueError("compressed links: the 4D kernel only")
+        for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
+            body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=True, dag=dag)
+            fn(f"{name}{d}({args}, zif, zib, ztab)", body,
+               f"{name} on links stored as their first two rows (compress_links), the third rebuilt "
+               "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab"
+               + ("; the halo's links (ubh) whole." if halo else ".") + adj, "@_jit")
+        return "\n".join(out) + "\n"
+    for last in LAST if five_d else ("plain",):
+        sfx = ("" if last == "plain" else "_" + last) + d
+        for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
+            doc = (f"The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop() "
+                   f"({LAST[last]}).{adj}" if halo else
+                   f"dhop_kernel{sfx} on sites whose neighbours are all on this rank (halo and ubh are "
+                   "not read).")
+            body = _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last, dag=dag)
+            fn(f"{name}{sfx}({args})", body, doc, "@_jit")
+    if five_d and wide:
+        fn(_register_site_call(dag), _register_site(dag), "The register order's hop of one site into "
+           "acc_t (_register_site)." + adj, "@_jit")
+        for last in LAST:
             sfx = ("" if last == "plain" else "_" + last) + d
-            for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
-                doc = (f"The hopping term on the 4D outer sites sites[lo:hi], all Ls slices; see dhop() "
-                       f"({LAST[last]}).{adj}" if halo else
-                       f"dhop_kernel{sfx} on sites whose neighbours are all on this rank (halo and ubh are "
-                       "not read).")
-                body = _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last, dag=dag)
-                fn(f"{name}{sfx}({args})", body, doc, "@_jit")
-        if five_d and wide:
-            fn(_register_site_call(dag), _register_site(dag), "The register order's hop of one site into "
-               "acc_t (_register_site)." + adj, "@_jit")
-            for last in LAST:
-                sfx = ("" if last == "plain" else "_" + last) + d
-                fn(f"dhop_local_register{sfx}({args})", _register_body_5d(last, dag),
-                   f"dhop_local{sfx} on fields in the caches' reach, in the register order "
-                   "(_register_body_5d).", "@_jit")
+            fn(f"dhop_local_register{sfx}({args})", _register_body_5d(last, dag),
+               f"dhop_local{sfx} on fields in the caches' reach, in the register order "
+               "(_register_body_5d).", "@_jit")
     return "\n".join(out) + "\n"
 
 
@@ -866,23 +866,23 @@ def wide_default():
     return host_simd_bits() >= 512
 
 
-def _module(nsimd, dtype, Ls, wide=None, compressed=False):
+def _module(nsimd, dtype, Ls, wide=None, compressed=False, dag=False):
     if wide is None:
         wide = wide_default()
     # what dhop() passes: a lookup without np.dtype(...).name (7 us)
-    fast = (nsimd, dtype, Ls > 1, wide, compressed)
+    fast = (nsimd, dtype, Ls > 1, wide, compressed, dag)
     m = _modules.get(fast)
     if m is not None:
         return m
-    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, bool(wide), bool(compressed))
+    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, bool(wide), bool(compressed), bool(dag))
     m = _modules.get(key)
     if m is None:
         # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
         # version is part of the source, so a change recompiles
         src = f"# simd_numba version {simd_numba.VERSION}\n" + _source(*key)
         what = "5D domain-wall" if key[2] else "compressed-link Wilson" if compressed else "Wilson"
-        m = load_module(src, "pygrid_wilson",
-                        label=f"the unrolled {what} Dhop kernels ({key[1]}, Nsimd {key[0]})")
+        m = load_module(src, "pygrid_wilson", label=f"the unrolled {what} Dhop kernels "
+                        f"({key[1]}, Nsimd {key[0]}{', adjoint' if dag else ''})")
         _modules[key] = m
     try:
         _modules[fast] = m
@@ -901,7 +901,7 @@ def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"
     so the kernel ignores the signs in ``coef``)."""
     if compressed and (int(Ls) > 1 or last != "plain"):
         raise ValueError("compressed links: the 4D kernel only")
-    m = _module(nsimd, dtype, Ls, wide, compressed)
+    m = _module(nsimd, dtype, Ls, wide, compressed, dag)
     sfx = "" if last == "plain" else "_" + last
     return getattr(m, ("dhop_kernel" if halo else "dhop_local") + sfx + _dag(dag))
 
