@@ -38,8 +38,10 @@ one ``<Nsimd x real>`` register, so every operation is a vector instruction and
 the source is Nsimd times shorter than a lane-unrolled one).
 
 Per site, slice and point the neighbour is projected to a half spinor with the
-+-1/+-i structure of g_mu fixed in the code and the sign (forward, backward,
-dagger) a splatted +-1 folded into fused multiply-adds; its lanes are permuted
++-1/+-i structure of g_mu fixed in the code and the sign (forward, backward) a
+constant of the compiled kernel, so that it costs an add or a subtract, not a
+multiply-add (the adjoint, whose signs are flipped, has kernels of its own:
+:func:`_signs`); its lanes are permuted
 only when the neighbour wrapped around a virtual node (a constant lane map
 ``l ^ x``, one shuffle per vector, for the half swap of a 2-way split dimension;
 any other map through the lane table); it is multiplied by U (or U^dag of the
@@ -363,11 +365,10 @@ LAST = {"plain": "the diagonal term alpha * diag",
 
 def _signs(dag):
     """Source lines setting ``gf`` and ``gb``, the projector signs of the forward and backward points
-    (-1 and +1; +1 and -1 for the adjoint), as constants of the compiled function: LLVM then folds
-    each multiply-add by a sign into an add or a subtract, which leaves the FMA units to the link
-    products (read from ``coef`` at run time they took 24 of a point's 96 FMAs; same-process A/B on
-    the AVX-512 machine at 8^4, 2026-11-30: Wilson double 1.03-1.04x, domain wall Ls 8 double
-    1.06-1.07x)."""
+    (-1 and +1; +1 and -1 for the adjoint), as constants of the compiled function: LLVM folds each
+    multiply-add by a sign into an add or a subtract, which leave the FMA units to the link
+    products (read from ``coef`` at run time, the signs took 24 of a point's 96 FMAs; in the caches
+    the constants ran 1.02-1.07x, docs/performance.md, "The hand-unrolled Dhop kernel")."""
     f, b = (1.0, -1.0) if dag else (-1.0, 1.0)
     return [f"gf = vsplat(Z({f}), W)", f"gb = vsplat(Z({b}), W)"]
 
