@@ -368,7 +368,7 @@ def _signs(dag):
     (-1 and +1; +1 and -1 for the adjoint), as constants of the compiled function: LLVM folds each
     multiply-add by a sign into an add or a subtract, which leave the FMA units to the link
     products (read from ``coef`` at run time, the signs took 24 of a point's 96 FMAs; in the caches
-    the constants ran 1.02-1.07x, docs/performance.md, "The hand-unrolled Dhop kernel")."""
+    the constants ran 1.02-1.15x, docs/performance.md, "The hand-unrolled Dhop kernel")."""
     f, b = (1.0, -1.0) if dag else (-1.0, 1.0)
     return [f"gf = vsplat(Z({f}), W)", f"gb = vsplat(Z({b}), W)"]
 
