@@ -158,13 +158,21 @@ def test_the_adjoint_has_kernels_of_its_own_with_the_signs_compiled_in(monkeypat
     Un = U.to_numpy()
     Ls = 3
     g5d = pg.GridCartesian5D(grid, Ls)
-    for g, Lsx in ((grid, 1), (g5d, Ls)):
+    # the wide 5D kernels in the register order's reach and past it (the tiled order)
+    cases = [(grid, 1, None), (g5d, Ls, True)] + ([(g5d, Ls, False)] if wide else [])
+    for g, Lsx, reach in cases:
+        if reach is not None:
+            monkeypatch.setattr(ul, "REGISTER_BYTES", ul.REGISTER_BYTES if reach else 0)
+            monkeypatch.setattr(ul, "_states", {})
+            monkeypatch.setattr(dslash, "_BOUND", {})
         x = pg.LatticeFermion(g)
         pg.ParallelRNG(g, [5, 6, 7, 8]).gaussian(x)
         xn = x.to_numpy()
         st = ul._launch_state(D.stencil, Lsx, grid.nsimd, np.dtype("float64"))
         for dag in (False, True):
-            assert st.kernel("plain", dag).__name__.endswith("_dag") is dag
+            name = st.kernel("plain", dag).__name__
+            assert name.endswith("_dag") is dag
+            assert ("register" in name) is bool(wide and reach), name
             with x.view(pg.AcceleratorRead) as p, U.view(pg.AcceleratorRead) as u:
                 for _ in range(2):  # the second call: the bound launch
                     o = np.full_like(p, np.nan)
