@@ -148,7 +148,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     if compressed:
         args = _with_links(args, links_c)
     tables = links_c.tables() if compressed else ()
-    dag = bool(coef[2] > 0)
+    dag = _adjoint(coef)
 
     def kernel(halo):
         return st.kernel(last, dag, halo, compressed)
@@ -163,7 +163,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
                                   f"stencil's {plan.nhalo} halo rows of {ub.shape[1:]} {dtype}")
     t = time.perf_counter()
     # one pack for every point with a face, each row projected with its point's sign
-    signs = st.signs[coef[2] > 0]
+    signs = st.signs[dag]
     pack = (args[1], st.rows, st.mus, signs, int(Ls), st.packed_flat)
     st.launcher(backend, st.pack, pack)(len(st.rows), *pack)
     exchange = plan.start(st.packed, st.halo)
@@ -176,6 +176,13 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     if len(st.boundary):
         launch = st.launcher(backend, kernel(True), args + (st.boundary,) + tail)
         launch(len(st.boundary), *args, st.boundary, *tail)
+
+
+def _adjoint(coef):
+    """Whether ``coef`` (``dslash._coefficients``: scale, alpha, then the forward and backward
+    projector signs, +1 and -1 for the adjoint) asks for the adjoint: its kernels are others, with
+    the signs compiled in (``kernels_wilson._signs``)."""
+    return bool(coef[2] > 0)
 
 
 def _with_links(args, links_c):
@@ -270,7 +277,7 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
         return None
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
-    dag = bool(coef[2] > 0)
+    dag = _adjoint(coef)
     kernel = st.kernel(_last(args), dag)
     if links_c is not None and int(Ls) == 1:
         args, kernel = _compressed_args(args, links_c, st), st.kernel(dag=dag, compressed=True)
