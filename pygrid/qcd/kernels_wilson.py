@@ -61,7 +61,7 @@ order of that work follows the registers the kernels are compiled for (:func:`wi
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per stencil point, so
   the Ls slices of one neighbour are read as one stream, with software
-  prefetches (into L2 on wide machines, L1 on narrow ones; on fields larger than
+  prefetches (into L2; on fields larger than
   the caches) of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
   ``SLICE_PREFETCH`` slices ahead; both spins of the half spinor go through the
   link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
@@ -208,7 +208,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
     out = [
         "import numpy as np",
         "from numba import njit",
-        "from pygrid.accelerator.simd_numba import prefetch_lines, prefetch_l2_lines, vload, vstore, vzero, "
+        "from pygrid.accelerator.simd_numba import prefetch_l2_lines, vload, vstore, vzero, "
         "vsplat, vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vstoret_nt, store_fence, vcaxpy, "
         "vscalet, vpermt, vproj2, vrecon2, vthirdrow, vcmatvec3, unowned, vpin",
         "",
@@ -317,7 +317,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
     d, adj = _dag(dag), " For the adjoint (the projectors' signs flipped)." if dag else ""
     if five_d:
         for halo in (True, False):
-            fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, wide, halo, dag),
+            fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, halo, dag),
                "The first seven points of a tile (sites i0:i1) into its accumulator acc_t; every variant "
                "of the last step calls this one compiled function"
                + (", which also reads neighbours on other ranks." if halo else ".") + adj,
@@ -621,33 +621,24 @@ def _register_site(dag=False):
     return body + [f"    vstoret(acc_t, S * FS + Q{6 * k}, c{k})" for k in range(4)]
 
 
-def _prefetch(wide):
-    """The tiled order's prefetch: wide, into L2, not L1, since what a tile prefetches outgrows L1
-    and evicted the data in use (domain wall Ls 8 double 16^4 ran 1.3x with prefetches into L2);
-    narrow, into L1, as measured on AVX2."""
-    return "prefetch_l2_lines" if wide else "prefetch_lines"
-
-
 #: the function holding the 5D kernel's first seven point loops, without and with the halo branches
 _POINTS = {False: "tile_points", True: "tile_points_halo"}
 _POINTS_ARGS = "i0, i1, hi, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, far, sites, halo, ubh"
 
 
-def _tile_points(nls, nlg, wide, halo, dag=False):
+def _tile_points(nls, nlg, halo, dag=False):
     """The body of :data:`_POINTS`: a function of its own (not inlined by numba), so that the five
     variants of the 5D kernel's last step share its compile: each further variant compiles its
     last point and the tile's end alone."""
-    pf = _prefetch(wide)
     body = [*_signs(dag), "N4 = U(n4)", "LS = U(Ls)", "I0 = U(i0)"]
     for p in range(7):
-        body += _point_loop(p, nls, nlg, pf, True, halo, "")
+        body += _point_loop(p, nls, nlg, True, halo, "")
     return body
 
 
 def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compressed=False, dag=False):
     if wide and not five_d:
         return _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize, compressed, dag)
-    pf = _prefetch(wide)
     body = [
         "sc = vsplat(coef[0], W)",
         *_signs(dag),
@@ -673,14 +664,14 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compres
     if five_d:
         body += [f"    {_POINTS[halo]}{_dag(dag)}({_POINTS_ARGS})"]
     for p in range(7 if five_d else 0, 8):
-        body += _point_loop(p, nls, nlg, pf, five_d, halo, "    ", last, compressed)
+        body += _point_loop(p, nls, nlg, five_d, halo, "    ", last, compressed)
     if last in _AT_TILE_END:
         body += ["    " + x for x in _tile_end(last)]
     body += ["if nt:", "    store_fence()"]
     return body
 
 
-def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain", compressed=False):
+def _point_loop(p, nls, nlg, five_d, halo, ind0, last="plain", compressed=False):
     """Source lines (indented by ``ind0``) of point p's loop over the tile's sites: the projected
     neighbour through the link into the accumulator (the first point initialises it, the last
     writes the result: ``last`` 'plain' with the diagonal term as ``alpha * diag``, 'banded' with
@@ -693,15 +684,16 @@ def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain", compressed=Fa
     # (unrolled with constant offsets: one instruction per cache line; a halo index prefetches
     # past the end of psi, which is harmless: prefetches never fault), on fields larger than the
     # caches: in cache they cost 11 cycles a point (AVX2, in L1) and Wilson 8^4 ran 3-4% faster
-    # without them
+    # without them.  Into L2, not L1: what a tile prefetches outgrows L1 and evicted the data in
+    # use (1.2-1.3x out of the caches on Zen 4, in AVX-512 and AVX2 code; level on Zen 3)
     body += [
         f"{i1}if far and i + PD < hi:",
         f"{i2}u2 = U(sites[i + PD])",
         f"{i2}n2 = U(nbr[U({p}) * N4 + u2])",
         f"{i2}b2 = n2 * LS * FS",
-        f"{i2}{pf}(psi, b2, {nls})",
+        f"{i2}prefetch_l2_lines(psi, b2, {nls})",
         f"{i2}b2 = " + _link_at(*(("uf", "u2") if p < 4 else ("ub", "n2")), mu, compressed),
-        f"{i2}{pf}({'uf' if p < 4 else 'ub'}, b2, {nlg})",
+        f"{i2}prefetch_l2_lines({'uf' if p < 4 else 'ub'}, b2, {nlg})",
         f"{i1}n = U(nbr[k])", f"{i1}m = perm[k]",
     ]
     if five_d:
@@ -717,7 +709,7 @@ def _point_loop(p, nls, nlg, pf, five_d, halo, ind0, last="plain", compressed=Fa
                      f"{i2}e1 = vsplat(dco[U(2) + LS + S], W)"]
         # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
         # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
-        body += [f"{i2}{pf}(psi, B + SPF * FS, {nls})"]
+        body += [f"{i2}prefetch_l2_lines(psi, B + SPF * FS, {nls})"]
     else:
         # no loop over slices for a 4D field: its bookkeeping cost 8 cycles a point in L1 (AVX2)
         ind = i1
