@@ -261,14 +261,15 @@ def _spinor_ops(psi, g, acc, add, out):
     # every phase on each spin: (0, 18, 1), (6, 12, 3); then (12, 0, 0), (18, 6, 2)
     vstoret(out, U(0), vproj2(psi, U(0), gv, 0, 18, 1, 6, 12, 3, 4))
     vstoret(out, U(48), vproj2(psi, U(0), gv, 12, 0, 0, 18, 6, 2, 4))
-    w = vloadt(psi, U(0), 12, 4)
-    vrecon2(acc, U(0), w, gv, 0, 18, 3, 6, 12, 1, 1)
-    vrecon2(add, U(0), w, gv, 12, 0, 2, 18, 6, 0, 0)
+    wf, wb = vloadt(psi, U(0), 12, 4), vloadt(psi, U(48), 12, 4)
+    vrecon2(acc, U(0), wf, wb, gv, 0, 18, 3, 6, 12, 1, 1)
+    vrecon2(add, U(0), wf, wb, gv, 12, 0, 2, 18, 6, 0, 0)
 
 
 def test_spinor_projection_and_reconstruction_against_numpy():
-    """vproj2 (two vcaxpy of loaded spins) and vrecon2 (a half spinor stored, or added, into the
-    upper spins and times g i**PHASE into the lower ones) against numpy, every phase."""
+    """vproj2 (two vcaxpy of loaded spins) and vrecon2 (two half spinors' sum stored, or added,
+    into the upper spins and their difference times g i**PHASE into the lower ones) against numpy,
+    every phase."""
     W = 4
     rng = np.random.default_rng(3)
     psi, g = rng.normal(size=24 * W), rng.normal(size=W)
@@ -285,24 +286,35 @@ def test_spinor_projection_and_reconstruction_against_numpy():
             spin(psi, 2) + g * ph[0] * spin(psi, 0), spin(psi, 3) + g * ph[2] * spin(psi, 1)]
     for k in range(4):
         np.testing.assert_allclose(spin(out, k), want[k], atol=1e-13)
-    h0, h1 = spin(psi, 0), spin(psi, 1)  # w's two spins
-    np.testing.assert_allclose(spin(acc, 0), h0, atol=0)
-    np.testing.assert_allclose(spin(acc, 3), g * ph[3] * h0, atol=1e-13)
-    np.testing.assert_allclose(spin(acc, 1), h1, atol=0)
-    np.testing.assert_allclose(spin(acc, 2), g * ph[1] * h1, atol=1e-13)
+    # the two spins of wf + wb and of wf - wb (wb: psi's spins 2 and 3)
+    h0, h1 = spin(psi, 0) + spin(psi, 2), spin(psi, 1) + spin(psi, 3)
+    d0, d1 = spin(psi, 0) - spin(psi, 2), spin(psi, 1) - spin(psi, 3)
+    np.testing.assert_allclose(spin(acc, 0), h0, atol=1e-13)
+    np.testing.assert_allclose(spin(acc, 3), g * ph[3] * d0, atol=1e-13)
+    np.testing.assert_allclose(spin(acc, 1), h1, atol=1e-13)
+    np.testing.assert_allclose(spin(acc, 2), g * ph[1] * d1, atol=1e-13)
     np.testing.assert_allclose(spin(add, 2), spin(add0, 2) + h0, atol=1e-13)
-    np.testing.assert_allclose(spin(add, 0), spin(add0, 0) + g * ph[2] * h0, atol=1e-13)
+    np.testing.assert_allclose(spin(add, 0), spin(add0, 0) + g * ph[2] * d0, atol=1e-13)
     np.testing.assert_allclose(spin(add, 3), spin(add0, 3) + h1, atol=1e-13)
-    np.testing.assert_allclose(spin(add, 1), spin(add0, 1) + g * ph[0] * h1, atol=1e-13)
+    np.testing.assert_allclose(spin(add, 1), spin(add0, 1) + g * ph[0] * d1, atol=1e-13)
 
 
 def test_spinor_operations_misuse():
     @njit
     def short_tuple(a, g):
-        vrecon2(a, U(0), vloadt(a, U(0), 6, 4), vload(g, U(0), 4), 0, 18, 3, 6, 12, 1, 1)
+        w = vloadt(a, U(0), 6, 4)
+        vrecon2(a, U(0), w, w, vload(g, U(0), 4), 0, 18, 3, 6, 12, 1, 1)
 
     with pytest.raises(TypingError, match="vrecon2 needs a tuple of a multiple of 12"):
         short_tuple(np.zeros(96), np.zeros(4))
+
+    @njit
+    def unlike_pair(a, g):
+        vrecon2(a, U(0), vloadt(a, U(0), 12, 4), vloadt(a, U(0), 24, 4), vload(g, U(0), 4),
+                0, 18, 3, 6, 12, 1, 1)
+
+    with pytest.raises(TypingError, match="vrecon2 of"):
+        unlike_pair(np.zeros(96), np.zeros(4))
 
 
 

@@ -530,33 +530,35 @@ def test_kernel_on_5d_field_with_4d_links():
 
 
 @pytest.mark.parametrize("wide", [False, True])
-def test_5d_kernel_variants_share_the_first_seven_points(wide):
+def test_5d_kernel_variants_share_the_tile_loops_but_the_last(wide):
     """The 5D kernel's variants of its last step (kw.LAST) call one compiled function for the
-    tile's first seven points (not inlined by numba, so it compiles once for all of them): each
-    variant holds its own last point loop alone.  4D kernels keep all eight points inline."""
+    tile's loops but the last (not inlined by numba, so it compiles once for all of them): each
+    variant holds its own last loop alone.  The loops add a point each in the wide structure, a
+    direction's two points in the narrow one (kw._tile_loops).  4D kernels keep every loop inline."""
     import ast
 
     tree = ast.parse(kw._source(4, "float64", True, wide))
     fns = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    loops = 8 if wide else 4
 
-    def point_loops(f):  # the loops over a tile's sites, one per stencil point
+    def tile_loops(f):  # the loops over a tile's sites
         return sum(isinstance(n, ast.For) and ast.unparse(n.iter) == "range(i0, i1)" for n in ast.walk(f))
 
     def calls(f, name):
         return sum(isinstance(n, ast.Call) and ast.unparse(n.func) == name for n in ast.walk(f))
 
     for halo, shared in ((False, "tile_points"), (True, "tile_points_halo")):
-        assert point_loops(fns[shared]) == 7
+        assert tile_loops(fns[shared]) == loops - 1
         assert [ast.unparse(d) for d in fns[shared].decorator_list] == ["_jit"]
         for last in kw.LAST:
             name = ("dhop_kernel" if halo else "dhop_local") + ("" if last == "plain" else "_" + last)
             f = fns[name]
             assert calls(f, shared) == 1, name
-            # the last point, and the tile's end for the variants that finish there
-            assert point_loops(f) == 1 + (last in ("solve", "mul", "mul_solve")), name
+            # the last loop, and the tile's end for the variants that finish there
+            assert tile_loops(f) == 1 + (last in ("solve", "mul", "mul_solve")), name
     four = ast.parse(kw._source(4, "float64", False, False))
     local = next(f for f in four.body if isinstance(f, ast.FunctionDef) and f.name == "dhop_local")
-    assert point_loops(local) == 8 and not any(
+    assert tile_loops(local) == 4 and not any(
         isinstance(f, ast.FunctionDef) and f.name.startswith("tile_points") for f in four.body)
 
 

@@ -59,14 +59,15 @@ order of that work follows the registers the kernels are compiled for (:func:`wi
   by slice (:func:`_register_body_5d`, ``dhop_local_register``);
 * wide, larger 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
-  24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per stencil point, so
-  the Ls slices of one neighbour are read as one stream, with software
+  24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per direction, its
+  forward and backward points added into the accumulator together on AVX2 (:func:`_tile_loops`), so
+  the Ls slices of a neighbour are read as one stream, with software
   prefetches (into L2; on fields larger than
   the caches) of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
   ``SLICE_PREFETCH`` slices ahead; both spins of the half spinor go through the
   link together (on AVX2 a few vectors spill, and it ran 7-10% faster out of
   cache than one spin at a time, which reads each link twice).  For 4D fields
-  the loops have no loop over slices; for 5D fields the first seven are one
+  the loops have no loop over slices; for 5D fields all but the last are one
   function, compiled once, that every variant of the last step calls.  With eight
   neighbour streams per slice the register order ran slower out of cache, on
   AVX2 for 4D fields too (12^4 and 16^4: 0.6-0.7x), though 1.2x in cache on one thread.
@@ -254,34 +255,43 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
         """The 6 planes (3 colours, re/im) of spin k at base."""
         return f"{base} + Q{6 * k}"
 
+    npts = len(_tile_loops(wide)[0])
     for mu in range(4):
         if wide and not five_d:  # the register structure accumulates in its own variables
             break
         for a in range(2):
-            # the last point of the tiled order writes the result (the others: vrecon2 into the tile)
+            # the tiled order's last loop writes the result (the others: vrecon2 into the tile)
             lo_, ph = _reconstruction(mu, a)
             up, low, ou, ol = spin(a, "A"), spin(lo_, "A"), spin(a, "d"), spin(lo_, "d")
-            body = [f"hu = vcaxpy(None, vloadt(acc, {up}, 6, W), w, 0)",
-                    f"hl = vcaxpy(g, vloadt(acc, {low}, 6, W), w, {ph})",
-                    "if use_diag:",
-                    f"    ru = vcaxpy(a0, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0)",
-                    f"    rl = vcaxpy(a1, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0)",
-                    "    if banded:",
-                    f"        ru = vcaxpy(e0, ru, vloadt(x, {spin(a, 'P0')}, 6, W), 0)",
-                    f"        rl = vcaxpy(e1, rl, vloadt(x, {spin(lo_, 'P1')}, 6, W), 0)",
-                    "else:",
-                    "    ru = vscalet(s, hu)",
-                    "    rl = vscalet(s, hl)",
-                    "if nt:",
-                    f"    vstoret_nt(out, {ou}, ru)",
-                    f"    vstoret_nt(out, {ol}, rl)",
-                    "else:",
-                    f"    vstoret(out, {ou}, ru)",
-                    f"    vstoret(out, {ol}, rl)"]
-            fn(f"fin{mu}h{a}(acc, A, w, g, out, d, s, x, a0, a1, use_diag, nt, banded, e0, e1, P0, P1)", body,
-               f"Spins {a} and {lo_}: out[d:] = s * (acc[A:] + the spinor rebuilt from w, spin {a} of a half "
-               f"spinor of (1 + g gamma_{mu})) (+ a * x[d:] if use_diag, a0 on the upper spins and a1 on "
-               f"the lower, + e0 * x[P0:] and e1 * x[P1:] if banded; past the caches if nt).")
+            if npts == 2:  # wf + wb into the upper spins, g i^ph (wf - wb) into the lower
+                ws, what = "wf, wb", (f"the spinors rebuilt from wf and wb, spin {a} of half spinors of "
+                                      f"(1 + g gamma_{mu}) and (1 - g gamma_{mu})")
+                body = [f"hu = vcaxpy(None, vcaxpy(None, vloadt(acc, {up}, 6, W), wf, 0), wb, 0)",
+                        f"hl = vcaxpy(g, vcaxpy(g, vloadt(acc, {low}, 6, W), wf, {ph}), wb, {(ph + 2) % 4})"]
+            else:
+                ws, what = "w", f"the spinor rebuilt from w, spin {a} of a half spinor of (1 + g gamma_{mu})"
+                body = [f"hu = vcaxpy(None, vloadt(acc, {up}, 6, W), w, 0)",
+                        f"hl = vcaxpy(g, vloadt(acc, {low}, 6, W), w, {ph})"]
+            body += ["if use_diag:",
+                     f"    ru = vcaxpy(a0, vscalet(s, hu), vloadt(x, {ou}, 6, W), 0)",
+                     f"    rl = vcaxpy(a1, vscalet(s, hl), vloadt(x, {ol}, 6, W), 0)",
+                     "    if banded:",
+                     f"        ru = vcaxpy(e0, ru, vloadt(x, {spin(a, 'P0')}, 6, W), 0)",
+                     f"        rl = vcaxpy(e1, rl, vloadt(x, {spin(lo_, 'P1')}, 6, W), 0)",
+                     "else:",
+                     "    ru = vscalet(s, hu)",
+                     "    rl = vscalet(s, hl)",
+                     "if nt:",
+                     f"    vstoret_nt(out, {ou}, ru)",
+                     f"    vstoret_nt(out, {ol}, rl)",
+                     "else:",
+                     f"    vstoret(out, {ou}, ru)",
+                     f"    vstoret(out, {ol}, rl)"]
+            args = f"acc, A, {ws}, g, out, d, s, x, a0, a1, use_diag, nt, banded, e0, e1, P0, P1"
+            fn(f"fin{npts}_{mu}h{a}({args})", body,
+               f"Spins {a} and {lo_}: out[d:] = s * (acc[A:] + {what}) (+ a * x[d:] if use_diag, a0 on the "
+               f"upper spins and a1 on the lower, + e0 * x[P0:] and e1 * x[P1:] if banded; past the caches "
+               f"if nt).")
     fn("hload2(h, b)", ["return vloadt(h, b, 12, W)"],
        "Both spins of a half spinor at h[b:], as received in a halo.")
     # the pin's 24 operands need a register each: AVX-512's 32 registers, each holding the W lanes
@@ -317,9 +327,9 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
     d, adj = _dag(dag), " For the adjoint (the projectors' signs flipped)." if dag else ""
     if five_d:
         for halo in (True, False):
-            fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, halo, dag),
-               "The first seven points of a tile (sites i0:i1) into its accumulator acc_t; every variant "
-               "of the last step calls this one compiled function"
+            fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, wide, halo, dag),
+               "The points of a tile (sites i0:i1) but its last loop's (_tile_loops) into its accumulator "
+               "acc_t; every variant of the last step calls this one compiled function"
                + (", which also reads neighbours on other ranks." if halo else ".") + adj,
                "@_jit")
     if compressed:
@@ -354,7 +364,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
 
 #: the variants of the 5D kernel's last step, each a function of its own so that a call compiles
 #: only the one it runs (a kernel holding three took about twice as long to compile), all calling
-#: one compiled function for the tile's first seven points (:func:`_tile_points`)
+#: one compiled function for the tile's first points (:func:`_tile_points`)
 LAST = {"plain": "the diagonal term alpha * diag",
         "banded": "the diagonal term alpha * A diag, A cyclic bidiagonal in s (dco, dprev)",
         "solve": "A^-1 applied in s to the tile's result before it is written (sorder, sinv)",
@@ -621,18 +631,19 @@ def _register_site(dag=False):
     return body + [f"    vstoret(acc_t, S * FS + Q{6 * k}, c{k})" for k in range(4)]
 
 
-#: the function holding the 5D kernel's first seven point loops, without and with the halo branches
+#: the function holding the 5D kernel's loops but the last (:func:`_tile_loops`), without and with
+#: the halo branches
 _POINTS = {False: "tile_points", True: "tile_points_halo"}
 _POINTS_ARGS = "i0, i1, hi, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, far, sites, halo, ubh"
 
 
-def _tile_points(nls, nlg, halo, dag=False):
+def _tile_points(nls, nlg, wide, halo, dag=False):
     """The body of :data:`_POINTS`: a function of its own (not inlined by numba), so that the five
     variants of the 5D kernel's last step share its compile: each further variant compiles its
-    last point and the tile's end alone."""
+    last loop and the tile's end alone."""
     body = [*_signs(dag), "N4 = U(n4)", "LS = U(Ls)", "I0 = U(i0)"]
-    for p in range(7):
-        body += _point_loop(p, nls, nlg, True, halo, "")
+    for points in _tile_loops(wide)[:-1]:
+        body += _tile_loop(points, nls, nlg, True, halo, "")
     return body
 
 
@@ -663,70 +674,89 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compres
         body[body.index("for i0 in range(lo, hi, tile):"):0] = _third_row_constants()
     if five_d:
         body += [f"    {_POINTS[halo]}{_dag(dag)}({_POINTS_ARGS})"]
-    for p in range(7 if five_d else 0, 8):
-        body += _point_loop(p, nls, nlg, five_d, halo, "    ", last, compressed)
+    for points in _tile_loops(wide)[-1 if five_d else 0:]:
+        body += _tile_loop(points, nls, nlg, five_d, halo, "    ", last, compressed)
     if last in _AT_TILE_END:
         body += ["    " + x for x in _tile_end(last)]
     body += ["if nt:", "    store_fence()"]
     return body
 
 
-def _point_loop(p, nls, nlg, five_d, halo, ind0, last="plain", compressed=False):
-    """Source lines (indented by ``ind0``) of point p's loop over the tile's sites: the projected
-    neighbour through the link into the accumulator (the first point initialises it, the last
-    writes the result: ``last`` 'plain' with the diagonal term as ``alpha * diag``, 'banded' with
-    ``A diag`` for A bidiagonal in s, 'solve' keeping the hop in the accumulator for the solve)."""
-    mu = p % 4
-    g = "gf" if p < 4 else "gb"
+def _tile_loops(wide):
+    """The tiled order's loops over a tile, each a tuple of the stencil points it adds: on AVX2 (not
+    ``wide``) a direction's forward and backward points together, whose accumulator passes halve
+    the loads and stores that bound it in the caches (AVX2 code: 1.03-1.08x in the caches,
+    1.09-1.24x out of them, docs/performance.md); on AVX-512 a point at a time, for which the
+    pairs ran 0.89-0.97x on fields larger than the L3 (1.10-1.12x on 28-30 MB)."""
+    return [(p,) for p in range(8)] if wide else [(mu, mu + 4) for mu in range(4)]
+
+
+def _tile_loop(points, nls, nlg, five_d, halo, ind0, last="plain", compressed=False):
+    """Source lines (indented by ``ind0``) of the loop over the tile's sites that adds ``points``
+    (one point, or a direction's forward and backward points, :func:`_tile_loops`): each projected
+    neighbour through its link, rebuilt into the accumulator in one pass (the loop holding point 0
+    initialises it, the one holding point 7 writes the result: ``last`` 'plain' with the diagonal
+    term as ``alpha * diag``, 'banded' with ``A diag`` for A bidiagonal in s, the variants of
+    :data:`_AT_TILE_END` keeping the hop in the accumulator)."""
+    mu = points[0] % 4
     i1, i2 = ind0 + "    ", ind0 + "        "
-    body = [f"{ind0}for i in range(i0, i1):", f"{i1}uo = U(sites[i])", f"{i1}k = U({p}) * N4 + uo"]
-    # the neighbour spinor (its first slice) and the link PD sites ahead, read in PD sites' time
+    names = [("f" if p < 4 else "b", p, "gf" if p < 4 else "gb") for p in points]
+    body = [f"{ind0}for i in range(i0, i1):", f"{i1}uo = U(sites[i])"]
+    # each neighbour spinor (its first slice) and link PD sites ahead, read in PD sites' time
     # (unrolled with constant offsets: one instruction per cache line; a halo index prefetches
     # past the end of psi, which is harmless: prefetches never fault), on fields larger than the
     # caches: in cache they cost 11 cycles a point (AVX2, in L1) and Wilson 8^4 ran 3-4% faster
     # without them.  Into L2, not L1: what a tile prefetches outgrows L1 and evicted the data in
     # use (1.2-1.3x out of the caches on Zen 4, in AVX-512 and AVX2 code; level on Zen 3)
-    body += [
-        f"{i1}if far and i + PD < hi:",
-        f"{i2}u2 = U(sites[i + PD])",
-        f"{i2}n2 = U(nbr[U({p}) * N4 + u2])",
-        f"{i2}b2 = n2 * LS * FS",
-        f"{i2}prefetch_l2_lines(psi, b2, {nls})",
-        f"{i2}b2 = " + _link_at(*(("uf", "u2") if p < 4 else ("ub", "n2")), mu, compressed),
-        f"{i2}prefetch_l2_lines({'uf' if p < 4 else 'ub'}, b2, {nlg})",
-        f"{i1}n = U(nbr[k])", f"{i1}m = perm[k]",
-    ]
+    body += [f"{i1}if far and i + PD < hi:", f"{i2}u2 = U(sites[i + PD])"]
+    for _, p, _ in names:
+        body += [
+            f"{i2}n2 = U(nbr[U({p}) * N4 + u2])",
+            f"{i2}prefetch_l2_lines(psi, n2 * LS * FS, {nls})",
+            f"{i2}b2 = " + _link_at(*(("uf", "u2") if p < 4 else ("ub", "n2")), mu, compressed),
+            f"{i2}prefetch_l2_lines({'uf' if p < 4 else 'ub'}, b2, {nlg})",
+        ]
+    for x, p, _ in names:
+        body += [f"{i1}k = U({p}) * N4 + uo", f"{i1}n{x} = U(nbr[k])", f"{i1}m{x} = perm[k]"]
     if five_d:
         ind = i2
         body += [f"{i1}for s in range(Ls):", f"{i2}S = U(s)",
-                 f"{i2}B = (n * LS + S) * FS", f"{i2}A = ((U(i) - I0) * LS + S) * FS",
-                 f"{i2}d = (uo * LS + S) * FS"]
-        halo_at = "((n - N4) * LS + S) * HS"
-        if p == 7 and last == "banded":
+                 f"{i2}A = ((U(i) - I0) * LS + S) * FS", f"{i2}d = (uo * LS + S) * FS"]
+        base, halo_at = "(n{x} * LS + S) * FS", "((n{x} - N4) * LS + S) * HS"
+        if 7 in points and last == "banded":
             body += [f"{i2}P0 = (uo * LS + U(dprev[S])) * FS",
                      f"{i2}P1 = (uo * LS + U(dprev[LS + S])) * FS",
                      f"{i2}e0 = vsplat(dco[U(2) + S], W)",
                      f"{i2}e1 = vsplat(dco[U(2) + LS + S], W)"]
-        # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
-        # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
-        body += [f"{i2}prefetch_l2_lines(psi, B + SPF * FS, {nls})"]
     else:
         # no loop over slices for a 4D field: its bookkeeping cost 8 cycles a point in L1 (AVX2)
         ind = i1
-        body += [f"{i1}B = n * FS", f"{i1}A = (U(i) - I0) * FS", f"{i1}d = uo * FS"]
-        halo_at = "(n - N4) * HS"
+        body += [f"{i1}A = (U(i) - I0) * FS", f"{i1}d = uo * FS"]
+        base, halo_at = "n{x} * FS", "(n{x} - N4) * HS"
+    for j, (x, p, g) in enumerate(names):
+        body += [f"{ind}B{x} = " + base.format(x=x)]
+        if five_d:
+            # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
+            # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
+            body += [f"{ind}prefetch_l2_lines(psi, B{x} + SPF * FS, {nls})"]
         if compressed:  # the point's third row, just before its product
-            body += _third_row(i1, p, "uo" if p < 4 else "n", halo)
-    # both spins of the half spinor (12 vectors) through the link at once, so each link element is
-    # read once per point: with 16 registers a little spills, and still out of cache it ran 7-10%
-    # faster on AVX2 than a pass per spin (equal in cache)
-    body += _neighbour_product(ind, p, "n", "m", _projection(mu, "psi", "B", g), f"hload2(halo, {halo_at})",
-                               halo, compressed)
-    if p < 7 or last in _AT_TILE_END:
-        return body + [f"{ind}{_reconstruction_into(mu, 'acc_t', 'A', 'w', g, p == 0)}"]
-    for a, half in ((0, "w[:6]"), (1, "w[6:]")):
+            body += _third_row(ind, p, "uo" if p < 4 else "nb", halo)
+        # both spins of the half spinor (12 vectors) through the link at once, so each link element
+        # is read once per point: with 16 registers a little spills, and still out of cache it ran
+        # 7-10% faster on AVX2 than a pass per spin (equal in cache)
+        body += _neighbour_product(ind, p, f"n{x}", f"m{x}", _projection(mu, "psi", f"B{x}", g),
+                                   f"hload2(halo, {halo_at.format(x=x)})", halo, compressed)
+        if j < len(names) - 1:
+            body += [f"{ind}w{x} = w"]
+    # a pair rebuilds wf + wb into the upper spins and gf i^ph (wf - wb) into the lower (gb = -gf)
+    w1, w2, g = ("wf", "w", "gf") if len(points) == 2 else ("w", "None", names[0][2])
+    if 7 not in points or last in _AT_TILE_END:
+        return body + [f"{ind}{_reconstruction_into(mu, 'acc_t', 'A', w1, w2, g, 0 in points)}"]
+    for a, half in ((0, "[:6]"), (1, "[6:]")):
         tail = "True, e0, e1, P0, P1" if last == "banded" else "False, a0, a1, d, d"
-        body += [f"{ind}fin{mu}h{a}(acc_t, A, {half}, {g}, out, d, sc, diag, a0, a1, use_diag, nt, {tail})"]
+        pair = f"{w1}{half}, {w2}{half}" if len(points) == 2 else f"{w1}{half}"
+        body += [f"{ind}fin{len(points)}_{mu}h{a}(acc_t, A, {pair}, {g}, out, d, sc, diag, a0, a1, use_diag, "
+                 f"nt, {tail})"]
     return body
 
 
@@ -741,14 +771,14 @@ def _projection(mu, psi, base, g):
     return f"vproj2({psi}, {base}, {g}, {', '.join(map(str, args))}, W)"
 
 
-def _reconstruction_into(mu, acc, base, w, g, init):
-    """Source storing (``init``) or adding the spinor rebuilt from the half spinor ``w`` of (1 + g
-    gamma_mu) into acc[base:], one statement (``vrecon2``)."""
+def _reconstruction_into(mu, acc, base, wf, wb, g, init):
+    """Source storing (``init``) or adding into acc[base:] the spinors rebuilt from the half spinors
+    ``wf`` of (1 + g gamma_mu) and ``wb`` of (1 - g gamma_mu), one statement (``vrecon2``)."""
     args = []
     for a in range(2):
         low, ph = _reconstruction(mu, a)
         args += [6 * a, 6 * low, ph]
-    return f"vrecon2({acc}, {base}, {w}, {g}, {', '.join(map(str, args))}, {int(init)})"
+    return f"vrecon2({acc}, {base}, {wf}, {wb}, {g}, {', '.join(map(str, args))}, {int(init)})"
 
 
 #: the variants of the last step that keep the hop in the tile's accumulator and finish it after
