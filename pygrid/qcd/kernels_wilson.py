@@ -687,7 +687,8 @@ def _tile_loops(wide):
     ``wide``) a direction's forward and backward points together, whose accumulator passes halve
     the loads and stores that bound it in the caches (AVX2 code: 1.03-1.08x in the caches,
     1.09-1.24x out of them, docs/performance.md); on AVX-512 a point at a time, for which the
-    pairs ran 0.89-0.97x on fields larger than the L3 (1.10-1.12x on 28-30 MB)."""
+    pairs ran 0.89-1.00x on fields larger than the L3 (1.10-1.12x on 28-30 MB, level inside the
+    Schur CG there)."""
     return [(p,) for p in range(8)] if wide else [(mu, mu + 4) for mu in range(4)]
 
 
