@@ -256,7 +256,7 @@ def test_streaming_tuple_store(dtype):
 
 
 @njit(fastmath=True)
-def _spinor_ops(psi, g, acc, add, out):
+def _spinor_ops(psi, g, acc, add, out, one):
     gv = vload(g, U(0), 4)
     # every phase on each spin: (0, 18, 1), (6, 12, 3); then (12, 0, 0), (18, 6, 2)
     vstoret(out, U(0), vproj2(psi, U(0), gv, 0, 18, 1, 6, 12, 3, 4))
@@ -264,18 +264,19 @@ def _spinor_ops(psi, g, acc, add, out):
     wf, wb = vloadt(psi, U(0), 12, 4), vloadt(psi, U(48), 12, 4)
     vrecon2(acc, U(0), wf, wb, gv, 0, 18, 3, 6, 12, 1, 1)
     vrecon2(add, U(0), wf, wb, gv, 12, 0, 2, 18, 6, 0, 0)
+    vrecon2(one, U(0), wf, None, gv, 0, 18, 3, 6, 12, 1, 1)  # one point: wf alone
 
 
 def test_spinor_projection_and_reconstruction_against_numpy():
     """vproj2 (two vcaxpy of loaded spins) and vrecon2 (two half spinors' sum stored, or added,
-    into the upper spins and their difference times g i**PHASE into the lower ones) against numpy,
-    every phase."""
+    into the upper spins and their difference times g i**PHASE into the lower ones; with wb None,
+    one half spinor) against numpy, every phase."""
     W = 4
     rng = np.random.default_rng(3)
     psi, g = rng.normal(size=24 * W), rng.normal(size=W)
     acc, add0 = np.full(24 * W, np.nan), rng.normal(size=24 * W)
-    add, out = add0.copy(), np.zeros(24 * W)
-    _spinor_ops(psi, g, acc, add, out)
+    add, out, one = add0.copy(), np.zeros(24 * W), np.full(24 * W, np.nan)
+    _spinor_ops(psi, g, acc, add, out, one)
 
     def spin(v, k):  # spin k of a spinor in the SIMD layout: (colour, lane) complex
         c = v.reshape(12, 2, W)[3 * k:3 * k + 3]
@@ -297,6 +298,11 @@ def test_spinor_projection_and_reconstruction_against_numpy():
     np.testing.assert_allclose(spin(add, 0), spin(add0, 0) + g * ph[2] * d0, atol=1e-13)
     np.testing.assert_allclose(spin(add, 3), spin(add0, 3) + h1, atol=1e-13)
     np.testing.assert_allclose(spin(add, 1), spin(add0, 1) + g * ph[0] * d1, atol=1e-13)
+    f0, f1 = spin(psi, 0), spin(psi, 1)  # wf's two spins, rebuilt alone
+    np.testing.assert_allclose(spin(one, 0), f0, atol=0)
+    np.testing.assert_allclose(spin(one, 3), g * ph[3] * f0, atol=1e-13)
+    np.testing.assert_allclose(spin(one, 1), f1, atol=0)
+    np.testing.assert_allclose(spin(one, 2), g * ph[1] * f1, atol=1e-13)
 
 
 def test_spinor_operations_misuse():
