@@ -651,6 +651,9 @@ def _info(argv):
     out.append(f"  host CPU        {platform.machine()}, {os.cpu_count()} cores "
                f"({cfg.resolved_threads()} usable by this process)")
     out.append(f"  memory device   {mgr.device.name}, device-mem {dm}")
+    from .accelerator.caches import describe
+
+    out.append(f"  last-level      {describe()}")
     bits = host_simd_bits()
     dims = tuple(cfg.grid or DEFAULT_GRID)
     out.append("SIMD:")

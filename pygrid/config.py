@@ -85,6 +85,9 @@ MAX_ACCELERATOR_THREADS = 1024
 #: Largest ``--device-mem`` in MB (an exabyte); ``none`` means no limit.
 MAX_DEVICE_MEM_MB = 2 ** 40
 
+#: Largest ``--llc-mb`` (a terabyte: past any cache).
+MAX_LLC_MB = 2 ** 20
+
 _GRID_FORM = "expected 4 positive integers separated by dots, like 8.8.8.8"
 _MPI_FORM = "expected 4 positive integers separated by dots, like 1.1.1.2"
 _POSITIVE_INT_FORM = "expected a positive integer, like 8"
@@ -92,6 +95,7 @@ _DEVICE_MEM_FORM = (
     "expected a non-negative number of megabytes, like 2048 (or 'none' for no limit)"
 )
 _BOOL_FORM = "expected true or false"
+_LLC_FORM = "expected a positive number of megabytes, like 32 (or 'auto': read from the host)"
 
 
 # ---------------------------------------------------------------------------
@@ -209,6 +213,17 @@ def _parse_device_mem(value: Any, label: str) -> int | None:
     return n
 
 
+def _parse_llc(value: Any, label: str) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    n = _as_int(value)
+    if n is None or n <= 0:
+        raise _fail(label, _LLC_FORM)
+    if n > MAX_LLC_MB:
+        raise _fail_large(label, MAX_LLC_MB, _LLC_FORM)
+    return n
+
+
 def _parse_choice(value: Any, label: str, choices: tuple[str, ...], what: str) -> str:
     if isinstance(value, str):
         name = value.strip().lower()
@@ -273,6 +288,7 @@ _FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "dslash": _parse_dslash,
     "dslash_structure": _parse_dslash_structure,
     "compress_links": _parse_compress_links,
+    "llc_mb": _parse_llc,
     "log": _parse_log,
 }
 
@@ -325,6 +341,10 @@ class Config:
         operator is made) or ``never``.  An operator's own
         ``compress_links=True/False`` wins; links that are not SU(3) times a phase are always
         read whole.
+    llc_mb
+        The last-level cache one group of cores shares, in MB, or None to read it from the host
+        (``/sys``): the byte thresholds at which the CPU kernels treat fields as larger than the
+        caches scale with it (:mod:`pygrid.accelerator.caches`).
     log
         Log level, one of :data:`LOG_LEVELS`.
 
@@ -345,6 +365,7 @@ class Config:
     dslash: str = "auto"
     dslash_structure: str = "auto"
     compress_links: str = "auto"
+    llc_mb: int | None = None
     log: str = "message"
 
     def __post_init__(self) -> None:
@@ -483,6 +504,10 @@ FLAGS: tuple[FlagSpec, ...] = (
              "fields larger than the caches", env=("PYGRID_COMPRESS_LINKS",), value="always"),
     FlagSpec("--no-compress-links", "compress_links", None,
              "the Wilson hop reads every link whole", "auto", value="never"),
+    FlagSpec("--llc-mb", "llc_mb", "MB",
+             "the last-level cache a group of cores shares, in MB, where the host's /sys does not "
+             "say it: the CPU kernels' thresholds for fields larger than the caches scale with it",
+             "auto: read from the host", env=("PYGRID_LLC_MB",)),
     FlagSpec("--log", "log", "LEVEL",
              "log level: " + ", ".join(LOG_LEVELS), "message"),
 )
@@ -499,6 +524,7 @@ _MISSING_FORMS = {
     "device_mem": _DEVICE_MEM_FORM,
     "log": "choose one of " + ", ".join(LOG_LEVELS),
     "dslash_structure": "choose one of " + ", ".join(DSLASH_STRUCTURES),
+    "llc_mb": _LLC_FORM,
 }
 
 # Environment variables, in increasing priority: a later one wins over an earlier one.
@@ -510,6 +536,7 @@ _ENV_VARS: tuple[tuple[str, str, Callable[[Any, str], Any]], ...] = (
     ("PYGRID_DSLASH", "dslash", _parse_dslash),
     ("PYGRID_DSLASH_STRUCTURE", "dslash_structure", _parse_dslash_structure),
     ("PYGRID_COMPRESS_LINKS", "compress_links", _parse_compress_links),
+    ("PYGRID_LLC_MB", "llc_mb", _parse_llc),
 )
 
 

@@ -97,6 +97,7 @@ ACCEPTS = {
     "log": lambda v: v.strip().lower() in config.LOG_LEVELS,
     "dslash": lambda v: v.strip().lower() in config.DSLASH_VARIANTS,
     "dslash_structure": lambda v: v.strip().lower() in config.DSLASH_STRUCTURES,
+    "llc_mb": lambda v: v.strip().lower() == "auto" or (_int(v) is not None and 1 <= _int(v) <= 2 ** 20),
 }
 
 
@@ -182,7 +183,8 @@ def test_environment_variables():
             var = str(e).split("=", 1)[0]
             field = {"PYGRID_THREADS": "threads", "OMP_NUM_THREADS": "threads",
                      "PYGRID_ACCELERATOR": "accelerator", "PYGRID_DEVICE_MEM": "device_mem",
-                     "PYGRID_DSLASH": "dslash", "PYGRID_DSLASH_STRUCTURE": "dslash_structure"}[var]
+                     "PYGRID_DSLASH": "dslash", "PYGRID_DSLASH_STRUCTURE": "dslash_structure",
+                     "PYGRID_LLC_MB": "llc_mb"}[var]
             value = env[var].split(",", 1)[0] if var == "OMP_NUM_THREADS" else env[var]
             assert not ACCEPTS[field](value), (var, env[var], str(e))
             return

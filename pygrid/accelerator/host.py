@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError
+from .caches import scaled
 
 
 def serial_for(osites: int, kernel: Callable, *args: Any) -> None:
@@ -28,19 +29,21 @@ def launch_bytes(args: tuple) -> int:
 
 
 #: ``pg.axpy`` into a buffer apart from its inputs, all of them together of more bytes than this (the
-#: last-level cache of both development machines), writes past the caches (non-temporal stores):
-#: no line is read before it is written.  Against cached stores on the AVX2 machine, two threads
-#: (2026-11-29): 1.31-1.49x in double from 36 MiB up, 1.08x and 1.33x in single at 44 and 91 MiB;
+#: last-level cache of both development machines, scaled to the host's by :mod:`.caches`), writes past
+#: the caches (non-temporal stores): no line is read before it is written.  Against cached stores on
+#: the AVX2 machine, two threads (2026-11-29): 1.31-1.49x in double from 36 MiB up, 1.08x and 1.33x
+#: in single at 44 and 91 MiB;
 #: 0.83-0.94x at 18-27 MiB and 0.54-0.65x at 1-11 MiB.  (The expression kernels written the same
 #: way, through a scratch tensor a site, ran level with their cached stores: 0.96-1.07x at 24^4.)
 STREAM_BYTES = 32 << 20
 
 
-def streams(out: np.ndarray, inputs, nsimd: int) -> bool:
-    """Whether a kernel writing ``out`` from ``inputs`` writes it past the caches: ``out`` apart
-    from every input (whose reads would otherwise have brought its lines in), each vector of
-    ``nsimd`` lanes of it aligned, and the buffers larger than the caches (:data:`STREAM_BYTES`)."""
-    return (out.nbytes + sum(a.nbytes for a in inputs) > STREAM_BYTES
+def streams(out: np.ndarray, inputs, nsimd: int, threads: int | None = None) -> bool:
+    """Whether a kernel writing ``out`` from ``inputs`` on ``threads`` threads writes it past the
+    caches: ``out`` apart from every input (whose reads would otherwise have brought its lines in),
+    each vector of ``nsimd`` lanes of it aligned, and the buffers larger than the caches
+    (:data:`STREAM_BYTES` scaled to the cache the threads reach)."""
+    return (out.nbytes + sum(a.nbytes for a in inputs) > scaled(STREAM_BYTES, threads)
             and out.ctypes.data % (nsimd * out.itemsize) == 0
             and not any(np.may_share_memory(out, a) for a in inputs))
 

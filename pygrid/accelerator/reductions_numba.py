@@ -322,7 +322,8 @@ def _axpy(backend, z, a, x, y, norm):
     if norm:
         kernel = mod.axpy_norm2_block
     else:
-        kernel = mod.axpy_stream_block if streams(z, (x, y), z.shape[3]) else mod.axpy_block
+        far = streams(z, (x, y), z.shape[3], backend.threads())
+        kernel = mod.axpy_stream_block if far else mod.axpy_block
     backend.accelerator_for(n, kernel, *head, *tail)
     _keep(backend, kernel, head + tail, partials, key, (z, x, y), n=n, nhead=len(head))
     return _total(partials[0]) if norm else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..accelerator.caches import scaled
 from ..errors import ConformabilityError
 from . import link_rows
 from .kernels_wilson import field_bytes
@@ -149,7 +150,8 @@ def compression_pays(n4, nsimd, dtype, Ls=1, links=4):
     """Whether the hop on fields of ``n4`` 4D outer sites, reading ``links`` links a site from memory
     (4 on a full grid, where a link read forward at its site is read backward at a neighbour; 8 for
     the even-odd hop, whose forward and backward links are of the two checkerboards), reads its links
-    compressed: 4D fields of more than ``COMPRESS_BYTES``.  Where the fields fit the caches the
+    compressed: 4D fields of more than ``COMPRESS_BYTES`` (scaled to the cache the kernels' threads
+    reach, :func:`pygrid.accelerator.caches.scaled`).  Where the fields fit the caches the
     arithmetic that rebuilds the third rows costs more than the bytes it saves (docs/performance.md,
     "Links read compressed")."""
-    return int(Ls) == 1 and field_bytes(n4, Ls, nsimd, dtype, links) > COMPRESS_BYTES
+    return int(Ls) == 1 and field_bytes(n4, Ls, nsimd, dtype, links) > scaled(COMPRESS_BYTES)

@@ -12,11 +12,15 @@ import time
 
 import numpy as np
 
+from ..accelerator.caches import per_group, scaled
 from ..accelerator.host import read_only
 from ..errors import ConformabilityError
 from ..stencil.halo import exchange_rows
 from . import kernels_wilson
 from .kernels_wilson import field_bytes
+
+# The byte thresholds below were measured with 32 MiB of L3; a launch scales each to the cache its
+# threads reach on the host (pygrid.accelerator.caches).
 
 #: fields (spinor in and out, links) of more bytes than this count as larger than the caches: the
 #: kernels prefetch only then, and stream their result past the caches; per structure of the
@@ -80,7 +84,8 @@ def site_order(rdims, Ls, nsimd, dtype, threads=1, far=False):
 
     In natural order a site's t-neighbour is read again one whole time-slice
     later; at 16^4 and Ls 8 that slice is 12 MB, out of the core's cache.  When the
-    slice is larger than :data:`COLUMN_BYTES`, the (y, z) plane is cut into b x b
+    slice is larger than :data:`COLUMN_BYTES` (scaled to one group's cache,
+    :func:`pygrid.accelerator.caches.per_group`), the (y, z) plane is cut into b x b
     columns of every x (b the widest that keeps a column's slice under the budget,
     dividing y and z where possible), each walked over all t, so the reuse distance
     is one column's slice.
@@ -93,17 +98,18 @@ def site_order(rdims, Ls, nsimd, dtype, threads=1, far=False):
     """
     X, Y, Z, T = (int(d) for d in rdims)
     n4 = X * Y * Z * T
+    column = per_group(COLUMN_BYTES)
     site_bytes = (int(Ls) * 24 + 4 * 18) * int(nsimd) * np.dtype(dtype).itemsize
     natural = np.arange(n4, dtype=np.int32)
     idx = natural.reshape(T, Z, Y, X)
     threads = int(threads)
     if (int(Ls) == 1 and far and threads > 1 and Z % threads == 0
-            and X * Y * Z * site_bytes <= threads * COLUMN_BYTES):
+            and X * Y * Z * site_bytes <= threads * column):
         b = Z // threads
         return np.ascontiguousarray(np.concatenate([idx[:, z0:z0 + b].reshape(-1) for z0 in range(0, Z, b)]))
-    if X * Y * Z * site_bytes <= COLUMN_BYTES:
+    if X * Y * Z * site_bytes <= column:
         return natural
-    widest = max(2, int((COLUMN_BYTES / (X * site_bytes)) ** 0.5))
+    widest = max(2, int((column / (X * site_bytes)) ** 0.5))
     # columns that tile the plane evenly: a ragged last column ran 6% slower (domain wall Ls 16 single)
     even = [d for d in range(2, widest + 1) if Y % d == 0 and Z % d == 0]
     b = max(even) if even else widest
@@ -313,13 +319,15 @@ class _LaunchState:
         self.n4 = stencil.neighbours.shape[1]
         self.kernels = kernels
         nbytes = field_bytes(self.n4, Ls, nsimd, dtype)
-        self.far = bool(nbytes > FAR_BYTES["wide" if kernels.wide_default() else "narrow"])
+        # each threshold scaled from the 32 MiB of L3 it was measured with to what the threads reach
+        threads = _threads()
+        self.far = bool(nbytes > scaled(FAR_BYTES["wide" if kernels.wide_default() else "narrow"], threads))
         self.nsimd, self.dtype, self.Ls = nsimd, dtype, int(Ls)
         # the 5D variants of the last step that take the register order on these fields
         self._register = frozenset(
             last for last in kernels.LAST
             if int(Ls) > 1 and kernels.wide_default()
-            and nbytes <= (REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES))
+            and nbytes <= scaled(REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES, threads))
         self._kernels = {}
         # the tables read-only, whatever the stencil's flags: one numba specialisation per path
         self.tables = tuple(read_only(t.reshape(-1)) for t in (
@@ -327,7 +335,7 @@ class _LaunchState:
         self.tile = _tile(Ls, nsimd, dtype)
         self.none = read_only(np.zeros(1, dtype))
         rdims = stencil.grid.rdims
-        self.sites = read_only(site_order(rdims, Ls, nsimd, dtype, _threads(), self.far)
+        self.sites = read_only(site_order(rdims, Ls, nsimd, dtype, threads, self.far)
                                if len(rdims) == 4 and int(np.prod(rdims)) == self.n4 else stencil.sites)
         self.boundary = read_only(stencil.boundary)
         self._launchers = {}
