@@ -243,6 +243,10 @@ def _config_block(kind, cfg, args, grids, precisions, numba_threads):
     lines.append(f"  backend         {backend.name}, {threads} threads "
                  f"(numba parallel loops: {numba_threads})")
     lines.append(f"  precision       {', '.join(precisions)}")
+    if backend.name in ("openmp", "numpy"):  # the CPU kernels' thresholds for fields past the caches
+        from .accelerator.caches import describe
+
+        lines.append(f"  last-level      {describe()}")
     dev = f"({kind.device or mgr.device.name} device)"
     if args.device_mem_note:
         lines.append(f"  device-mem      {mgr.watermark_bytes / 2 ** 20:g} MB {dev}: {args.device_mem_note}")
@@ -550,10 +554,14 @@ def _host_dict():
     import numba
     import numpy as np
 
+    from .accelerator.caches import group_bytes, host_groups
     from .cartesian.simd import default_nsimd, host_simd_bits
 
+    found = host_groups()
     return {
         "simd_bits": host_simd_bits(),
+        "llc_group_bytes": group_bytes(),
+        "llc_groups": 1 if found is None else found[1],
         "nsimd_double": default_nsimd("double"),
         "nsimd_single": default_nsimd("single"),
         "cpu_count": os.cpu_count(),
