@@ -149,8 +149,8 @@ def _benchmark_parser():
     )
     p.add_argument("kind", nargs="?", metavar="KIND", help="one of " + ", ".join(KINDS))
     p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
-    p.add_argument("--Ls", type=_ls, default=None, metavar="N",
-                   help="fifth-dimension extent for dwf (default: 8)")
+    p.add_argument("-Ls", "--Ls", type=_ls, default=None, metavar="N",
+                   help="fifth-dimension extent for dwf (default: 8; -Ls as Grid's Benchmark_dwf)")
     p.add_argument("--precision", type=_precision, default="double", metavar="single|double|both",
                    help="precision(s) to benchmark (default: double)")
     p.add_argument("--iterations", type=_iterations, default=None, metavar="N",

@@ -26,11 +26,12 @@ import operator
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pygrid.errors import ConfigError
+from pygrid.errors import ConfigError, GridFlagWarning
 
 __all__ = [
     "ACCELERATORS",
@@ -244,7 +245,20 @@ def _parse_dslash_structure(value: Any, label: str) -> str:
     return _parse_choice(value, label, DSLASH_STRUCTURES, "Dirac kernel structure")
 
 
+#: Grid's log channels that are not levels here; in a list (``--log Error,Warning,Performance``) they
+#: are passed over, and the most verbose level named is the level
+GRID_LOG_CHANNELS = ("performance", "integrator", "colours", "timestamp")
+
+
 def _parse_log(value: Any, label: str) -> str:
+    if isinstance(value, str) and "," in value:  # Grid's form: the channels to print
+        names = [v.strip().lower() for v in value.split(",")]
+        levels = [n for n in names if n in LOG_LEVELS]
+        if not levels or any(n not in LOG_LEVELS and n not in GRID_LOG_CHANNELS for n in names):
+            raise _fail(label, "unknown log level; choose one of " + ", ".join(LOG_LEVELS)
+                        + ", or a comma-separated list of them as Grid takes it (its channels "
+                        + ", ".join(GRID_LOG_CHANNELS) + " passed over)")
+        return max(levels, key=LOG_LEVELS.index)
     return _parse_choice(value, label, LOG_LEVELS, "unknown log level")
 
 
@@ -514,6 +528,32 @@ FLAGS: tuple[FlagSpec, ...] = (
 
 _FLAG_BY_NAME = {spec.flag: spec for spec in FLAGS}
 
+#: Grid's start-up flags that have no effect in pygrid: consumed with their values, each with a
+#: GridFlagWarning saying why, so that a command line written for Grid runs unchanged.
+#: (flag, takes a value, what pygrid does instead)
+GRID_ONLY_FLAGS: dict[str, tuple[bool, str]] = {
+    "--comms-overlap": (False, "pygrid's halo exchange always overlaps the messages with the "
+                               "interior sites"),
+    "--comms-concurrent": (False, "pygrid posts every direction's halo messages at once"),
+    "--comms-sequential": (False, "pygrid posts every direction's halo messages at once"),
+    "--comms-threads": (True, "MPI runs on the calling thread of each rank"),
+    "--shm": (True, "MPI moves the messages of the ranks of a node itself; pygrid has no "
+                    "shared-memory buffer"),
+    "--shm-mpi": (True, "MPI moves the messages of the ranks of a node itself"),
+    "--shm-hugepages": (False, "pygrid has no shared-memory buffer"),
+    "--dslash-asm": (False, "the hand-unrolled kernel (--dslash-unroll, the default on openmp) is "
+                            "pygrid's fastest CPU kernel"),
+    "--cacheblocking": (True, "the Dirac kernels choose their order of sites from the fields' size "
+                              "and the host's caches (--llc-mb)"),
+    "--hypercube": (False, "sites are in the order of the SIMD layout"),
+    "--lebesgue": (False, "sites are in the order of the SIMD layout"),
+    "--decomposition": (False, "pygrid benchmark prints the layout of ranks and lanes"),
+    "--cores": (True, "use --threads"),
+    "--debug-signals": (False, "run python -X faulthandler for a traceback on a crash"),
+    "--debug-stdout": (False, "pygrid leaves each rank's output where the MPI launcher puts it"),
+    "--notimestamp": (False, "pygrid's messages carry no timestamp"),
+}
+
 # What to say when a flag is given without its value.
 _MISSING_FORMS = {
     "grid": _GRID_FORM,
@@ -600,6 +640,31 @@ def _attach_dash_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _without_grid_only(argv: list[str]) -> list[str]:
+    """``argv`` less the flags of :data:`GRID_ONLY_FLAGS` and their values, each with its warning
+    (a value flag with no value is a ConfigError, as for our own)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        if flag not in GRID_ONLY_FLAGS:
+            out.append(argv[i])
+            i += 1
+            continue
+        takes, why = GRID_ONLY_FLAGS[flag]
+        if takes and not eq:
+            if i + 1 >= len(argv) or argv[i + 1] == "--":
+                raise ConfigError(f"{flag}: missing value (a flag of Grid's, which pygrid consumes)")
+            value, i = argv[i + 1], i + 1
+        elif not takes and eq:
+            raise ConfigError(f"{argv[i]}: {flag} is a switch and takes no value")
+        shown = f"{flag} {_shown(value)}" if takes else flag
+        warnings.warn(f"{shown} (a flag of Grid's) has no effect in pygrid: {why}", GridFlagWarning,
+                      stacklevel=3)
+        i += 1
+    return out
+
+
 def parse_args(
     argv: Iterable[str], env: Mapping[str, str] = os.environ
 ) -> tuple[Config, list[str]]:
@@ -618,6 +683,7 @@ def parse_args(
     if "--" in argv:
         k = argv.index("--")
         argv, tail = argv[:k], argv[k:]
+    argv = _without_grid_only(argv)
     given, remaining = _flag_parser().parse_known_args(_attach_dash_values(argv))
     values = _env_values(env)
     labels: dict[str, str] = {}  # field -> how it was given, for the layout check

@@ -40,3 +40,7 @@ class DeviceMemoryError(PyGridError, MemoryError):
 
 class PerformanceWarning(UserWarning):
     """Something runs correctly but slower than it could (fewer SIMD lanes than the machine has)."""
+
+
+class GridFlagWarning(UserWarning):
+    """A flag of Grid's that has no effect in pygrid, and why (it is consumed, not an error)."""

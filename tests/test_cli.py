@@ -325,3 +325,15 @@ def test_compile_probe_reads_its_timings_past_the_compile_messages():
     assert set(c) == {"import_seconds", "first_compile_seconds", "disk_cache_load_seconds"}
     assert all(v > 0 for v in c.values())
     assert c["disk_cache_load_seconds"] < c["first_compile_seconds"]
+
+
+def test_a_grid_command_line_runs():
+    """Benchmark_dwf's flags as a Grid user types them: -Ls, Grid's --log list, and flags of Grid's
+    without effect here, each named once on stderr."""
+    r = run_cli("benchmark", "dwf", *TINY, "-Ls", "4", "--comms-overlap", "--shm", "1024",
+                "--log", "Error,Warning,Message,Performance")
+    assert r.returncode == 0, r.stderr
+    assert "x Ls 4" in r.stdout and "verified against numpy reference" in r.stdout
+    warned = [line for line in r.stderr.splitlines() if "a flag of Grid's" in line]
+    assert [line.split(" (")[0] for line in warned] == ["pygrid: warning: --comms-overlap",
+                                                        "pygrid: warning: --shm 1024"]

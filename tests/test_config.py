@@ -9,6 +9,7 @@ from pygrid import config as cfgmod
 from pygrid.config import (
     ACCELERATORS,
     FLAGS,
+    GRID_ONLY_FLAGS,
     LOG_LEVELS,
     Config,
     config_from_env,
@@ -18,7 +19,7 @@ from pygrid.config import (
     parse_args,
     set_current,
 )
-from pygrid.errors import ConfigError, PyGridError
+from pygrid.errors import ConfigError, GridFlagWarning, PyGridError
 
 NOENV: dict = {}
 
@@ -577,3 +578,57 @@ def test_flags_help_lists_every_flag_with_default():
 def test_flags_cover_every_config_field():
     assert {spec.field for spec in FLAGS} == {f.name for f in dataclasses.fields(Config)}
     assert set(cfgmod._FIELD_PARSERS) == {f.name for f in dataclasses.fields(Config)}
+
+
+# ---------------------------------------------------------------------------
+# Grid's flags that pygrid consumes without effect, and Grid's --log lists
+# ---------------------------------------------------------------------------
+
+
+def test_grid_only_flags_are_consumed_with_a_warning_each():
+    argv = ["--grid", "8.8.8.8", "--comms-overlap", "--shm", "2048", "--shm-mpi=1", "prog-arg",
+            "--dslash-asm", "--comms-threads", "4", "--", "--comms-overlap"]
+    with pytest.warns(GridFlagWarning) as record:
+        cfg, rest = parse(*argv)
+    assert cfg.grid == (8, 8, 8, 8) and cfg.dslash == "auto"
+    assert rest == ["prog-arg", "--", "--comms-overlap"]            # after "--": untouched
+    said = [str(w.message) for w in record]
+    assert [s.split(" (")[0] for s in said] == ["--comms-overlap", "--shm 2048", "--shm-mpi 1",
+                                                "--dslash-asm", "--comms-threads 4"]
+    assert all("has no effect in pygrid: " in s for s in said)
+
+
+def test_every_grid_only_flag_is_not_one_of_ours_and_is_documented():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    for flag, (takes, why) in GRID_ONLY_FLAGS.items():
+        assert flag not in {s.flag for s in FLAGS} and why
+        assert f"| `{flag}{' VALUE' if takes else ''}` |" in doc
+        argv = [flag, "1"] if takes else [flag]
+        with pytest.warns(GridFlagWarning, match=flag):
+            assert parse(*argv) == (Config(), [])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shm"], "--shm: missing value"),
+    (["--shm", "--"], "--shm: missing value"),
+    (["--comms-overlap=yes"], "--comms-overlap is a switch"),
+])
+def test_grid_only_flags_misused(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(*argv)
+
+
+@pytest.mark.parametrize("text, level", [
+    ("Error,Warning,Message", "message"), ("Message,Performance,Iterative", "iterative"),
+    ("error, warning", "warning"), ("Debug,Colours,Integrator,Timestamp", "debug"),
+])
+def test_grid_log_lists(text, level):
+    assert parse("--log", text)[0].log == level
+
+
+@pytest.mark.parametrize("text", ["Performance,Integrator", "Error,Nonsense", "Error,,Message", ","])
+def test_bad_grid_log_lists(text):
+    with pytest.raises(ConfigError, match="--log"):
+        parse("--log", text)

@@ -87,6 +87,16 @@ def _dims_ok(text):
     return len(values) == 4 and all(v is not None and 1 <= v <= 2 ** 31 - 1 for v in values)
 
 
+def _log_ok(text):
+    """One level, or Grid's comma-separated list: at least one level, every name a level or one of
+    Grid's other channels."""
+    names = [n.strip().lower() for n in text.split(",")]
+    if len(names) == 1:
+        return names[0] in config.LOG_LEVELS
+    return (any(n in config.LOG_LEVELS for n in names)
+            and all(n in config.LOG_LEVELS or n in config.GRID_LOG_CHANNELS for n in names))
+
+
 ACCEPTS = {
     "grid": _dims_ok,
     "mpi": _dims_ok,
@@ -94,7 +104,7 @@ ACCEPTS = {
     "accelerator_threads": lambda v: _int(v) is not None and 1 <= _int(v) <= 1024,
     "device_mem": lambda v: v.strip().lower() == "none" or (_int(v) is not None and 0 <= _int(v) <= 2 ** 40),
     "accelerator": lambda v: v.strip().lower() in config.ACCELERATORS,
-    "log": lambda v: v.strip().lower() in config.LOG_LEVELS,
+    "log": lambda v: _log_ok(v),
     "dslash": lambda v: v.strip().lower() in config.DSLASH_VARIANTS,
     "dslash_structure": lambda v: v.strip().lower() in config.DSLASH_STRUCTURES,
     "llc_mb": lambda v: v.strip().lower() == "auto" or (_int(v) is not None and 1 <= _int(v) <= 2 ** 20),
