@@ -57,6 +57,15 @@ def test_host_groups_from_a_sysfs_tree(tmp_path):
     assert caches.host_groups.__wrapped__(str(tmp_path / "nothing")) is None
 
 
+def test_a_cache_without_its_cpu_list_is_one_group(tmp_path):
+    for cpu in sorted(os.sched_getaffinity(0)):
+        d = tmp_path / f"cpu{cpu}" / "cache" / "index3"
+        d.mkdir(parents=True)
+        for name, value in (("level", 3), ("type", "Unified"), ("size", "8192K")):
+            (d / name).write_text(f"{value}\n")
+    assert caches.host_groups.__wrapped__(str(tmp_path)) == (8 << 20, 1)
+
+
 def test_this_host_reads_its_cache():
     found = caches.host_groups()
     if found is None:

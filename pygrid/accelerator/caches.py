@@ -54,7 +54,8 @@ def _last_level(cpu, root):
         level, size = _read(os.path.join(d, "level")), _size(_read(os.path.join(d, "size")))
         if not (level and level.isdigit() and size):
             continue
-        shared = _read(os.path.join(d, "shared_cpu_list")) or str(cpu)
+        # without the list of the CPUs sharing it, one cache for all: the smaller reach
+        shared = _read(os.path.join(d, "shared_cpu_list")) or "all"
         if best is None or int(level) > best[0]:
             best = (int(level), size, shared)
     return None if best is None else best[1:]
