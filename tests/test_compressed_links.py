@@ -144,7 +144,8 @@ def test_simd_third_row_and_product_match_numpy(dtype, k):
 
 
 def _used(D):
-    return [k for k, (_, made) in D._links_c.items() if made is not None]
+    """The hops that read compressed links (a copy of whole links by direction does not count)."""
+    return [k for k, (_, made) in D._links_c.items() if made is not None and made.rows == 2]
 
 
 @pytest.fixture(params=["wide", "narrow"], ids=["register_order", "tiled_order"])
@@ -386,3 +387,92 @@ def test_the_compiled_link_helpers_against_numpy(dtype):
     third = phase[..., None] * np.conj(np.cross(z[..., 0, :], z[..., 1, :]))
     assert np.isclose(worst, np.abs(third - z[..., 2, :]).max(), rtol=1e-12)
     assert np.array_equal(rows, buf.reshape(n, 4, 9, 2, W)[:, :, :6].transpose(1, 0, 2, 3, 4))
+
+
+def _by_direction(D):
+    return {k: made for k, (_, made) in D._links_c.items() if made is not None and made.rows == 3}
+
+
+@pytest.mark.parametrize("prec", ["double", "single"])
+def test_the_tiled_order_reads_whole_links_by_direction(prec, structure):
+    """On fields in the caches the tiled order (narrow, AVX2's) reads a copy of the whole links
+    stored direction by direction (one pass a direction reads one stream of links); the register
+    order (wide) reads the links themselves. Every hop against numpy, both ways, the even-odd ones
+    and the Schur operator against the operator on the generic kernel."""
+    if dslash.variant() != "unroll":
+        pytest.skip("the copy is the unrolled kernel's")
+    grid = pg.GridCartesian(list(DIMS), precision=prec)
+    rng = pg.ParallelRNG(grid, [4, 2])
+    U = pg.qcd.random_gauge(grid, rng, precision=prec)
+    psi = rng.gaussian(pg.LatticeFermion(grid, prec))
+    D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[1, 1, 1, -1])
+    Un, pn = U.to_numpy(), psi.to_numpy()
+    ref = dhop_ref(Un, pn, boundary_phases=[1, 1, 1, -1])
+    tol = TOL[prec] * 10
+    out = D.new_fermion()
+    for _ in range(2):  # the checked call, then the kept one
+        assert relerr(D.Dhop(psi, out=out).to_numpy(), ref) < tol
+    ref_dag = dhop_ref(Un, pn, True, boundary_phases=[1, 1, 1, -1])
+    assert relerr(D.Mdag(psi).to_numpy(), 4.1 * pn + ref_dag) < tol
+    odd = pg.pick_checkerboard(1, psi)
+    got = [D.Meooe(odd).to_numpy(), D.MeooeDag(odd).to_numpy(), SchurOperator(D).MdagM(odd).to_numpy()]
+    assert not D.reads_compressed_links() and not D.reads_compressed_links(1)
+    copies = _by_direction(D)
+    if structure == "narrow":
+        assert sorted(copies, key=str) == [0, 1, None]
+        f = copies[None].uf
+        assert f.shape == (4, grid.osites, 9, 2, grid.nsimd)
+        # direction mu of site o is the mu-th link of o in the field's own layout
+        with D.links.view(pg.CpuRead) as raw:
+            assert all(np.array_equal(f[mu], raw[:, 9 * mu:9 * mu + 9]) for mu in range(4))
+    else:
+        assert copies == {}
+    G = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[1, 1, 1, -1])
+    before = config.set_current(dataclasses.replace(config.current(), dslash="generic"))
+    try:
+        want = [G.Meooe(odd).to_numpy(), G.MeooeDag(odd).to_numpy(), SchurOperator(G).MdagM(odd).to_numpy()]
+    finally:
+        config.set_current(before)
+    for g, w in zip(got, want):
+        assert relerr(g, w) < tol
+
+
+def test_links_by_direction_follow_the_gauge_field():
+    """The tiled order's copy of the links is made again when they are written, also under a kept
+    call."""
+    before = config.set_current(dataclasses.replace(config.current(), dslash_structure="narrow"))
+    try:
+        if dslash.variant() != "unroll":
+            pytest.skip("the copy is the unrolled kernel's")
+        grid = pg.GridCartesian(list(DIMS))
+        rng = pg.ParallelRNG(grid, [8, 2])
+        U = pg.qcd.random_gauge(grid, rng)
+        psi = rng.gaussian(pg.LatticeFermion(grid))
+        D = pg.qcd.WilsonFermion(U, 0.1)
+        out = D.new_fermion()
+        D.Dhop(psi, out=out)
+        D.Dhop(psi, out=out)  # a kept call
+        first = D._links_c[None][1]
+        assert first.rows == 3
+        V = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [9, 8]))
+        U.assign(V)
+        D.Dhop(psi, out=out)
+        assert D._links_c[None][1] is not first
+        assert relerr(out.to_numpy(), dhop_ref(V.to_numpy(), psi.to_numpy())) < 1e-13
+    finally:
+        config.set_current(before)
+
+
+def test_links_by_direction_layout():
+    buf = np.arange(3 * 36 * 2 * 4, dtype=np.float64).reshape(3, 36, 2, 4)
+    lk = cl.LinksByDirection.of(buf, buf)
+    assert lk.ub is lk.uf and lk.uf.shape == (4, 3, 9, 2, 4) and lk.rows == 3
+    for mu in range(4):
+        assert np.array_equal(lk.uf[mu], buf[:, 9 * mu:9 * mu + 9])
+    other = buf + 1.0
+    lk2 = cl.LinksByDirection.of(buf, other)
+    assert np.array_equal(lk2.ub[1], other[:, 9:18]) and lk2.swapped().uf is lk2.ub
+    src = kw._source(4, "float64", False, False, compressed=kw.BY_DIRECTION)
+    assert "vthirdrow" not in src.split("def dhop_kernel")[1] and "* LK + DF" in src
+    with pytest.raises(pg.errors.ConformabilityError, match="LinksByDirection"):
+        cl.LinksByDirection.of(buf[:, :30], buf[:, :30])

@@ -101,6 +101,8 @@ class CompressedLinks:
     :func:`run_unrolled` takes.  Made by :meth:`of`."""
 
     __slots__ = ("uf", "ub", "zif", "zib", "ztab", "_copies", "__weakref__")
+    #: rows of each link stored
+    rows = 2
 
     def __init__(self, uf, ub, zif, zib, ztab, copies=None):
         self.uf, self.ub, self.zif, self.zib, self.ztab = uf, ub, zif, zib, ztab
@@ -155,3 +157,49 @@ def compression_pays(n4, nsimd, dtype, Ls=1, links=4):
     arithmetic that rebuilds the third rows costs more than the bytes it saves (docs/performance.md,
     "Links read compressed")."""
     return int(Ls) == 1 and field_bytes(n4, Ls, nsimd, dtype, links) > scaled(COMPRESS_BYTES)
+
+
+class LinksByDirection:
+    """The links a hop reads (``uf`` at the output sites, ``ub`` at the source sites) whole but
+    stored direction by direction, shaped (4, osites, 9, 2, nsimd) as the compressed ones are: for
+    the hand-unrolled kernel's tiled order on fields in the caches, where each pass over a tile
+    reads one direction's links (``kernels_wilson.BY_DIRECTION``).  What ``links_c`` of
+    :func:`pygrid.qcd.unrolled_launch.run_unrolled` takes, with :class:`CompressedLinks`' interface
+    but no phase tables (the kernel reads none).  Made by :meth:`of`."""
+
+    __slots__ = ("uf", "ub", "_tables", "__weakref__")
+    #: rows of each link stored
+    rows = 3
+
+    def __init__(self, uf, ub, tables=None):
+        self.uf, self.ub = uf, ub
+        if tables is None:  # the kernel's signature's tables, never read
+            W = uf.shape[-1]
+            zi = np.zeros(4, np.int32)
+            tables = (zi, zi, np.ones((1, 2, W), uf.dtype))
+        self._tables = tables
+
+    @staticmethod
+    def _by_direction(buf):
+        n, W = buf.shape[0], buf.shape[3]
+        return np.ascontiguousarray(buf.reshape(n, 4, 9, 2, W).transpose(1, 0, 2, 3, 4))
+
+    @classmethod
+    def of(cls, uf, ub):
+        """The links of the host buffers ``uf`` and ``ub`` (each shaped (osites, 36, 2, nsimd); the
+        same on a full grid) stored direction by direction."""
+        for buf in (uf, ub):
+            if buf.ndim != 4 or buf.shape[1:3] != (36, 2):
+                raise ConformabilityError(f"LinksByDirection: a link buffer shaped {buf.shape}; "
+                                          "expected (n, 36, 2, nsimd)")
+        f = cls._by_direction(uf)
+        return cls(f, f if ub is uf else cls._by_direction(ub))
+
+    def swapped(self):
+        """The same links for the hop that reads ``ub`` forward and ``uf`` backward, sharing the
+        arrays."""
+        return LinksByDirection(self.ub, self.uf, self._tables)
+
+    def tables(self):
+        """The kernel's last arguments (not read)."""
+        return self._tables

@@ -186,6 +186,8 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         dhop(out, psi, uf, ub, stencil, Ls, scale, 0.0, None, dag, which, link_halo)
         return _finish_in_s(out, diag if use_diag else None, alpha, Ls, diag_s if banded else None, inv_s,
                             mul_s)
+    if links_c is not None and links_c.rows != 2:  # links by direction are for the unrolled kernel alone
+        links_c = None
     compressed = links_c is not None and Ls == 1
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:

@@ -118,9 +118,20 @@ SLICE_PREFETCH = 4
 #: links and z, t neighbours are prefetched into L2
 FAR_DISTANCE = 2
 
+#: the ``compressed`` value of the kernels on whole links stored direction by direction, as the
+#: compressed ones are (:class:`pygrid.qcd.compressed_links.LinksByDirection`): each pass of the
+#: tiled order then reads one stream of its direction's links, not a quarter of each site's four
+#: (AVX2 code, Wilson 8^4, 1.06-1.10x; docs/performance.md, "Known limits")
+BY_DIRECTION = 3
+
 #: reals per link (of each lane) the kernel reads: a whole SU(3) matrix, or its first two rows
 #: (``compressed``, :func:`pygrid.qcd.compressed_links.compress_links`)
-LINK_REALS = {False: 18, True: 12}
+LINK_REALS = {False: 18, True: 12, BY_DIRECTION: 18}
+
+
+def _rebuilds(compressed):
+    """Whether the kernels of this ``compressed`` value rebuild each link's third row."""
+    return bool(compressed) and compressed != BY_DIRECTION
 
 #: Grid's flop count per (4D or 5D) site of the Wilson hopping term: 8 * Nc * (7 + 16 * Nc)
 FLOPS_PER_SITE = 1320
@@ -201,7 +212,8 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
     (``compressed_links.compress_links``), the kernels ``dhop_local`` and ``dhop_kernel`` alone,
     taking the phase tables ``zif, zib, ztab`` after their other arguments (the links of a halo,
     ``ubh``, whole).  The register order rebuilds a site's eight third rows before its first point,
-    the tiled order each point's just before its product.
+    the tiled order each point's just before its product.  ``compressed`` :data:`BY_DIRECTION`: the
+    same kernels on whole links stored direction by direction (the tables not read).
     ``dag``: the adjoint's kernels (names ending ``_dag``; the signs of :func:`_signs`), a module of
     their own, which an operator never applied as its adjoint never loads or compiles.
     """
@@ -336,11 +348,13 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
         if five_d:
             raise ValueError("compressed links: the 4D kernel only")
         for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
-            body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=True, dag=dag)
+            body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=compressed, dag=dag)
+            what = ("on whole links stored direction by direction (zif, zib, ztab not read)"
+                    if compressed == BY_DIRECTION else
+                    "on links stored as their first two rows (compress_links), the third rebuilt "
+                    "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab")
             fn(f"{name}{d}({args}, zif, zib, ztab)", body,
-               f"{name} on links stored as their first two rows (compress_links), the third rebuilt "
-               "times the phase of row zif[4 * site + mu] (zib at the backward neighbour) of ztab"
-               + ("; the halo's links (ubh) whole." if halo else ".") + adj, "@_jit")
+               f"{name} {what}" + ("; the halo's links (ubh) whole." if halo else ".") + adj, "@_jit")
         return "\n".join(out) + "\n"
     for last in LAST if five_d else ("plain",):
         sfx = ("" if last == "plain" else "_" + last) + d
@@ -403,9 +417,9 @@ def _phase_code(imag, sign):
 
 def _link_at(links, row, mu, compressed):
     """Source of the offset of the direction-``mu`` link of site ``row`` in ``links`` (``uf`` or
-    ``ub``): whole links are stored site by site (four links a site), compressed ones direction by
-    direction (``compressed_links.compress_links``), from the offsets ``DF{mu}``/``DB{mu}`` of
-    :func:`_third_row_constants`."""
+    ``ub``): whole links are stored site by site (four links a site), compressed ones and those of
+    :data:`BY_DIRECTION` direction by direction (``compressed_links.compress_links``), from the
+    offsets ``DF{mu}``/``DB{mu}`` of :func:`_third_row_constants`."""
     if compressed:
         return f"{row} * LK + D{'F' if links == 'uf' else 'B'}{mu}"
     return f"{row} * GS + M{mu}"
@@ -420,9 +434,9 @@ def _neighbour_product(ind, p, n, m, project, from_halo, halo, compressed=False)
     mu, i2 = p % 4, ind + "    "
 
     def product(links, row, dag):
-        if compressed:
+        if _rebuilds(compressed):
             return f"vcmatvec3({links}, {_link_at(links, row, mu, True)}, t{p}, w, {dag})"
-        return f"vcmatvec({links}, {row} * GS + M{mu}, w, 3, {dag})"
+        return f"vcmatvec({links}, {_link_at(links, row, mu, compressed)}, w, 3, {dag})"
 
     def adj(links, row):  # the backward link's product, read where the neighbour is
         if p < 4:
@@ -475,10 +489,11 @@ def _register_body(nls, nlg, nlu, halo, itemsize, compressed=False, dag=False):
     for p in range(8):
         body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
     if compressed:
-        # the eight third rows first (in cache this order ran 0.8-0.9x of whole links, out of it the
-        # even-odd hop 1.1-1.4x)
         at = body.index("for i in range(lo, hi):")
         body[at:at] = _third_row_constants()
+    if _rebuilds(compressed):
+        # the eight third rows first (in cache this order ran 0.8-0.9x of whole links, out of it the
+        # even-odd hop 1.1-1.4x)
         for p in range(8):
             body += _third_row("    ", p, "uo" if p < 4 else f"n{p}", halo)
     body += _register_points("    ", lambda n: f"{n} * FS", halo, compressed)
@@ -740,7 +755,7 @@ def _tile_loop(points, nls, nlg, five_d, halo, ind0, last="plain", compressed=Fa
             # the hardware prefetcher alone falls behind on the Ls slices of a neighbour
             # (this prefetch reaches past the array on the last slices: harmless, prefetches never fault)
             body += [f"{ind}prefetch_l2_lines(psi, B{x} + SPF * FS, {nls})"]
-        if compressed:  # the point's third row, just before its product
+        if _rebuilds(compressed):  # the point's third row, just before its product
             body += _third_row(ind, p, "uo" if p < 4 else "nb", halo)
         # both spins of the half spinor (12 vectors) through the link at once, so each link element
         # is read once per point: with 16 registers a little spills, and still out of cache it ran
@@ -898,13 +913,14 @@ def _module(nsimd, dtype, Ls, wide=None, compressed=False, dag=False):
     m = _modules.get(fast)
     if m is not None:
         return m
-    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, bool(wide), bool(compressed), bool(dag))
+    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, bool(wide), int(compressed), bool(dag))
     m = _modules.get(key)
     if m is None:
         # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
         # version is part of the source, so a change recompiles
         src = f"# simd_numba version {simd_numba.VERSION}\n" + _source(*key)
-        what = "5D domain-wall" if key[2] else "compressed-link Wilson" if compressed else "Wilson"
+        what = ("5D domain-wall" if key[2] else "direction-major-link Wilson" if compressed == BY_DIRECTION
+                else "compressed-link Wilson" if compressed else "Wilson")
         m = load_module(src, "pygrid_wilson", label=f"the unrolled {what} Dhop kernels "
                         f"({key[1]}, Nsimd {key[0]}{', adjoint' if dag else ''})")
         _modules[key] = m
@@ -920,7 +936,8 @@ def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
     disk); ``wide`` picks the structure (default: :func:`wide_default`);
     ``halo``: the kernel that also reads neighbours on other ranks (else one that never does);
-    ``compressed``: the 4D kernel on links of two rows (``compressed_links.compress_links``);
+    ``compressed``: the 4D kernel on links of two rows (``compressed_links.compress_links``), or
+    with :data:`BY_DIRECTION` on whole links stored direction by direction;
     ``dag``: the adjoint's kernel (the projectors' signs are constants of each, :func:`_signs`,
     so the kernel ignores the signs in ``coef``)."""
     if compressed and (int(Ls) > 1 or last != "plain"):

@@ -150,7 +150,7 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
     last = _last(args)
     plan = stencil.plan
-    compressed = links_c is not None and int(Ls) == 1
+    compressed = _layout(links_c, Ls)
     if compressed:
         args = _with_links(args, links_c)
     tables = links_c.tables() if compressed else ()
@@ -182,6 +182,15 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
     if len(st.boundary):
         launch = st.launcher(backend, kernel(True), args + (st.boundary,) + tail)
         launch(len(st.boundary), *args, st.boundary, *tail)
+
+
+def _layout(links_c, Ls):
+    """The kernels' ``compressed`` value for the links ``links_c`` read in place of ``uf`` and ``ub``
+    (4D fields): True for links of two rows (:class:`CompressedLinks`), ``BY_DIRECTION`` for whole
+    links stored direction by direction (``compressed_links.LinksByDirection``), False for none."""
+    if links_c is None or int(Ls) != 1:
+        return False
+    return True if links_c.rows == 2 else kernels_wilson.BY_DIRECTION
 
 
 def _adjoint(coef):
@@ -285,8 +294,9 @@ def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, 
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
     dag = _adjoint(coef)
     kernel = st.kernel(_last(args), dag)
-    if links_c is not None and int(Ls) == 1:
-        args, kernel = _compressed_args(args, links_c, st), st.kernel(dag=dag, compressed=True)
+    layout = _layout(links_c, Ls)
+    if layout:
+        args, kernel = _compressed_args(args, links_c, st), st.kernel(dag=dag, compressed=layout)
     else:
         args += (st.sites, st.none, st.none)
     # each outer site writes its own result: the threads may share out the blocks' pieces
@@ -375,7 +385,7 @@ class _LaunchState:
             # an older kernel module (bench_dhop_kernels.py's A/B) has no adjoint's kernels
             extra = {"dag": True} if dag else {}
             if compressed:
-                k = self.kernels.kernel_for(self.nsimd, self.dtype, halo=halo, compressed=True, **extra)
+                k = self.kernels.kernel_for(self.nsimd, self.dtype, halo=halo, compressed=compressed, **extra)
             else:
                 name = "register" + ("" if last == "plain" else "_" + last) if (
                     not halo and last in self._register) else last

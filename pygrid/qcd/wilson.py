@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..accelerator import get_backend
+from .. import config as _config
+from ..accelerator import backends as _backends, get_backend
 from ..accelerator.host import keep
 from ..accelerator.rows import host_rows
 from ..cartesian import GridCartesian
@@ -95,6 +96,7 @@ class WilsonFermion(FermionOperator):
                  and cl.compression_pays(s.neighbours.shape[1], g.nsimd, U.real_dtype, links=links))
             for s, links in ((self.stencil, 4), (self.stencil_cb[0], 8)))
         self._links_c = {}
+        self._kinds = {}
 
     def __repr__(self):
         return f"WilsonFermion(mass={self.mass}{self.boundary.describe()}, {self.precision}, {self.grid})"
@@ -118,27 +120,45 @@ class WilsonFermion(FermionOperator):
                 stencil.plan, buf, lambda a, rows: host_rows(backend, a, rows)))
         return hit[1]
 
-    def _compressed(self, cb_in):
-        """The links of the hop from checkerboard ``cb_in`` (None: the full-grid hop) compressed
-        (:class:`pygrid.qcd.compressed_links.CompressedLinks`), or None where it reads them whole.
-        For the generic kernel on a lattice split over ranks the backward links hold the halo's
-        after the local ones.  Made again when the links were written since (a kept call bound to
-        the old ones is dropped)."""
-        if not self._compress[cb_in is not None]:
-            return None
-        mode = current().compress_links
-        if self.compress_links is None and mode == "never":
-            return None
-        asked = self.compress_links or self.compress_links is None and mode == "always"
+    def _copy_kind(self, cb_in):
+        """Which copy of its links the hop from ``cb_in`` (None: the full grid) reads under the
+        current backend and configuration: 2, compressed to two rows; ``kw.BY_DIRECTION``, whole
+        but stored direction by direction (the tiled order on fields in the caches); 0, the links
+        themselves.  Kept per configuration and backend: every Dirac call asks."""
+        key = (cb_in is not None, _config._current, _backends._current)
+        kind = self._kinds.get(key)
+        if kind is None:
+            if len(self._kinds) > 16:
+                self._kinds.clear()
+            kind = self._kinds[key] = self._decide_copy(cb_in is not None)
+        return kind
+
+    def _decide_copy(self, cb):
         generic = dslash.variant() != "unroll"
-        if generic and not asked:
-            # the generic kernel when asked: on the CPU (openmp, the sycl CPU device) it ran no faster
-            # so (docs/performance.md, "Links read compressed")
+        if self._compress[cb]:
+            mode = current().compress_links
+            asked = self.compress_links or self.compress_links is None and mode == "always"
+            # the generic kernel only when asked: on the CPU (openmp, the sycl CPU device) it ran no
+            # faster so (docs/performance.md, "Links read compressed")
+            if not (self.compress_links is None and mode == "never") and (asked or not generic):
+                return 2
+        # the tiled order (AVX2) reads each direction's links in a pass of its own
+        return 0 if generic or kw.wide_default() else kw.BY_DIRECTION
+
+    def _compressed(self, cb_in):
+        """The copy of its links the hop from checkerboard ``cb_in`` (None: the full-grid hop) reads
+        (:meth:`_copy_kind`): :class:`pygrid.qcd.compressed_links.CompressedLinks` or
+        :class:`~pygrid.qcd.compressed_links.LinksByDirection`, or None where it reads the links
+        themselves.  For the generic kernel on a lattice split over ranks the backward links hold the
+        halo's after the local ones.  Made again when the links were written since (a kept call bound
+        to the old ones is dropped)."""
+        kind = self._copy_kind(cb_in)
+        if not kind:
             return None
         uf, ub = (self.links, self.links) if cb_in is None else (self.U_cb[1 - cb_in], self.U_cb[cb_in])
         stencil = self.stencil if cb_in is None else self.stencil_cb[cb_in]
-        halo = bool(generic and stencil.nhalo)
-        version = (uf._manager.write_count(uf._key), ub._manager.write_count(ub._key), halo)
+        halo = bool(kind == 2 and dslash.variant() != "unroll" and stencil.nhalo)
+        version = (uf._manager.write_count(uf._key), ub._manager.write_count(ub._key), halo, kind)
         hit = self._links_c.get(cb_in)
         if hit is not None and hit[0] == version:
             return hit[1]
@@ -146,13 +166,15 @@ class WilsonFermion(FermionOperator):
             self._hop_calls.clear()
         # the hops from the two checkerboards read the same two link fields, swapped: one copy
         mirror = None if cb_in is None or halo else self._links_c.get(1 - cb_in)
-        if mirror is not None and mirror[0] == (version[1], version[0], halo):
+        if mirror is not None and mirror[0] == (version[1], version[0], halo, kind):
             made = None if mirror[1] is None else mirror[1].swapped()
         else:
+            make = cl.CompressedLinks.of if kind == 2 else cl.LinksByDirection.of
+
             def of(a, b):
                 if halo:  # the halo's links after the local ones, as the generic kernel reads them
                     b = np.concatenate([b, self.link_halo(stencil, ub, b)])
-                return cl.CompressedLinks.of(b if ub is uf else a, b)
+                return make(b if ub is uf else a, b)
 
             with uf.view(ViewMode.CpuRead) as a:
                 if ub is uf:
@@ -167,13 +189,14 @@ class WilsonFermion(FermionOperator):
         """Whether the full-grid hop (``cb_in`` 0 or 1: the even-odd hop from that checkerboard)
         reads the links compressed under the current backend and configuration (see the class's
         documentation)."""
-        return self._compressed(cb_in) is not None
+        made = self._compressed(cb_in)
+        return made is not None and made.rows == 2
 
     # ---- kernels -----------------------------------------------------------------
     def _hop(self, psi, out, dag, alpha, name):
         """Full-grid hopping term (alpha != 0: plus alpha * psi)."""
         links = self.links
-        links_c = self._compressed(None) if self._compress[0] else None
+        links_c = self._compressed(None)
         if out is not None and out is not psi and again(
                 self._hop_calls, (dag, alpha, id(psi), id(out)),
                 (psi, links, links, out) if alpha == 0.0 else (psi, links, links, out, psi)):
@@ -191,7 +214,7 @@ class WilsonFermion(FermionOperator):
         """tgt's buffer = the hopping term from psi's checkerboard to the other one (tgt does not alias
         psi; its checkerboard is the caller's).  ``kept_only``: see :func:`pygrid.qcd.hop.hop`."""
         cb_in = psi._cb  # the checkerboard property's value, without its call
-        links_c = self._compressed(cb_in) if self._compress[1] else None
+        links_c = self._compressed(cb_in)
         return hop_fields(self._hop_calls, psi, self.U_cb[1 - cb_in], self.U_cb[cb_in], tgt,
                           self.stencil_cb[cb_in], dag=dag, halo_of=self, kept_only=kept_only,
                           key=("cb", cb_in, dag, id(psi), id(tgt)), links_c=links_c)
@@ -201,8 +224,8 @@ class WilsonFermion(FermionOperator):
         """The hopping term (with Grid's -1/2); ``dag=True`` gives its adjoint."""
         # the kept call looked up here, not in _hop: a Python function costs about 0.3 us of a 40 us
         # call at 8^4, run with the caches full of the kernel's fields
-        if self._compress[0]:  # the compressed links checked against the links (fields this large
-            self._compressed(None)  # take milliseconds a hop)
+        # a copy of the links checked against the links (dropping the kept calls where they changed)
+        self._compressed(None)
         call = self._hop_calls.get((dag, 0.0, id(psi), id(out)))
         if call is not None and out is not psi and call.run((psi, self.links, self.links, out)):
             return out
@@ -254,7 +277,7 @@ class WilsonFermion(FermionOperator):
         into the hop's coefficient and Mooee psi into the kernel's diagonal term; with the hop
         before it, the Schur operator is two kernels where it was four."""
         cb_in, diag = t._cb, self.diag
-        links_c = self._compressed(cb_in) if self._compress[1] else None
+        links_c = self._compressed(cb_in)
         return hop_fields(self._hop_calls, t, self.U_cb[1 - cb_in], self.U_cb[cb_in], res,
                           self.stencil_cb[cb_in], 1, 0.5 / diag, diag, psi, dag, halo_of=self,
                           key=("finish", cb_in, dag, diag, id(t), id(res), id(psi)), links_c=links_c)
@@ -262,10 +285,10 @@ class WilsonFermion(FermionOperator):
     def _mpc_kept(self, psi: Lattice, t: Lattice, res: Lattice, dag: bool) -> HopPair | None:
         """A Schur application's two hops (``Meooe`` or ``MeooeDag`` of psi into t, then
         :meth:`_mpc_finish` into res) as the last one on these fields kept them, to run again together
-        (:class:`pygrid.qcd.hop.HopPair`); None where either was not kept or reads compressed links
+        (:class:`pygrid.qcd.hop.HopPair`); None where either was not kept or reads a copy of the links
         (which each call checks against the links)."""
         cb = psi._cb
-        if self._compress[1] or cb is None or self.diag == 0.0:
+        if cb is None or self.diag == 0.0 or self._copy_kind(cb):
             return None
         calls = self._hop_calls
         first = calls.get(("cb", cb, dag, id(psi), id(t)))

@@ -113,6 +113,34 @@ def _wilson_on_compressed_links(layout):
 
 
 @pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
+def test_tiled_order_on_links_by_direction(layout):
+    """The tiled order (AVX2's, forced) reads its local links whole but stored direction by direction
+    (compressed_links.LinksByDirection) and the halo's from the exchanged rows: a lattice split over
+    the ranks gives what one rank gives."""
+    import dataclasses
+
+    from pygrid import config
+
+    if "unroll" not in VARIANTS:
+        pytest.skip("the unrolled kernel runs on the CPU backends only")
+    before = config.set_current(dataclasses.replace(config.current(), dslash="unroll",
+                                                    dslash_structure="narrow"))
+    try:
+        res = []
+        for g in grids(DIMS, layout):
+            U, psi = setup(g)
+            D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[1, 1, 1j, -1], compress_links=False)
+            e, o = pg.pick_checkerboard(0, psi), pg.pick_checkerboard(1, psi)
+            res.append([D.M(psi).to_numpy(), D.Dhop(psi).to_numpy(), D.Meooe(e).to_numpy(),
+                        D.MeooeDag(o).to_numpy()])
+            assert {made.rows for _, made in D._links_c.values()} == {3}
+        for x, y in zip(*res):
+            np.testing.assert_allclose(same_everywhere(x), y, rtol=0, atol=1e-13 * np.abs(y).max())
+    finally:
+        config.set_current(before)
+
+
+@pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
 def test_domain_wall_and_mobius(layout, variant):
     res = []
     for g in grids(DIMS, layout):
