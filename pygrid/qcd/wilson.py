@@ -54,7 +54,8 @@ class WilsonFermion(FermionOperator):
     keeps that copy of its links, two thirds of their bytes, on the host (and, for the generic
     kernel on a device, a copy on the device), outside the device memory cache, and makes it again
     when the links are written.  Links that are not SU(3) times a phase to their precision are read
-    whole.
+    whole.  Where the hand-unrolled kernel's tiled order (AVX2's) reads them whole, it reads a copy
+    stored direction by direction (``compressed_links.LinksByDirection``), kept the same way.
     """
 
     flops_per_site = kw.FLOPS_PER_SITE
