@@ -95,7 +95,8 @@ def group_bytes():
     return REFERENCE_BYTES if found is None else found[0]
 
 
-def _compute_threads():
+def compute_threads():
+    """The threads numba's parallel regions run on now (1 where numba is not set up)."""
     try:
         import numba
 
@@ -119,7 +120,7 @@ def llc_bytes(threads=None):
     process's CPUs), shared with the threads of the other ranks on this node that are not bound
     apart (:func:`_sharing_ranks`)."""
     if threads is None:
-        threads = _compute_threads()
+        threads = compute_threads()
     threads = max(1, int(threads))
     found = host_groups()
     groups = 1 if found is None else found[1]
@@ -149,7 +150,7 @@ def describe():
               "the host's /sys" if found is not None else "not found: the reference")
     ranks = _sharing_ranks()
     shared = f", shared with {ranks - 1} other rank{'s' if ranks > 2 else ''}" if ranks > 1 else ""
-    threads = _compute_threads()
+    threads = compute_threads()
     return (f"{group_bytes() / (1 << 20):g} MiB a group of cores, {groups} group"
             f"{'s' if groups != 1 else ''} among this process's CPUs ({source}){shared}; the kernels' "
             f"{threads} thread{'s' if threads != 1 else ''} reach {llc_bytes(threads) / (1 << 20):g} "

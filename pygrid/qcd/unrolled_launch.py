@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from ..accelerator.caches import per_group, scaled
+from ..accelerator.caches import compute_threads, per_group, scaled
 from ..accelerator.host import read_only
 from ..errors import ConformabilityError
 from ..stencil.halo import exchange_rows
@@ -56,15 +56,6 @@ SCHUR_REGISTER_BYTES = 12 << 20
 # ran its iteration 1.4x faster for domain wall Ls 8 with the hop on the threads like the vector
 # updates, and 2x slower for Wilson with its hop alone on the threads and the updates on the
 # calling thread.
-
-
-def _threads():
-    try:
-        import numba
-
-        return numba.get_num_threads()
-    except Exception:  # pragma: no cover
-        return 1
 
 
 #: bytes of the per-tile accumulator (Ls slices of a tile of outer sites), sized to stay in L1
@@ -330,7 +321,7 @@ class _LaunchState:
         self.kernels = kernels
         nbytes = field_bytes(self.n4, Ls, nsimd, dtype)
         # each threshold scaled from the 32 MiB of L3 it was measured with to what the threads reach
-        threads = _threads()
+        threads = compute_threads()
         self.far = bool(nbytes > scaled(FAR_BYTES["wide" if kernels.wide_default() else "narrow"], threads))
         self.nsimd, self.dtype, self.Ls = nsimd, dtype, int(Ls)
         # the 5D variants of the last step that take the register order on these fields
