@@ -378,7 +378,7 @@ def test_slab_site_order_against_numpy(monkeypatch):
     if dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
     monkeypatch.setattr(ul, "FAR_BYTES", dict.fromkeys(ul.FAR_BYTES, 0))
-    monkeypatch.setattr(ul, "_threads", lambda: 2)
+    monkeypatch.setattr(ul, "compute_threads", lambda: 2)
     monkeypatch.setattr(ul, "_states", {})
     grid, rng, U, psi = setup((4, 4, 8, 8), None, "double")
     D = pg.qcd.WilsonFermion(U, MASS)
