@@ -303,6 +303,7 @@ _FIELD_PARSERS: dict[str, Callable[[Any, str], Any]] = {
     "dslash_structure": _parse_dslash_structure,
     "compress_links": _parse_compress_links,
     "llc_mb": _parse_llc,
+    "shm_halo": _parse_bool,
     "log": _parse_log,
 }
 
@@ -359,6 +360,10 @@ class Config:
         The last-level cache one group of cores shares, in MB, or None to read it from the host
         (``/sys``): the byte thresholds at which the CPU kernels treat fields as larger than the
         caches scale with it (:mod:`pygrid.accelerator.caches`).
+    shm_halo
+        Whether the Dirac operators' halos between the ranks of one node are written straight
+        into the neighbour's memory, an MPI shared-memory window (:mod:`pygrid.stencil.shared_halo`),
+        where every rank's neighbours share its node; False sends them as MPI messages.
     log
         Log level, one of :data:`LOG_LEVELS`.
 
@@ -380,6 +385,7 @@ class Config:
     dslash_structure: str = "auto"
     compress_links: str = "auto"
     llc_mb: int | None = None
+    shm_halo: bool = True
     log: str = "message"
 
     def __post_init__(self) -> None:
@@ -522,6 +528,10 @@ FLAGS: tuple[FlagSpec, ...] = (
              "the last-level cache a group of cores shares, in MB, where the host's /sys does not "
              "say it: the CPU kernels' thresholds for fields larger than the caches scale with it",
              "auto: read from the host", env=("PYGRID_LLC_MB",)),
+    FlagSpec("--no-shm-halo", "shm_halo", None,
+             "the Dirac operators' halos between ranks of one node travel as MPI messages, not "
+             "through an MPI shared-memory window", "shared memory where every neighbour is on the node",
+             env=("PYGRID_SHM_HALO",), value=False),
     FlagSpec("--log", "log", "LEVEL",
              "log level: " + ", ".join(LOG_LEVELS), "message"),
 )
@@ -537,10 +547,10 @@ GRID_ONLY_FLAGS: dict[str, tuple[bool, str]] = {
     "--comms-concurrent": (False, "pygrid posts every direction's halo messages at once"),
     "--comms-sequential": (False, "pygrid posts every direction's halo messages at once"),
     "--comms-threads": (True, "MPI runs on the calling thread of each rank"),
-    "--shm": (True, "MPI moves the messages of the ranks of a node itself; pygrid has no "
-                    "shared-memory buffer"),
-    "--shm-mpi": (True, "MPI moves the messages of the ranks of a node itself"),
-    "--shm-hugepages": (False, "pygrid has no shared-memory buffer"),
+    "--shm": (True, "the Dirac operators' halos between the ranks of a node go through an MPI "
+                    "shared-memory window of the halo's size (--no-shm-halo for messages)"),
+    "--shm-mpi": (True, "the shared-memory window is always MPI's (MPI_Win_allocate_shared)"),
+    "--shm-hugepages": (False, "the shared-memory window holds only the halo"),
     "--dslash-asm": (False, "the hand-unrolled kernel (--dslash-unroll, the default on openmp) is "
                             "pygrid's fastest CPU kernel"),
     "--cacheblocking": (True, "the Dirac kernels choose their order of sites from the fields' size "
@@ -577,6 +587,7 @@ _ENV_VARS: tuple[tuple[str, str, Callable[[Any, str], Any]], ...] = (
     ("PYGRID_DSLASH_STRUCTURE", "dslash_structure", _parse_dslash_structure),
     ("PYGRID_COMPRESS_LINKS", "compress_links", _parse_compress_links),
     ("PYGRID_LLC_MB", "llc_mb", _parse_llc),
+    ("PYGRID_SHM_HALO", "shm_halo", _parse_bool),
 )
 
 

@@ -121,15 +121,20 @@ def time_operator(ctx, fn, label, grid):
     if grid.decomposed:
         st = comm.stats
         n, size = calls[0], comm.size
-        mean = [
-            comm.sum(v) / size / n for v in (st.bytes_sent, st.messages, st.comm_s, st.exposed_s, st.pack_s)
-        ]
+        counts = (st.bytes_sent + st.shared_bytes, st.messages, st.comm_s, st.exposed_s, st.pack_s,
+                  st.shared_bytes, st.shared_writes)
+        mean = [comm.sum(v) / size / n for v in counts]
         hidden = 0.0 if mean[2] <= 0 else max(0.0, 1 - mean[3] / mean[2])
         extra["ranks"] = (
             f"{size} ranks, --mpi {dotted(grid.mpi_layout)}, {dotted(grid.ldims)} sites per rank; "
             "rates above are per rank, the slowest rank's time"
         )
-        extra["halo"] = f"{mean[0] / 1e6:.3f} MB sent per call and rank, in {mean[1]:.0f} messages"
+        # the links' halo of the first call travels as messages: a fraction of one per call
+        how = [f"{mean[1]:.0f} messages"] if round(mean[1]) or not mean[6] else []
+        if mean[6]:
+            how.append(f"{mean[6]:.0f} write{'' if round(mean[6]) == 1 else 's'} into the neighbours' "
+                       "shared memory")
+        extra["halo"] = f"{mean[0] / 1e6:.3f} MB sent per call and rank, in " + " and ".join(how)
         extra["comms"] = (
             f"{format_seconds(mean[2]).strip()} in flight per call, {format_seconds(mean[3]).strip()} "
             f"exposed: {100 * hidden:.0f}% hidden by computation; packing "
@@ -141,6 +146,8 @@ def time_operator(ctx, fn, label, grid):
             "local_dims": list(grid.ldims),
             "halo_bytes_per_call": mean[0],
             "messages_per_call": mean[1],
+            "shared_bytes_per_call": mean[5],
+            "shared_writes_per_call": mean[6],
             "comm_seconds_per_call": mean[2],
             "exposed_seconds_per_call": mean[3],
             "pack_seconds_per_call": mean[4],

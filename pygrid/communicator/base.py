@@ -12,21 +12,24 @@ def layout_str(layout):
 class CommStats:
     """Halo traffic of one communicator since the last ``reset()``.
 
-    ``comm_s`` is the time from posting an exchange's messages until they were
-    seen complete; ``exposed_s`` the part of it a rank spent blocked waiting,
-    with nothing left to compute: 1 - exposed / comm is the fraction hidden
-    behind computation.
+    ``messages`` and ``bytes_sent`` count the halos sent as messages; ``shared_writes`` and
+    ``shared_bytes`` those written straight into a neighbour's memory on the same node
+    (:mod:`pygrid.communicator.shared`).  ``comm_s`` is the time from posting an exchange
+    until it was seen complete; ``exposed_s`` the part of it a rank spent blocked waiting, with
+    nothing left to compute: 1 - exposed / comm is the fraction hidden behind computation.
     """
 
     exchanges: int = 0
     messages: int = 0
     bytes_sent: int = 0
+    shared_writes: int = 0
+    shared_bytes: int = 0
     comm_s: float = 0.0
     exposed_s: float = 0.0
     pack_s: float = 0.0
 
     def reset(self):
-        self.exchanges = self.messages = self.bytes_sent = 0
+        self.exchanges = self.messages = self.bytes_sent = self.shared_writes = self.shared_bytes = 0
         self.comm_s = self.exposed_s = self.pack_s = 0.0
 
 
@@ -40,6 +43,8 @@ class Communicator:
     * ``exchange(sends, recvs)``: post point-to-point messages, ``sends`` a list of
       (contiguous array, dest rank, tag), ``recvs`` of (array to fill, source rank, tag);
       returns requests with ``test()`` (True once all are complete) and ``wait()``;
+    * ``node_ranks()``: {rank: its rank on the node} for the ranks that share this rank's memory
+      (none on one rank);
     * ``abort(message)``: end every rank of the job.
     """
 
@@ -48,6 +53,9 @@ class Communicator:
 
     def __init__(self):
         self.stats = CommStats()
+
+    def node_ranks(self):
+        return {}
 
     @property
     def is_root(self):

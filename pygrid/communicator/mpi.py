@@ -74,6 +74,7 @@ class MpiComm(Communicator):
         self.comm = comm
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
+        self._node = None
 
     @classmethod
     def world(cls):
@@ -126,6 +127,35 @@ class MpiComm(Communicator):
         st.messages += len(sends)
         st.exchanges += 1
         return _Requests(st, reqs, t0)
+
+    # the ranks of this node ------------------------------------------------
+    def node_ranks(self):
+        """{rank: its rank on this node's communicator} for the ranks that share this node's
+        memory (``MPI_Comm_split_type``, a collective call the first time)."""
+        return self._node_comm()[1]
+
+    def _node_comm(self):
+        if self._node is None:
+            MPI = _mpi()
+            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            world = MPI.Group.Translate_ranks(node.Get_group(), list(range(node.Get_size())),
+                                              self.comm.Get_group())
+            self._node = (node, {int(r): i for i, r in enumerate(world)})
+        return self._node
+
+    def shared_segments(self, nbytes):
+        """A :class:`pygrid.communicator.shared.SharedSegments` of ``nbytes`` a rank of this node
+        (a collective call over the node's ranks)."""
+        from .shared import SharedSegments
+
+        return SharedSegments(_mpi(), self._node_comm()[0], nbytes)
+
+    def signals(self, to, frm, tag):
+        """A :class:`pygrid.communicator.shared.Signals`: zero-byte messages to the ranks ``to``
+        and from the ranks ``frm``, started together each time."""
+        from .shared import Signals
+
+        return Signals(_mpi(), self.comm, to, frm, tag)
 
     # failure -------------------------------------------------------------
     def abort(self, message, code=1):

@@ -126,8 +126,8 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     """
     backend = get_backend()
     key = (id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, which,
-           id(diag_s), id(inv_s), id(mul_s), id(links_c))
-    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s, links_c)
+           id(diag_s), id(inv_s), id(mul_s), id(links_c), id(link_halo))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s, links_c, link_halo)
     hit = _BOUND.get(key)
     if hit is not None and hit.backend is backend and hit.config is current() and hit.holds(held):
         hit.run(out, psi, uf, ub, diag if hit.use_diag else out)
@@ -177,7 +177,7 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         ul.run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, link_halo, *terms,
                         links_c=links_c)
         run = ul.bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, *terms,
-                               links_c=links_c)
+                               links_c=links_c, link_halo=link_halo)
         if run is not None:
             keep(_BOUND, key, _Bound(backend, current(), run, use_diag), held)
         return out
@@ -237,12 +237,14 @@ def _finish_in_s(out, diag, alpha, Ls, diag_s, inv_s, mul_s):
 _COEFS = {}
 
 
-def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s=None, links_c=None):
+def _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s=None, links_c=None, link_halo=None):
     """What a kept call on these arguments holds weakly (the arrays of ``diag_s``, ``inv_s`` and
-    ``mul_s`` with them, and the compressed links)."""
+    ``mul_s`` with them, the compressed links and the links of the halo)."""
     held = (out, psi, uf, ub, stencil) if diag is None else (out, psi, uf, ub, stencil, diag)
     if links_c is not None:
         held += (links_c,)
+    if link_halo is not None:
+        held += (link_halo,)
     for tables in (diag_s, inv_s, mul_s):
         if tables is not None:
             held += tuple(tables)
@@ -292,13 +294,14 @@ def _scaled(structure, alpha):
 
 
 def bound(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=False, diag_s=None,
-          inv_s=None, mul_s=None, links_c=None):
+          inv_s=None, mul_s=None, links_c=None, link_halo=None):
     """``run()``: the launch :func:`dhop` bound to these buffers at its call with them (the same
     arguments), to run again on the same buffers; None where that call bound none (the generic
-    kernel, a lattice split over ranks).  Valid under the backend and configuration of that call."""
+    kernel, a lattice split over ranks without ``link_halo``).  Valid under the backend and
+    configuration of that call, and on a split lattice while ``link_halo`` holds the links' halo."""
     hit = _BOUND.get((id(out), id(psi), id(uf), id(ub), id(diag), id(stencil), Ls, scale, alpha, dag, None,
-                      id(diag_s), id(inv_s), id(mul_s), id(links_c)))
-    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s, links_c)
+                      id(diag_s), id(inv_s), id(mul_s), id(links_c), id(link_halo)))
+    held = _held(out, psi, uf, ub, stencil, diag, diag_s, inv_s, mul_s, links_c, link_halo)
     if hit is None or not hit.holds(held):
         return None
     return hit.run.prepared

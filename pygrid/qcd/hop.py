@@ -37,14 +37,17 @@ class HopCall(KeptViews):
     the buffers those views gave (a backend's ``launch.prepared``, compiled code that runs no
     Python), made under the configuration and table of bound launches it checks again."""
 
-    __slots__ = ("config", "table")
+    __slots__ = ("config", "table", "guard")
 
-    def __init__(self, views, buffers, launch):
+    def __init__(self, views, buffers, launch, guard=None):
         super().__init__(views, buffers, lambda _: launch(), launch)
         self.config = current()
         # the launch is one of dslash's bound launches: replacing dslash's table of them (to forget
         # every bound launch) retires the kept calls as well
         self.table = dslash._BOUND
+        # on a lattice split over ranks the launch reads the links' halo of its making: ``guard()``
+        # says whether the links are still those
+        self.guard = guard
 
     def run(self, fields) -> bool:
         """Run on ``fields`` (the same objects, in order); False, with nothing done, where the call
@@ -58,6 +61,9 @@ class HopCall(KeptViews):
                 return False
         if (self.backend is not _backends._current or self.config is not _config._current
                 or self.table is not dslash._BOUND):
+            return False
+        guard = self.guard
+        if guard is not None and not guard():
             return False
         kept = self.kept_launch
         if kept is not None:
@@ -115,9 +121,10 @@ def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None
     at the output and source sites (one field on a full grid), ``stencil`` the Wilson stencil of
     the source checkerboard, ``diag`` a field, src or tgt (read only when alpha is not 0), tgt
     not aliasing src.  ``halo_of`` (a WilsonFermion) keeps the links' halo on a lattice split over
-    ranks.  ``calls`` is the operator's dict of kept calls.  ``kept_only``: run a kept call or
-    nothing, returning None then (for an operator's first check: a kept call's fields passed its
-    checks when it was made, and a field's grid, type and precision do not change).  ``key``: the
+    ranks (its ``link_halo`` and ``link_halo_guard``).  ``calls`` is the operator's dict of kept
+    calls.  ``kept_only``: run a kept call or nothing, returning None then (for an operator's
+    first check: a kept call's fields passed its checks when it was made, and a field's grid, type
+    and precision do not change).  ``key``: the
     call's key in ``calls``, from a caller whose key, with ``id(src)`` and ``id(tgt)`` in it, fixes
     every other argument (the ids of nine objects took 0.4 us of a Dirac call); by default one built
     from them all.  ``links_c``: ``uf`` and ``ub`` compressed (see :func:`pygrid.qcd.dslash.dhop`;
@@ -149,7 +156,8 @@ def hop(calls, src, uf, ub, tgt, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None
         lh = halo_of.link_halo(stencil, ub, u_b) if halo_of is not None else None
         dhop(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, link_halo=lh, diag_s=diag_s, inv_s=inv_s,
              mul_s=mul_s, links_c=links_c)
-        launch = bound(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, diag_s, inv_s, mul_s, links_c)
+        launch = bound(o, p, u_f, u_b, stencil, Ls, scale, alpha, d, dag, diag_s, inv_s, mul_s, links_c, lh)
     if launch is not None:
-        keep(calls, key, HopCall(kept, arrays, launch), fields, MAX_CALLS)
+        guard = None if lh is None else halo_of.link_halo_guard(stencil, ub)
+        keep(calls, key, HopCall(kept, arrays, launch, guard), fields, MAX_CALLS)
     return tgt

@@ -8,16 +8,17 @@ order the sites are visited in, the kernels, the message buffers) is a :class:`_
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..accelerator.caches import compute_threads, per_group, scaled
 from ..accelerator.host import read_only
+from ..config import current
 from ..errors import ConformabilityError
 from ..stencil.halo import exchange_rows
+from ..stencil.shared_halo import shared_halo
 from . import kernels_wilson
 from .kernels_wilson import field_bytes
+from .split_hop import split_hop
 
 # The byte thresholds below were measured with 32 MiB of L3; a launch scales each to the cache its
 # threads reach on the host (pygrid.accelerator.caches).
@@ -155,24 +156,14 @@ def run_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, l
         return
     if link_halo is None:
         link_halo = exchange_rows(plan, ub)
-    if link_halo.shape != (plan.nhalo,) + ub.shape[1:] or link_halo.dtype != dtype:
+    _check_link_halo(link_halo, plan, ub)
+    split_hop(backend, st, args, kernel(False), kernel(True), link_halo, tables, dag)()
+
+
+def _check_link_halo(link_halo, plan, ub):
+    if link_halo.shape != (plan.nhalo,) + ub.shape[1:] or link_halo.dtype != ub.dtype:
         raise ConformabilityError(f"dhop: link halo {link_halo.shape} {link_halo.dtype} does not match the "
-                                  f"stencil's {plan.nhalo} halo rows of {ub.shape[1:]} {dtype}")
-    t = time.perf_counter()
-    # one pack for every point with a face, each row projected with its point's sign
-    signs = st.signs[dag]
-    pack = (args[1], st.rows, st.mus, signs, int(Ls), st.packed_flat)
-    st.launcher(backend, st.pack, pack)(len(st.rows), *pack)
-    exchange = plan.start(st.packed, st.halo)
-    plan.comm.stats.pack_s += time.perf_counter() - t
-    tail = (read_only(st.halo_flat), read_only(link_halo.reshape(-1))) + tables
-    for part in st.pieces:
-        st.launcher(backend, kernel(False), args + (part,) + tail)(len(part), *args, part, *tail)
-        exchange.test()
-    exchange.wait()
-    if len(st.boundary):
-        launch = st.launcher(backend, kernel(True), args + (st.boundary,) + tail)
-        launch(len(st.boundary), *args, st.boundary, *tail)
+                                  f"stencil's {plan.nhalo} halo rows of {ub.shape[1:]} {ub.dtype}")
 
 
 def _layout(links_c, Ls):
@@ -270,20 +261,36 @@ def diagonal_term(alpha, stream, Ls, dtype):
 
 
 def bind_unrolled(backend, out, psi, uf, ub, stencil, Ls, coef, diag, use_diag, dterm=None, solve=None,
-                  mul=None, links_c=None):
+                  mul=None, links_c=None, link_halo=None):
     """``run(out, psi, uf, ub, diag)``: :func:`run_unrolled` bound to these buffers (checked by
-    the caller) on one rank, the kernel's launch looked up once (``backend.bind_kernel``, its
-    arguments packed once); the caller passes the same buffers again, alive.  ``run.prepared()``
-    is the same launch without arguments (``launch.prepared``).  None where a call
-    has more to do than the launch (a lattice split over ranks, a read-only buffer that each call
-    copies)."""
+    the caller), the kernel's launch looked up once (``backend.bind_kernel``, its arguments packed
+    once); the caller passes the same buffers again, alive.  ``run.prepared()`` is the same
+    launch without arguments (``launch.prepared``; on a lattice split over ranks a
+    :class:`pygrid.qcd.split_hop.SplitHop`, which reads the links of the halo ``link_halo``:
+    the caller keeps them current).  None where a call has more to do than the launch (a
+    read-only buffer that each call copies, a split lattice without ``link_halo``)."""
     plan = stencil.plan
-    if (plan is not None and plan.nhalo) or not all(
-            a.flags.writeable for a in (out, psi, uf, ub, diag)):
+    split = plan is not None and plan.nhalo
+    if (split and link_halo is None) or not all(a.flags.writeable for a in (out, psi, uf, ub, diag)):
         return None
     st = _launch_state(stencil, Ls, out.shape[3], out.dtype)
     args = kernel_args(st, out, psi, uf, ub, coef, diag, use_diag, dterm, solve, mul)
     dag = _adjoint(coef)
+    if split:
+        _check_link_halo(link_halo, plan, ub)
+        layout = _layout(links_c, Ls)
+        last = _last(args)
+        tables = ()
+        if layout:
+            args, tables = _with_links(args, links_c), links_c.tables()
+        kernels = st.kernel(last, dag, False, layout), st.kernel(last, dag, True, layout)
+        hop = split_hop(backend, st, args, *kernels, link_halo, tables, dag, kept=True)
+
+        def run_split(out, psi, uf, ub, diag, _held=(args, links_c, link_halo)):
+            hop()
+
+        run_split.prepared = hop
+        return run_split
     kernel = st.kernel(_last(args), dag)
     layout = _layout(links_c, Ls)
     if layout:
@@ -313,10 +320,12 @@ class _LaunchState:
     the kernels, the interior pieces, and the message and halo buffers (fresh ones would
     page-fault on every call)."""
 
-    def __init__(self, stencil, Ls, nsimd, dtype, kernels=kernels_wilson):
+    def __init__(self, stencil, Ls, nsimd, dtype, kernels=kernels_wilson, shared=True):
         # ``kernels``: the module that generates the kernels (a copy of an older one for an A/B
-        # comparison in benchmarks/bench_dhop_kernels.py)
+        # comparison in benchmarks/bench_dhop_kernels.py); ``shared``: the halo through the node's
+        # shared memory where the plan allows it (pygrid.stencil.shared_halo)
         self.stencil = stencil
+        self.shared = None
         self.n4 = stencil.neighbours.shape[1]
         self.kernels = kernels
         nbytes = field_bytes(self.n4, Ls, nsimd, dtype)
@@ -352,6 +361,14 @@ class _LaunchState:
         self.signs = {False: np.where(fwd, -1.0, 1.0).astype(dtype),
                       True: np.where(fwd, 1.0, -1.0).astype(dtype)}
         shape = (int(Ls), 6, 2, nsimd)
+        self.interior = read_only(stencil.interior)
+        self.shared = shared_halo(plan, shape, dtype) if shared else None
+        if self.shared is not None:
+            # the pack's rows, directions and signs for each run of faces written to one rank
+            self.pack_runs = [(self.rows[a:b], self.mus[a:b], {d: s[a:b] for d, s in self.signs.items()})
+                              for a, b, _ in self.shared.targets[0]]
+            self.shared_halos = [read_only(h.reshape(-1)) for h in self.shared.halo]
+            return
         packed = np.empty((len(self.rows),) + shape, dtype)
         self.packed_flat = packed.reshape(-1)
         self.packed, at = [packed[:0]] * len(plan.points), 0
@@ -400,10 +417,11 @@ _states = {}
 
 
 def _launch_state(stencil, Ls, nsimd, dtype, kernels=kernels_wilson):
-    key = (id(stencil), Ls, nsimd, dtype, kernels.wide_default(), kernels.__name__)
+    shared = current().shm_halo
+    key = (id(stencil), Ls, nsimd, dtype, kernels.wide_default(), kernels.__name__, shared)
     st = _states.get(key)
     if st is None or st.stencil is not stencil:
         if len(_states) > 64:
             _states.clear()
-        st = _states[key] = _LaunchState(stencil, Ls, nsimd, dtype, kernels)
+        st = _states[key] = _LaunchState(stencil, Ls, nsimd, dtype, kernels, shared)
     return st

@@ -121,6 +121,14 @@ class WilsonFermion(FermionOperator):
                 stencil.plan, buf, lambda a, rows: host_rows(backend, a, rows)))
         return hit[1]
 
+    def link_halo_guard(self, stencil, links):
+        """``guard()``: whether ``links`` are unwritten since now, so that their halo for
+        ``stencil`` (:meth:`link_halo`) is still the one kept (a kept call on a split lattice
+        reads it)."""
+        manager, key = links._manager, links._key
+        version = manager.write_count(key)
+        return lambda: manager.write_count(key) == version
+
     def _copy_kind(self, cb_in):
         """Which copy of its links the hop from ``cb_in`` (None: the full grid) reads under the
         current backend and configuration: 2, compressed to two rows; ``kw.BY_DIRECTION``, whole

@@ -109,6 +109,8 @@ class HaloPlan:
         self.nhalo = offset
         self.active = [p for p, pt in enumerate(self.points) if pt.nface]
         self._recv = {}  # receive buffers of lane-merged rows, by (row shape, dtype)
+        self._shared_halos = {}  # pygrid.stencil.shared_halo: by (row shape, dtype)
+        self._shared_usable = None
         self.interior = np.nonzero(~touched)[0].astype(np.int32)
         self.boundary = np.nonzero(touched)[0].astype(np.int32)
         for a in (self.neighbours, self.interior, self.boundary):
