@@ -13,6 +13,12 @@ halo bytes per call and rank, and the fraction of the communication time that
 computation hid.  With more ranks than cores the ranks share cores, and the
 rate per rank drops by that factor: the table says so.
 
+Between the ranks of one node the Dirac halo goes through an MPI shared-memory window where the
+layout allows it (pygrid.stencil.shared_halo; the ``way`` column).  ``--messages`` also runs every
+multi-rank case with ``--no-shm-halo`` (the halo as MPI messages), alternating with the default,
+for the two ways side by side; ``--t-only`` splits every rank count in t alone (``1.1.1.N``),
+where the default SIMD layout puts no lanes, so that every face travels whole.
+
 ``--halo`` measures the exchange alone: two ranks swap messages of a face's
 size through ``Communicator.exchange`` (loopback on one machine).
 """
@@ -44,10 +50,11 @@ def mpiexec():
     return exe
 
 
-def run_once(kind, local, n, extra, independent=False):
-    """One benchmark: n ranks on n local volumes, or (``independent``) n one-rank runs of the local
-    volume started together by mpiexec, which share the machine as the ranks do but never communicate."""
-    layout = LAYOUTS[n]
+def run_once(kind, local, n, extra, independent=False, layout=None):
+    """One benchmark: n ranks on n local volumes (``layout``, by default ``LAYOUTS[n]``), or
+    (``independent``) n one-rank runs of the local volume started together by mpiexec, which share
+    the machine as the ranks do but never communicate."""
+    layout = layout or LAYOUTS[n]
     grid = local if independent else [l * p for l, p in zip(local, layout)]
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "run.json")
@@ -73,7 +80,8 @@ def run_once(kind, local, n, extra, independent=False):
             doc = json.load(f)
     k = doc["runs"][0]["kernels"]["Dhop"]
     m = k.get("_mpi", {})
-    return {"gflops": k["gflops"], "halo_mb": m.get("halo_bytes_per_call", 0) / 1e6,
+    way = "shared" if m.get("shared_writes_per_call") else "messages" if m else "-"
+    return {"gflops": k["gflops"], "halo_mb": m.get("halo_bytes_per_call", 0) / 1e6, "way": way,
             "hidden": m.get("hidden_fraction"), "exposed_ms": 1e3 * m.get("exposed_seconds_per_call", 0.0),
             "comm_ms": 1e3 * m.get("comm_seconds_per_call", 0.0), "ms": 1e3 * k["seconds_per_call"]}
 
@@ -85,28 +93,31 @@ def scaling(args):
           "alternating runs")
     print("'apart': the same number of one-rank runs of the local volume at once, no communication "
           "(what sharing the machine alone costs); GFlop/s of the slowest")
-    print(f"{'per rank':>12} {'ranks':>5} {'GFlop/s/rank':>12} {'vs 1 rank':>9} {'apart':>8} {'vs apart':>8} "
-          f"{'halo MB/call':>12} {'comm ms':>8} {'exposed ms':>10} {'hidden':>6}")
+    print(f"{'per rank':>12} {'ranks':>5} {'way':>8} {'GFlop/s/rank':>12} {'vs 1 rank':>9} {'apart':>8} "
+          f"{'vs apart':>8} {'halo MB/call':>12} {'comm ms':>8} {'exposed ms':>10} {'hidden':>6}")
+    ways = [[]] + ([["--no-shm-halo"]] if args.messages else [])
     for local in args.local:
         best, apart = {}, {}
         for _ in range(args.repeat):
             for n in args.ranks:
-                r = run_once(args.kind, local, n, extra)
-                if n not in best or r["gflops"] > best[n]["gflops"]:
-                    best[n] = r
+                layout = (1, 1, 1, n) if args.t_only else LAYOUTS[n]
+                for way in ways if n > 1 else [[]]:
+                    r = run_once(args.kind, local, n, extra + way, layout=layout)
+                    key = (n, bool(way))
+                    if key not in best or r["gflops"] > best[key]["gflops"]:
+                        best[key] = r
                 if n > 1:
                     a = run_once(args.kind, local, n, extra, independent=True)["gflops"]
                     apart[n] = max(apart.get(n, 0.0), a)
-        base = best.get(1)
-        for n in args.ranks:
-            r = best[n]
+        base = best.get((1, False))
+        for (n, _), r in sorted(best.items()):
             ratio = f"{r['gflops'] / base['gflops']:9.2f}" if base else f"{'-':>9}"
             hidden = "-" if r["hidden"] is None else f"{100 * r['hidden']:.0f}%"
             share = "  (ranks share cores)" if n > cores else ""
             a = apart.get(n, base["gflops"] if base and n == 1 else None)
             ap = f"{a:8.3f} {r['gflops'] / a:8.2f}" if a else f"{'-':>8} {'-':>8}"
-            print(f"{dotted(local):>12} {n:>5} {r['gflops']:12.3f} {ratio} {ap} {r['halo_mb']:12.3f} "
-                  f"{r['comm_ms']:8.3f} {r['exposed_ms']:10.3f} {hidden:>6}{share}")
+            print(f"{dotted(local):>12} {n:>5} {r['way']:>8} {r['gflops']:12.3f} {ratio} {ap} "
+                  f"{r['halo_mb']:12.3f} {r['comm_ms']:8.3f} {r['exposed_ms']:10.3f} {hidden:>6}{share}")
 
 
 def halo_bandwidth(args):
@@ -143,6 +154,9 @@ def main():
     ap.add_argument("--ranks", default="1,2,4", help="rank counts, comma-separated (1, 2, 4, 8)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--Ls", type=int, default=8)
+    ap.add_argument("--messages", action="store_true",
+                    help="also run every multi-rank case with its halo as MPI messages (--no-shm-halo)")
+    ap.add_argument("--t-only", action="store_true", help="split every rank count in t alone (1.1.1.N)")
     ap.add_argument(
         "--halo", action="store_true", help="the halo exchange bandwidth (run under mpiexec -n 2)"
     )

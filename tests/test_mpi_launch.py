@@ -66,18 +66,31 @@ def test_rank_count_mismatch_is_a_clear_error(tmp_path):
     assert "asks for 4 ranks" in r.stderr and "the job has 2 ranks" in r.stderr
 
 
-def test_benchmark_under_mpiexec_reports_per_rank_and_halo(tmp_path):
+@pytest.mark.parametrize("how", ["shared", "messages"])
+def test_benchmark_under_mpiexec_reports_per_rank_and_halo(tmp_path, how):
     out = tmp_path / "w.json"
+    flags = ["--no-shm-halo"] if how == "messages" else []
     r = mpirun(2, [sys.executable, "-m", "pygrid", "benchmark", "wilson", "--grid", "8.8.8.16",
-                   "--mpi", "1.1.1.2", "--iterations", "5", "--warmup", "1", "--json", str(out)])
+                   "--mpi", "1.1.1.2", "--iterations", "5", "--warmup", "1", "--json", str(out), *flags])
     assert r.returncode == 0, r.stderr
     text = r.stdout
     assert "mpi             1.1.1.2: 2 ranks, 8.8.8.8 sites per rank" in text
     assert text.count("wilson on 8.8.8.16") == 1  # rank 0 alone prints
     assert "verified against numpy reference" in text
-    assert "MB sent per call and rank, in 2 messages" in text and "hidden by computation" in text
+    said = ("in 1 write into the neighbours' shared memory" if how == "shared" else "in 2 messages")
+    assert "MB sent per call and rank, " + said in text and "hidden by computation" in text
     assert "Dhop on all 2 ranks" in text
     import json
 
-    k = json.loads(out.read_text())["runs"][0]["kernels"]["Dhop"]
-    assert k["_mpi"]["ranks"] == 2 and k["_mpi"]["halo_bytes_per_call"] > 0
+    m = json.loads(out.read_text())["runs"][0]["kernels"]["Dhop"]["_mpi"]
+    assert m["ranks"] == 2 and m["halo_bytes_per_call"] > 0
+    assert (m["shared_writes_per_call"] > 0) == (how == "shared")
+
+
+def test_benchmark_verifies_with_four_sites_a_rank(tmp_path):
+    """``--mpi 1.1.1.4`` splits the 4^4 check lattice to one site a rank in t: the check runs on
+    4.4.4.16 instead."""
+    r = mpirun(4, [sys.executable, "-m", "pygrid", "benchmark", "dwf", "--grid", "4.4.4.16", "-Ls", "4",
+                   "--mpi", "1.1.1.4", "--threads", "1", "--iterations", "2", "--warmup", "1"])
+    assert r.returncode == 0, r.stderr
+    assert "verified against numpy reference" in r.stdout and "4x4x4x16" in r.stdout

@@ -37,6 +37,20 @@ class Context:
     seed: tuple = (1, 2, 3, 4)
 
 
+def verify_dims(base):
+    """The lattice a Dirac benchmark checks its operator on: ``base`` (4^4), each dimension widened
+    to 4 sites a rank where the job splits it (``--mpi 1.1.1.4`` would leave 4^4 one site a
+    rank in t, too few for the red-black grid)."""
+    from pygrid.communicator import default_mpi_layout, world
+    from pygrid.config import current
+
+    size = world().size
+    if size == 1:
+        return tuple(base)
+    layout = current().mpi or default_mpi_layout(base, size)
+    return tuple(max(int(b), 4 * int(p)) for b, p in zip(base, layout))
+
+
 def make_grid(dims, precision, simd_layout=None):
     """``pg.GridCartesian`` for the flags; a bad combination raises ConfigError naming them."""
     import pygrid as pg

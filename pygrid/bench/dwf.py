@@ -5,19 +5,20 @@ Uses ``pg.qcd.DomainWallFermion(U, Ls, mass, M5)`` and its ``Dhop(psi, out=chi)`
 (Grid's count); bytes: the compulsory traffic, the spinor read once and the result
 written (48 reals) and the 4 links of the 4D site shared by its Ls slices (72 / Ls
 reals).  The roofline is a copy of that working set in the same run.  Verified once on a 4^4 x
-Ls lattice against :func:`pygrid.qcd.reference.dhop` applied slice by slice.
+Ls lattice (4 sites a rank in a split dimension) against :func:`pygrid.qcd.reference.dhop`
+applied slice by slice.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..qcd.kernels_wilson import FLOPS_PER_SITE
-from .common import NO_NUMPY_UNDER_MPI, check_red_black, dirac_run, make_grid
+from .common import NO_NUMPY_UNDER_MPI, check_red_black, dirac_run, make_grid, verify_dims
 from .kinds import Kind
 from .report import Kernel
 from .roofline import measure_copy
 from .timing import mpi_summary, time_operator
-from .units import real_bytes
+from .units import dotted, real_bytes
 from .wilson import MASS, VERIFY_DIMS, device_reals, dhop_reference, numpy_matmul_kernel
 
 M5 = 1.8
@@ -51,14 +52,15 @@ def _setup(grid4, Ls, precision, seed):
 
 def verify(precision, ctx):
     Ls = 4
-    grid4 = make_grid(VERIFY_DIMS, precision, None)
+    dims = verify_dims(VERIFY_DIMS)
+    grid4 = make_grid(dims, precision, None)
     U, D, psi, chi = _setup(grid4, Ls, precision, (5, 6, 7, 8))
-    ctx.progress.step(f"dwf {precision}: verifying Dhop on 4^4 x {Ls} against numpy")
+    ctx.progress.step(f"dwf {precision}: verifying Dhop on {dotted(dims)} x {Ls} against numpy")
     D.Dhop(psi, out=chi)
     ref = dhop_reference(U.to_numpy().astype(np.complex128), psi.to_numpy().astype(np.complex128),
                          lattice_axes=(1, 2, 3, 4))
     err = float(np.max(np.abs(chi.to_numpy() - ref)) / np.max(np.abs(ref)))
-    return {"precision": precision, "lattice": list(VERIFY_DIMS) + [Ls], "max_rel_error": err,
+    return {"precision": precision, "lattice": list(dims) + [Ls], "max_rel_error": err,
             "tolerance": 1e-12 if precision == "double" else 1e-5}
 
 

@@ -11,7 +11,8 @@ those.  The roofline is a copy of the same
 working set (psi, U and the result) in the same run, so no kernel can pass 100%
 except by what the cache keeps between calls.
 
-Before timing, the operator is checked once on a 4^4 lattice against
+Before timing, the operator is checked once on a 4^4 lattice (4 sites a rank in a split
+dimension) against
 :func:`pygrid.qcd.reference.dhop`, written with np.roll and einsum from the
 definition in docs/conventions.md, independently of the kernel.
 """
@@ -21,12 +22,12 @@ import numpy as np
 
 from ..qcd.kernels_wilson import FLOPS_PER_SITE
 from ..qcd.reference import dhop as dhop_reference
-from .common import NO_NUMPY_UNDER_MPI, check_red_black, dirac_run, make_grid
+from .common import NO_NUMPY_UNDER_MPI, check_red_black, dirac_run, make_grid, verify_dims
 from .kinds import Kind
 from .report import Kernel
 from .roofline import measure_copy
 from .timing import mpi_summary, time_operator
-from .units import real_bytes
+from .units import dotted, real_bytes
 
 REALS_PER_SITE = 24 + 4 * 18 + 24   # 120
 REALS_PER_SITE_COMPRESSED = 24 + 4 * 12 + 24   # 96
@@ -57,15 +58,16 @@ def _setup(grid, precision, seed):
 
 
 def verify(precision, ctx):
-    """Max relative error of Dhop against dhop_reference on a 4^4 lattice."""
+    """Max relative error of Dhop against dhop_reference on a 4^4 lattice (``verify_dims``)."""
     W = operator_class()
-    grid = make_grid(VERIFY_DIMS, precision, None)
+    dims = verify_dims(VERIFY_DIMS)
+    grid = make_grid(dims, precision, None)
     U, psi, chi = _setup(grid, precision, (5, 6, 7, 8))
-    ctx.progress.step(f"wilson {precision}: verifying Dhop on 4^4 against numpy")
+    ctx.progress.step(f"wilson {precision}: verifying Dhop on {dotted(dims)} against numpy")
     W(U, MASS).Dhop(psi, out=chi)
     ref = dhop_reference(U.to_numpy().astype(np.complex128), psi.to_numpy().astype(np.complex128))
     err = float(np.max(np.abs(chi.to_numpy() - ref)) / np.max(np.abs(ref)))
-    return {"precision": precision, "lattice": list(VERIFY_DIMS), "max_rel_error": err,
+    return {"precision": precision, "lattice": list(dims), "max_rel_error": err,
             "tolerance": 1e-12 if precision == "double" else 1e-5}
 
 
