@@ -48,10 +48,10 @@ class SplitHop:
             for launch in self.packs[k]:
                 launch()
             stats.pack_s += time.perf_counter() - t
-            shared.post()
+            shared.post(k)
             for launch in self.pieces:
                 launch()
-            shared.complete()
+            shared.complete(k)
             self.boundary[k]()
             return
         self.packs[0][0]()

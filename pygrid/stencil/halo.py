@@ -99,7 +99,7 @@ class HaloPlan:
                     groups.append(
                         (kidx, _lane_selector(m), rank_of(tuple(me - g), P), rank_of(tuple(me + g), P))
                     )
-            direct = (len(groups) == 1 and _rows(groups[0][0]) == len(face)
+            direct = (len(groups) == 1 and index_rows(groups[0][0]) == len(face)
                       and isinstance(groups[0][1], slice) and groups[0][1] == slice(0, grid.nsimd, 1))
             self.points.append(PointHalo(face, rows, offset, groups, direct))
             self.neighbours[p] = nbr
@@ -132,7 +132,7 @@ class HaloPlan:
                 continue
             rows[...] = packed[p]  # the lanes that stay on this rank
             for gi, (kidx, mask, to, frm) in enumerate(pt.groups):
-                buf = self._buffer(p, gi, _rows(kidx), rows.shape[1:], rows.dtype)
+                buf = self._buffer(p, gi, index_rows(kidx), rows.shape[1:], rows.dtype)
                 recvs.append((buf, frm, 64 * p + gi))
                 sends.append((np.ascontiguousarray(packed[p][kidx]), to, 64 * p + gi))
                 where = (slice(pt.offset + kidx.start, pt.offset + kidx.stop) if isinstance(kidx, slice)
@@ -161,20 +161,27 @@ class Exchange:
     def wait(self):
         self.requests.wait()
         for idx, lanes, buf in self.merges:
-            if isinstance(lanes, np.ndarray):  # a lane mask per row
-                m = lanes.reshape(lanes.shape[:1] + (1,) * (buf.ndim - 2) + lanes.shape[1:])
-                rows = self.halo[idx]
-                np.copyto(rows, buf, where=m)
-                self.halo[idx] = rows
-            elif isinstance(idx, slice):
-                self.halo[idx][..., lanes] = buf[..., lanes]
-            else:
-                self.halo[idx, ..., lanes] = buf[..., lanes]
+            merge_lanes(self.halo, idx, lanes, buf)
         self.merges = []
         return self.halo
 
 
-def _rows(kidx):
+def merge_lanes(halo, idx, lanes, buf):
+    """The remote ``lanes`` of ``buf`` (received rows) into the halo rows ``idx`` (a slice or
+    indices): a lane slice, or a (rows, nsimd) mask."""
+    if isinstance(lanes, np.ndarray):  # a lane mask per row
+        m = lanes.reshape(lanes.shape[:1] + (1,) * (buf.ndim - 2) + lanes.shape[1:])
+        rows = halo[idx]
+        np.copyto(rows, buf, where=m)
+        halo[idx] = rows
+    elif isinstance(idx, slice):
+        halo[idx][..., lanes] = buf[..., lanes]
+    else:
+        halo[idx, ..., lanes] = buf[..., lanes]
+
+
+def index_rows(kidx):
+    """How many rows a slice or an index array picks."""
     return kidx.stop - kidx.start if isinstance(kidx, slice) else len(kidx)
 
 

@@ -11,12 +11,16 @@ from conftest import WORLD, grids, same_everywhere
 
 import pygrid as pg
 from pygrid import config
+from pygrid.cartesian.simd import default_nsimd, default_simd_layout
 from pygrid.memory import ViewMode
 from pygrid.stencil.shared_halo import usable
 
-#: split in t, which holds no SIMD lanes: every face travels whole, so the shared path applies
+#: split in t, which the default SIMD layout leaves without lanes: every face travels whole
 LAYOUT = {2: (1, 1, 1, 2), 4: (1, 1, 1, 4)}.get(WORLD.size)
 DIMS = (4, 4, 4, 4 * WORLD.size)
+NSIMD = default_nsimd("double")
+#: two lanes in t: each face row holds lanes of two ranks, merged after the neighbours wrote theirs
+MERGED = default_simd_layout((4, 4, 4), NSIMD // 2) + (2,)
 CPU = pg.get_backend().name in ("openmp", "numpy")
 
 pytestmark = pytest.mark.skipif(LAYOUT is None or not CPU,
@@ -40,11 +44,12 @@ def _operators(g, Ls):
     return D, D.new_fermion().grid
 
 
+@pytest.mark.parametrize("lanes", ["whole", "merged"])
 @pytest.mark.parametrize("Ls", [None, 4], ids=["wilson", "dwf"])
-def test_repeated_calls_match_one_rank(shm, Ls):
+def test_repeated_calls_match_one_rank(shm, Ls, lanes):
     """Six calls on the same fields, the source rewritten before each: every result equals the
     one-rank operator's, and the halo went the configured way."""
-    g, g1 = grids(DIMS, LAYOUT)
+    g, g1 = grids(DIMS, LAYOUT, **({"simd_layout": MERGED} if lanes == "merged" else {}))
     D, gf = _operators(g, Ls)
     D1, gf1 = _operators(g1, Ls)
     psi, out = pg.LatticeFermion(gf), pg.LatticeFermion(gf)
@@ -60,6 +65,7 @@ def test_repeated_calls_match_one_rank(shm, Ls):
         np.testing.assert_array_equal(same_everywhere(out.to_numpy()), out1.to_numpy())
     plan = (D if Ls is None else D._w).stencil.plan
     assert usable(plan)
+    assert all(plan.points[p].direct for p in plan.active) == (lanes == "whole")
     if shm:
         assert stats.shared_writes >= 5 and stats.messages == 0
     else:
