@@ -79,8 +79,8 @@ class Signals:
         _SIGNALS.append(self)
 
     def free(self):
-        if self.active:
-            self.wait()
+        if self.active:    # a call cut short: waiting at exit could wait forever
+            return
         for r in self.reqs:
             r.Free()
         self.reqs = []
