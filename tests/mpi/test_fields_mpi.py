@@ -151,3 +151,18 @@ def test_layout_errors():
             pg.eval(pg.cshift(f, 3, 2))
         with pytest.raises(pg.ShapeError, match="whole lattice"):
             f.from_numpy(np.zeros(g.ldims))
+
+
+def test_scalar_sums_keep_their_type():
+    """Numbers go through a numpy buffer (not pickled), and come back as the type they went in."""
+    n, r = WORLD.size, WORLD.rank + 1
+    total = n * (n + 1) // 2
+    cases = [(1.5 * r, 1.5 * total, float), ((1 + 2j) * r, (1 + 2j) * total, complex),
+             (3 * r, 3 * total, int),
+             (np.float32(0.25 * r), np.float32(0.25 * total), np.float32),
+             (np.complex64(1j * r), np.complex64(1j * total), np.complex64),
+             (np.int32(r), np.int32(total), np.int32), (10**30 * r, 10**30 * total, int), (True, n, int)]
+    for value, want, kind in cases:
+        got = WORLD.sum(value)
+        assert got == want and type(got) is kind, (value, got)
+    assert WORLD.max(2.5 * r) == 2.5 * n and WORLD.max(-r) == -1
