@@ -80,7 +80,7 @@ def run_once(kind, local, n, extra, independent=False, layout=None):
             doc = json.load(f)
     k = doc["runs"][0]["kernels"]["Dhop"]
     m = k.get("_mpi", {})
-    way = "shared" if m.get("shared_writes_per_call") else "messages" if m else "-"
+    way = "shared" if m.get("shared_transfers_per_call") else "messages" if m else "-"
     return {"gflops": k["gflops"], "halo_mb": m.get("halo_bytes_per_call", 0) / 1e6, "way": way,
             "hidden": m.get("hidden_fraction"), "exposed_ms": 1e3 * m.get("exposed_seconds_per_call", 0.0),
             "comm_ms": 1e3 * m.get("comm_seconds_per_call", 0.0), "ms": 1e3 * k["seconds_per_call"]}

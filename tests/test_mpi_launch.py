@@ -77,14 +77,14 @@ def test_benchmark_under_mpiexec_reports_per_rank_and_halo(tmp_path, how):
     assert "mpi             1.1.1.2: 2 ranks, 8.8.8.8 sites per rank" in text
     assert text.count("wilson on 8.8.8.16") == 1  # rank 0 alone prints
     assert "verified against numpy reference" in text
-    said = ("in 1 write into the neighbours' shared memory" if how == "shared" else "in 2 messages")
+    said = ("in 2 transfers through the node's shared memory" if how == "shared" else "in 2 messages")
     assert "MB sent per call and rank, " + said in text and "hidden by computation" in text
     assert "Dhop on all 2 ranks" in text
     import json
 
     m = json.loads(out.read_text())["runs"][0]["kernels"]["Dhop"]["_mpi"]
     assert m["ranks"] == 2 and m["halo_bytes_per_call"] > 0
-    assert (m["shared_writes_per_call"] > 0) == (how == "shared")
+    assert (m["shared_transfers_per_call"] > 0) == (how == "shared")
 
 
 def test_benchmark_verifies_with_four_sites_a_rank(tmp_path):

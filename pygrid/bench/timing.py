@@ -122,7 +122,7 @@ def time_operator(ctx, fn, label, grid):
         st = comm.stats
         n, size = calls[0], comm.size
         counts = (st.bytes_sent + st.shared_bytes, st.messages, st.comm_s, st.exposed_s, st.pack_s,
-                  st.shared_bytes, st.shared_writes)
+                  st.shared_bytes, st.shared_transfers)
         mean = [comm.sum(v) / size / n for v in counts]
         hidden = 0.0 if mean[2] <= 0 else max(0.0, 1 - mean[3] / mean[2])
         extra["ranks"] = (
@@ -132,7 +132,7 @@ def time_operator(ctx, fn, label, grid):
         # the links' halo of the first call travels as messages: a fraction of one per call
         how = [f"{mean[1]:.0f} messages"] if round(mean[1]) or not mean[6] else []
         if mean[6]:
-            how.append(f"{mean[6]:.0f} write{'' if round(mean[6]) == 1 else 's'} into the neighbours' "
+            how.append(f"{mean[6]:.0f} transfer{'' if round(mean[6]) == 1 else 's'} through the node's "
                        "shared memory")
         extra["halo"] = f"{mean[0] / 1e6:.3f} MB sent per call and rank, in " + " and ".join(how)
         extra["comms"] = (
@@ -147,7 +147,7 @@ def time_operator(ctx, fn, label, grid):
             "halo_bytes_per_call": mean[0],
             "messages_per_call": mean[1],
             "shared_bytes_per_call": mean[5],
-            "shared_writes_per_call": mean[6],
+            "shared_transfers_per_call": mean[6],
             "comm_seconds_per_call": mean[2],
             "exposed_seconds_per_call": mean[3],
             "pack_seconds_per_call": mean[4],

@@ -12,24 +12,25 @@ def layout_str(layout):
 class CommStats:
     """Halo traffic of one communicator since the last ``reset()``.
 
-    ``messages`` and ``bytes_sent`` count the halos sent as messages; ``shared_writes`` and
-    ``shared_bytes`` those written straight into a neighbour's memory on the same node
-    (:mod:`pygrid.communicator.shared`).  ``comm_s`` is the time from posting an exchange
-    until it was seen complete; ``exposed_s`` the part of it a rank spent blocked waiting, with
-    nothing left to compute: 1 - exposed / comm is the fraction hidden behind computation.
+    ``messages`` and ``bytes_sent`` count the halos sent as messages; ``shared_transfers`` and
+    ``shared_bytes`` those read straight from a neighbour's memory on the same node, one
+    transfer per neighbour and face (:mod:`pygrid.communicator.shared`).  ``comm_s`` is the
+    time from posting an exchange until it was seen complete; ``exposed_s`` the part of it a
+    rank spent blocked waiting, with nothing left to compute: 1 - exposed / comm is the fraction
+    hidden behind computation.
     """
 
     exchanges: int = 0
     messages: int = 0
     bytes_sent: int = 0
-    shared_writes: int = 0
+    shared_transfers: int = 0
     shared_bytes: int = 0
     comm_s: float = 0.0
     exposed_s: float = 0.0
     pack_s: float = 0.0
 
     def reset(self):
-        self.exchanges = self.messages = self.bytes_sent = self.shared_writes = self.shared_bytes = 0
+        self.exchanges = self.messages = self.bytes_sent = self.shared_transfers = self.shared_bytes = 0
         self.comm_s = self.exposed_s = self.pack_s = 0.0
 
 

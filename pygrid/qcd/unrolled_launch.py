@@ -364,10 +364,10 @@ class _LaunchState:
         self.interior = read_only(stencil.interior)
         self.shared = shared_halo(plan, shape, dtype) if shared else None
         if self.shared is not None:
-            # the pack's rows, directions and signs for each run of faces written to one rank
+            # the pack's rows, directions and signs for each of its targets
             self.pack_runs = [(self.rows[a:b], self.mus[a:b], {d: s[a:b] for d, s in self.signs.items()})
                               for a, b, _ in self.shared.targets[0]]
-            self.shared_halos = [read_only(h.reshape(-1)) for h in self.shared.halo]
+            self.shared_halos = [read_only(h.reshape(-1)) for h in self.shared.read]
             return
         packed = np.empty((len(self.rows),) + shape, dtype)
         self.packed_flat = packed.reshape(-1)

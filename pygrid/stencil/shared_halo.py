@@ -1,16 +1,15 @@
-"""A halo that the neighbouring ranks of the node write straight into this rank's memory.
+"""A halo that the ranks of a node read straight from each other's memory.
 
 Where every rank's neighbours share its node (``Communicator.node_ranks``), the halo rows need
-not be messages.  Every rank's halo array lives in a segment of an MPI shared
-window (:class:`pygrid.communicator.shared.SharedSegments`), and a rank packs its face rows for
-rank ``me - Delta`` directly into that rank's halo, at the rows where the message would have
-landed: the packed order of the faces is the halo's order on every rank, as every rank has the
-same layout.  A zero-byte message to each rank written to, and one from each rank that writes
-here, says the rows are complete (:class:`pygrid.communicator.shared.Signals`).
+not be messages.  Every rank packs its face rows into its own segment of an MPI shared window
+(:class:`pygrid.communicator.shared.SharedSegments`), in the halo's order (every rank has the same
+layout, so the rows rank ``me - Delta`` needs from this one sit where its halo keeps them), and
+signals its neighbours with a zero-byte message each
+(:class:`pygrid.communicator.shared.Signals`); a neighbour that has the signal reads the rows.
 
-Two halo arrays, used on alternate calls, let a rank write the next call's rows while its
-neighbour may still read the last ones.  The call after that writes the first array again; by
-then this rank has received the neighbour's signal of the call in between, which the neighbour
+Two packed arrays, used on alternate calls, let a rank pack the next call's rows while its
+neighbour may still read the last ones.  The call after that packs the first array again; by
+then this rank has received each neighbour's signal of the call in between, which the neighbour
 sends only after it finished reading the first array.  Every rank must therefore make the same
 sequence of calls on one plan, as the messages require as well.
 """
@@ -52,17 +51,22 @@ def usable(plan):
 
 
 class SharedHalo:
-    """This rank's two halo arrays in the node's shared memory (``halo[k]``, (nhalo, *row_shape)),
-    and where each call's rows go: ``targets[k]``, (first row, end row, the flat rows they are
-    written to) for each run of consecutive points written to one rank.
+    """This rank's packed face rows and halo in the node's shared memory, two of each, used on
+    alternate calls (``k``).
 
-    A point whose face rows hold lanes of two ranks (a SIMD dimension split over ranks) is packed
-    into this rank's own halo, as the lanes that stay; after the pack its remote rows are copied
-    to each neighbour's receive rows (``post``), and the neighbours' rows merged into the halo by
-    lane (``complete``), as the message path does with received rows.
+    A call packs every face row into this rank's own ``packed[k]`` (nhalo, *row_shape), in the
+    order of the halo (the pack's one target, ``targets[k]``), then ``post(k)``s: a signal to each
+    neighbour.  ``complete(k)`` waits for the neighbours' signals and fills this rank's halo from
+    their packed rows: each point's rows from the rank they come from, and, for a face whose rows
+    hold lanes of two ranks (a SIMD dimension split over ranks), this rank's own rows with the
+    neighbours' lanes merged in, as the message path does with received rows.  Where every row
+    comes whole from one neighbour, in the halo's order (two ranks split in one dimension), the
+    kernel reads that neighbour's packed rows in place: ``read[k]`` is the array the kernel reads
+    as the halo.
 
-    A call takes ``k = next()``, writes its targets, ``post(k)``s, and ``complete(k)``s before it
-    reads ``halo[k]``."""
+    Each rank writes only its own memory: a store to a line another core holds waits for that
+    line (a pack into the neighbour's memory ran 23 us for 49 KB at 8^4, into its own 6 us),
+    while the reads of the rows can overlap."""
 
     def __init__(self, plan, row_shape, dtype):
         comm = plan.comm
@@ -71,74 +75,69 @@ class SharedHalo:
         dtype = np.dtype(dtype)
         row_shape = tuple(row_shape)
         row = int(np.prod(row_shape))
-        runs, sends, merges, extra = [], [], [], 0   # extra: receive rows of the merged faces
+        n = plan.nhalo * row
+        shape = (plan.nhalo,) + row_shape
+        copies, merges = [], []   # (halo rows, source rank), (halo rows, lanes, source rank)
         for p in plan.active:
             pt = plan.points[p]
-            to = pt.groups[0][2] if pt.direct else me
-            if runs and runs[-1][2] == to and runs[-1][1] == pt.offset:
-                runs[-1][1] += pt.nface
-            else:
-                runs.append([pt.offset, pt.offset + pt.nface, to])
+            rows = slice(pt.offset, pt.offset + pt.nface)
             if pt.direct:
+                copies.append((rows, pt.groups[0][3]))
                 continue
-            for kidx, mask, to, frm in pt.groups:
-                rows = (slice(pt.offset + kidx.start, pt.offset + kidx.stop) if isinstance(kidx, slice)
-                        else pt.offset + kidx)
-                n = index_rows(kidx)
-                sends.append((rows, extra, n, to))
-                merges.append((rows, mask, extra, n, frm))
-                extra += n
-        n, m = plan.nhalo * row, extra * row
+            copies.append((rows, me))
+            for kidx, mask, _, frm in pt.groups:
+                at = (slice(pt.offset + kidx.start, pt.offset + kidx.stop) if isinstance(kidx, slice)
+                      else pt.offset + kidx)
+                merges.append((at, mask, frm))
+        in_place = not merges and len({r for _, r in copies}) == 1 and copies[0][1] != me
         self.comm, self.calls = comm, 0
-        self.segments = comm.shared_segments((2 * n + 2 * m) * dtype.itemsize)
+        self.segments = comm.shared_segments((2 if in_place else 4) * n * dtype.itemsize)
 
-        def flat(rank):
-            return self.segments.segment(node[rank]).view(dtype)
+        def packed(rank, k):
+            return self.segments.segment(node[rank]).view(dtype)[k * n:(k + 1) * n].reshape(shape)
 
-        def received(rank, k, at, count):   # receive rows of the merged faces
-            start = 2 * n + k * m + at * row
-            return flat(rank)[start:start + count * row].reshape((count,) + row_shape)
-
-        self.halo = [flat(me)[k * n:(k + 1) * n].reshape((plan.nhalo,) + row_shape) for k in (0, 1)]
-        self.targets = [[(a, b, flat(to)[k * n + a * row:k * n + b * row]) for a, b, to in runs]
-                        for k in (0, 1)]
-        self.sends = [[(rows, received(to, k, at, c)) for rows, at, c, to in sends] for k in (0, 1)]
-        self.merges = [[(rows, mask, received(me, k, at, c)) for rows, mask, at, c, _ in merges]
-                       for k in (0, 1)]
-        to = {r for _, _, r in runs if r != me} | {s[3] for s in sends}
-        frm = {pt.groups[0][3] for pt in (plan.points[p] for p in plan.active) if pt.direct}
-        frm |= {g[4] for g in merges}
-        self.signals = comm.signals(sorted(to), sorted(frm), TAG)
-        self.bytes = (sum(b - a for a, b, r in runs if r != me) + extra) * row * dtype.itemsize
-        self.writes = sum(1 for r in runs if r[2] != me) + len(sends)
+        self.packed = [packed(me, k) for k in (0, 1)]
+        self.targets = [[(0, plan.nhalo, self.packed[k].reshape(-1))] for k in (0, 1)]
+        if in_place:
+            self.halo = [packed(copies[0][1], k) for k in (0, 1)]
+            self.copies = self.merges = [[], []]
+        else:
+            self.halo = [self.segments.segment(node[me]).view(dtype)[(2 + k) * n:(3 + k) * n].reshape(shape)
+                         for k in (0, 1)]
+            self.copies = [[(self.halo[k][rows], packed(r, k)[rows]) for rows, r in copies] for k in (0, 1)]
+            self.merges = [[(at, mask, packed(r, k)) for at, mask, r in merges] for k in (0, 1)]
+        self.read = self.halo
+        # every neighbour both ways: a rank overwrites its packed rows only after each rank that
+        # reads them has signalled a later call (the Wilson stencil's neighbours come in pairs, but
+        # the signals do not rely on it)
+        peers = sorted({r for _, r in copies if r != me} | {r for _, _, r in merges}
+                       | {g[2] for p in plan.active for g in plan.points[p].groups})
+        self.signals = comm.signals(peers, peers, TAG)
+        remote = sum(index_rows(rows) for rows, r in copies if r != me) + sum(
+            index_rows(at) for at, _, _ in merges)
+        self.bytes = remote * row * dtype.itemsize
+        self.transfers = sum(1 for _, r in copies if r != me) + len(merges)
         self._t0 = 0.0
 
     def next(self):
-        """The halo array (0 or 1) this call writes and reads."""
+        """The packed rows and halo (0 or 1) this call writes and reads."""
         k = self.calls & 1
         self.calls += 1
         return k
 
     def post(self, k):
-        """The rows written: copy the remote lanes of merged faces to the neighbours, order the
-        writes, and signal every rank written to."""
-        halo = self.halo[k]
-        for rows, dest in self.sends[k]:
-            if isinstance(rows, slice):
-                dest[...] = halo[rows]
-            else:
-                np.take(halo, rows, axis=0, out=dest)
+        """This rank's rows packed: order the writes and signal every neighbour."""
         self.segments.sync()
         self._t0 = time.perf_counter()
         self.signals.start()
         st = self.comm.stats
         st.shared_bytes += self.bytes
-        st.shared_writes += self.writes
+        st.shared_transfers += self.transfers
         st.exchanges += 1
 
     def complete(self, k):
-        """Wait for every neighbour's signal, then merge their lanes of merged faces: this rank's
-        halo of the call may be read after it."""
+        """Wait for every neighbour's signal, then fill the halo from their packed rows (nothing to
+        do where the kernel reads them in place): ``read[k]`` may be read after it."""
         signals, st = self.signals, self.comm.stats
         if signals.test():
             blocked = 0.0
@@ -147,8 +146,10 @@ class SharedHalo:
             signals.wait()
             blocked = time.perf_counter() - t
         self.segments.sync()
+        for dest, src in self.copies[k]:
+            dest[...] = src
         halo = self.halo[k]
-        for rows, mask, buf in self.merges[k]:
-            merge_lanes(halo, rows, mask, buf)
+        for rows, mask, src in self.merges[k]:
+            merge_lanes(halo, rows, mask, src[rows])
         st.comm_s += time.perf_counter() - self._t0
         st.exposed_s += blocked
