@@ -322,15 +322,19 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
         "        B = (n * LS + S) * FS",
         "        H = (U(i) * LS + S) * HS",
     ]
-    for mu in range(4):
-        body += [
-            f"        {'if' if mu == 0 else 'elif'} mu == {mu}:",
-            f"            vstoret(out, H, {_projection(mu, 'psi', 'B', 'g')})",
-        ]
-    fn("pack_kernel(lo, hi, psi, rows, mus, signs, Ls, out)", body,
-       "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the halos "
-       "to send.",
-       "@_jit")
+    for nt in (False, True):
+        lines = list(body)
+        for mu in range(4):
+            lines += [
+                f"        {'if' if mu == 0 else 'elif'} mu == {mu}:",
+                f"            vstoret{'_nt' if nt else ''}(out, H, {_projection(mu, 'psi', 'B', 'g')})",
+            ]
+        if nt:
+            lines += ["store_fence()"]
+        fn(f"pack_kernel{'_nt' if nt else ''}(lo, hi, psi, rows, mus, signs, Ls, out)", lines,
+           "Half spinors (1 + signs[i] gamma_mus[i]) psi of the sites rows[lo:hi], all Ls slices: the "
+           "halos to send" + (", stored past the caches (another core reads them next)." if nt else "."),
+           "@_jit")
     args = ("lo, hi, out, psi, uf, ub, diag, nbr, perm, lanes, pxor, n4, Ls, coef, use_diag, dco, dprev, "
             "sorder, sinv, mco, mprev, tile, far, "
             "sites, halo, ubh")
@@ -947,9 +951,11 @@ def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"
     return getattr(m, ("dhop_kernel" if halo else "dhop_local") + sfx + _dag(dag))
 
 
-def pack_kernel_for(nsimd, dtype="float64", Ls=1):
-    """The compiled kernel that packs projected half spinors into a halo message."""
-    return _module(nsimd, dtype, Ls).pack_kernel
+def pack_kernel_for(nsimd, dtype="float64", Ls=1, nt=False):
+    """The compiled kernel that packs projected half spinors into a halo message (``nt``: with
+    non-temporal stores, rows 64-byte aligned)."""
+    m = _module(nsimd, dtype, Ls)
+    return m.pack_kernel_nt if nt else m.pack_kernel
 
 
 def field_bytes(n4, Ls, nsimd, dtype, links=4):
