@@ -361,9 +361,10 @@ class Config:
         (``/sys``): the byte thresholds at which the CPU kernels treat fields as larger than the
         caches scale with it (:mod:`pygrid.accelerator.caches`).
     shm_halo
-        Whether the Dirac operators' halos between the ranks of one node are written straight
-        into the neighbour's memory, an MPI shared-memory window (:mod:`pygrid.stencil.shared_halo`),
-        where every rank's neighbours share its node; False sends them as MPI messages.
+        Whether the Dirac operators' halos between the ranks of one node go through an MPI
+        shared-memory window, each rank reading its neighbours' packed rows there
+        (:mod:`pygrid.stencil.shared_halo`), where every rank's neighbours share its node; False
+        sends them as MPI messages.
     log
         Log level, one of :data:`LOG_LEVELS`.
 

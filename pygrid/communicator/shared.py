@@ -5,9 +5,9 @@ A halo that travels as a message between two ranks of one node is copied by MPI 
 shared-memory queues, on the ranks' threads, inside their MPI calls: at 8^4 a rank's Dirac call
 spent 50 us of its 250 in MPI's tests and wait.  In a window allocated by
 ``MPI_Win_allocate_shared`` on the node's communicator every rank of the node can load and store
-every other's segment directly; the sender writes its halo rows where the receiver's kernel reads
-them, and a zero-byte message per neighbour (persistent requests, started every call) orders the
-writes and the reads.  MPI still does all of it: the memory, the ordering (``MPI_Win_sync``
+every other's segment directly; a rank writes its halo rows into its own segment, its neighbours
+read them there, and a zero-byte message per neighbour (persistent requests, started every call)
+orders the writes and the reads.  MPI still does all of it: the memory, the ordering (``MPI_Win_sync``
 around each message) and the messages.
 
 A window is freed collectively (``MPI_Win_free``); a garbage collector would free them at

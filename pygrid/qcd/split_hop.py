@@ -5,8 +5,9 @@ they travel, then the boundary sites from the halo (:func:`pygrid.qcd.unrolled_l
 The halo goes one of two ways:
 
 * through the node's shared memory (:mod:`pygrid.stencil.shared_halo`) where every rank's
-  neighbours share its node: the pack writes each neighbour's halo rows in place, and the
-  interior runs as one launch, since there is nothing for MPI to move meanwhile;
+  neighbours share its node: the pack writes the rows into this rank's own shared memory, the
+  neighbours read them there, and the interior runs as one launch, since there is nothing for
+  MPI to move meanwhile;
 * as MPI messages otherwise: the interior runs in pieces, with a test between them, because MPI
   moves data only inside its calls.
 
