@@ -49,7 +49,7 @@ class SplitHop:
             for launch in self.packs[k]:
                 launch()
             stats.pack_s += time.perf_counter() - t
-            shared.post(k)
+            shared.post()
             for launch in self.pieces:
                 launch()
             shared.complete(k)

@@ -374,7 +374,7 @@ class _LaunchState:
             # the pack's rows, directions and signs for each of its targets
             self.pack_runs = [(self.rows[a:b], self.mus[a:b], {d: s[a:b] for d, s in self.signs.items()})
                               for a, b, _ in self.shared.targets[0]]
-            self.shared_halos = [read_only(h.reshape(-1)) for h in self.shared.read]
+            self.shared_halos = [read_only(h.reshape(-1)) for h in self.shared.halo]
             return
         packed = np.empty((len(self.rows),) + shape, dtype)
         self.packed_flat = packed.reshape(-1)
