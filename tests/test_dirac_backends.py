@@ -141,80 +141,92 @@ def _dwf_refs(op, psi5):
 
 def _into_a_halo(st, seed):
     """Half the outer sites, chosen at random, moved into a halo as rows from another rank arrive:
-    (the moved sites in halo order, the stencil's neighbour table renumbered to read them there)."""
+    (the moved sites, and per point the destination sites that read one, their source sites and
+    the point's first halo row; the stencil's neighbour table renumbered to read those rows)."""
     n4 = st.neighbours.shape[1]
     moved = np.random.default_rng(seed).choice(n4, n4 // 2, replace=False)
-    slot = np.full(n4, -1)
-    slot[moved] = np.arange(len(moved))
     nbr = st.neighbours.copy()
-    far = slot[nbr] >= 0
-    nbr[far] = n4 + slot[nbr[far]]
+    faces, offset = [], 0
+    for p in range(8):
+        face = np.nonzero(np.isin(nbr[p], moved))[0]
+        faces.append((face, nbr[p, face].copy(), offset))
+        nbr[p, face] = n4 + offset + np.arange(len(face))
+        offset += len(face)
     nbr.setflags(write=False)  # read-only as the stencil's tables, so numba reuses the kernel it compiled
-    return moved, nbr
+    return moved, faces, nbr
+
+
+def _projected_rows(p, rows, mu, g, Ls):
+    """Independently of the kernels: the upper two spins of (1 + g gamma_mu) psi at the outer sites
+    ``rows`` (all Ls slices), as the halo holds them, (len(rows) * Ls, 6, 2, nsimd)."""
+    ns = p.shape[3]
+    x = p.reshape(-1, Ls, 4, 3, 2, ns)[rows]
+    z = x[..., 0, :] + 1j * x[..., 1, :]
+    gamma = np.asarray(pg.tensors.constant.Gamma.mu[mu].array())
+    h = (z + g * np.einsum("ab,nsbcl->nsacl", gamma, z))[:, :, :2]
+    return np.stack([h.real, h.imag], axis=-2).reshape(-1, 6, 2, ns).astype(p.dtype)
+
+
+def _halo_of(p, faces, Ls, signs=(-1.0, 1.0)):
+    """The projected halo of ``_into_a_halo``'s faces for the hop with (forward, backward) signs."""
+    return np.concatenate([_projected_rows(p, rows, q % 4, signs[q >= 4], Ls)
+                           for q, (_, rows, _) in enumerate(faces)])
 
 
 @needs_cxx
 @pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
 @pytest.mark.parametrize("Ls", [1, 3])
 def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
-    """Neighbour rows renumbered into a halo array, as rows from another rank arrive
-    (E.read_either), give the same hopping term on every target; the local copies of
-    those rows are poisoned, so a read that ignored the halo would show.  The kernel of a
-    lattice without a halo gives it too."""
+    """Neighbour rows renumbered into a halo array of half spinors, as rows from another rank
+    arrive projected (E.read_either for the links), give the same hopping term on every target,
+    Dhop and its adjoint; the local copies of those rows are poisoned, so a read that ignored the
+    halo would show.  The kernel of a lattice without a halo gives it too.  The pack kernel
+    (WILSON_PACK) makes the same halo rows as the numpy projection."""
     if name != "openmp" and shutil.which("g++") is None:
         pytest.skip("no host C++ compiler")
     grid, U, psi = setup(dims=(4, 4, 4, 4), Ls=None if Ls == 1 else Ls)
     st = pg.qcd.WilsonFermion(U, 0.1).stencil
     n4 = st.neighbours.shape[1]
-    moved, nbr = _into_a_halo(st, 0)
+    moved, faces, nbr = _into_a_halo(st, 0)
     with psi.view(pg.CpuRead) as p, U.view(pg.CpuRead) as u:
         p, u = p.copy(), u.copy()
     ns, dt = p.shape[3], p.dtype
-    halo = p.reshape(n4, Ls * 12, 2, ns)[moved].reshape(-1, 12, 2, ns).copy()
-    ubh = u[moved].copy()
+    ubh = np.concatenate([u[rows] for _, rows, _ in faces])
     p_far, u_far = p.copy(), u.copy()
     p_far.reshape(n4, Ls * 12, 2, ns)[moved] = np.nan
     u_far[moved] = np.nan
-    coef = np.array([-0.5, 0.0, -1.0, 1.0], dt)
+    rows = np.concatenate([r for _, r, _ in faces]).astype(np.int32)
+    mus = np.concatenate([np.full(len(r), q % 4, np.int32) for q, (_, r, _) in enumerate(faces)])
+    fwd = np.concatenate([np.full(len(r), q < 4) for q, (_, r, _) in enumerate(faces)])
     kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP
-    outs = []
     with backend(name):
-        for psi_, ub_, nbr_, halo_, ubh_ in ((p, u, st.neighbours, p, u), (p_far, u_far, nbr, halo, ubh)):
+        for sf in (-1.0, 1.0):  # Dhop, its adjoint
+            coef = np.array([-0.5, 0.0, sf, -sf], dt)
+            halo = _halo_of(p, faces, Ls, (sf, -sf))
+            packed = np.zeros_like(halo)
+            pg.get_backend().launch(kg.WILSON_PACK, dict(
+                packed=packed, psi=p, rows=rows, mus=mus, signs=np.where(fwd, sf, -sf).astype(dt),
+                nrows=len(rows), Ls=Ls), ns, dt)
+            np.testing.assert_allclose(packed, halo, rtol=0, atol=1e-13)
+            outs = []
+            for psi_, ub_, nbr_, ubh_ in ((p, u, st.neighbours, u), (p_far, u_far, nbr, ubh)):
+                out = np.zeros_like(p)
+                pg.get_backend().launch(kernel, dict(
+                    out=out, psi=psi_, uf=u, ub=ub_, nbr=nbr_, perm=st.perm, lanes=st.lanes,
+                    pxor=st.lane_xor, coef=coef, diag=out, use_diag=0, n4=n4, Ls=Ls, halo=packed, ubh=ubh_),
+                    ns, dt)
+                outs.append(out)
+            # the kernel of a lattice without a halo, on the local fields: the same hopping term
             out = np.zeros_like(p)
             pg.get_backend().launch(
-                kernel,
-                dict(
-                    out=out,
-                    psi=psi_,
-                    uf=u,
-                    ub=ub_,
-                    nbr=nbr_,
-                    perm=st.perm,
-                    lanes=st.lanes,
-                    pxor=st.lane_xor,
-                    coef=coef,
-                    diag=out,
-                    use_diag=0,
-                    n4=n4,
-                    Ls=Ls,
-                    halo=halo_,
-                    ubh=ubh_,
-                ),
-                ns,
-                dt,
-            )
+                kg.WILSON_HOP_5D_LOCAL if Ls > 1 else kg.WILSON_HOP_LOCAL,
+                dict(out=out, psi=p, uf=u, ub=u, nbr=st.neighbours, perm=st.perm, lanes=st.lanes,
+                     pxor=st.lane_xor, coef=coef, diag=out, use_diag=0, n4=n4, Ls=Ls),
+                ns, dt)
             outs.append(out)
-        # the kernel of a lattice without a halo, on the local fields: the same hopping term
-        out = np.zeros_like(p)
-        pg.get_backend().launch(
-            kg.WILSON_HOP_5D_LOCAL if Ls > 1 else kg.WILSON_HOP_LOCAL,
-            dict(out=out, psi=p, uf=u, ub=u, nbr=st.neighbours, perm=st.perm, lanes=st.lanes,
-                 pxor=st.lane_xor, coef=coef, diag=out, use_diag=0, n4=n4, Ls=Ls, halo=p, ubh=u),
-            ns, dt)
-        outs.append(out)
-    assert np.all(np.isfinite(outs[1]))
-    np.testing.assert_array_equal(outs[1], outs[0])
-    np.testing.assert_array_equal(outs[2], outs[0])
+            assert np.all(np.isfinite(outs[1])) and np.abs(outs[0]).max() > 0
+            np.testing.assert_array_equal(outs[0], outs[2])
+            np.testing.assert_array_equal(outs[1], outs[0])
 
 
 @needs_cxx
@@ -261,8 +273,8 @@ def test_generic_kernel_on_compressed_links(name, prec, layout, cb):
 @pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-emulated", "opencl-simd-emulated"])
 def test_generic_compressed_kernel_reads_a_halo(name):
     """WILSON_HOP_C, the generic kernel on compressed links of a lattice split over ranks: neighbour
-    rows renumbered into a halo (spinors in ``halo``, links compressed after the local ones) give
-    the hop of the kernel on whole local links; the local copies of those rows are replaced by
+    rows renumbered into a halo (half spinors in ``halo``, links compressed after the local ones)
+    give the hop of the kernel on whole local links; the local copies of those rows are replaced by
     other rows (links by other SU(3) links), so a read that ignored the halo would show."""
     from pygrid.qcd import compressed_links as cl
 
@@ -270,22 +282,22 @@ def test_generic_compressed_kernel_reads_a_halo(name):
     D = pg.qcd.WilsonFermion(U, 0.1, boundary_phases=[1, 1, 1, -1])
     st = D.stencil
     n4 = st.neighbours.shape[1]
-    moved, nbr = _into_a_halo(st, 1)
+    moved, faces, nbr = _into_a_halo(st, 1)
     with psi.view(pg.CpuRead) as p, D.links.view(pg.CpuRead) as u:
         p, u = p.copy(), u.copy()
     ns, dt = p.shape[3], p.dtype
-    halo = p[moved].copy()
+    halo = _halo_of(p, faces, 1)
     p_far, u_far = p.copy(), u.copy()
     p_far[moved] = p[np.roll(moved, 1)]
     u_far[moved] = u[np.roll(moved, 1)]
-    lc = cl.CompressedLinks.of(u, np.concatenate([u_far, u[moved]]))
-    assert lc is not None and lc.ub.shape[1] == n4 + len(moved)
+    lc = cl.CompressedLinks.of(u, np.concatenate([u_far] + [u[rows] for _, rows, _ in faces]))
+    assert lc is not None and lc.ub.shape[1] == n4 + len(halo)
     coef = np.array([-0.5, 0.0, -1.0, 1.0], dt)
     tables = dict(perm=st.perm, lanes=st.lanes, pxor=st.lane_xor, coef=coef, use_diag=0, n4=n4, Ls=1)
     want, got = np.zeros_like(p), np.zeros_like(p)
     with backend(name):
-        pg.get_backend().launch(kg.WILSON_HOP_LOCAL, dict(out=want, psi=p, uf=u, ub=u, diag=want, halo=p,
-                                                          ubh=u, nbr=st.neighbours, **tables), ns, dt)
+        pg.get_backend().launch(kg.WILSON_HOP_LOCAL, dict(out=want, psi=p, uf=u, ub=u, diag=want,
+                                                          nbr=st.neighbours, **tables), ns, dt)
         pg.get_backend().launch(kg.WILSON_HOP_C, dict(out=got, psi=p_far, diag=got, halo=halo, nbr=nbr,
                                                       **lc.on(pg.get_backend()), **tables), ns, dt)
     assert relerr(got, want) < 10 * TOL["double"], name
@@ -428,6 +440,56 @@ BAD = Kernel("bad", (Param("out", "field", 1, out=True), Param("x", "field", 1),
 def test_a_forgotten_permute_is_refused_on_every_target(target):
     with pytest.raises(DescriptionError, match="without E.permute"):
         covariant.generate(BAD, target, 4, "float64")
+
+
+def _branch_body(unpermuted):
+    def body(E, o, s):
+        """A neighbour read from x or y by a branch, into variables of the permute's frame; the
+        bad form sets one from an unpermuted read."""
+        P = E.permutation(E.itable("perm")[o])
+        v = E.var(E.const(0.0), P)
+        with E.when(o.less(2)):
+            E.set(v, E.read("x", o, 0, None if unpermuted else P))
+        with E.otherwise():
+            E.set(v, E.read("y", o, 0, P))
+        E.store("out", o, 0, E.permute([v], P)[0])
+    return body
+
+
+def _branch_kernel(unpermuted):
+    return Kernel("branch", (Param("out", "field", 1, out=True), Param("x", "field", 1), Param("y", "field", 1),
+                             Param("perm", "itable"), Param("lanes", "itable"), Param("pxor", "itable"),
+                             Param("n", "int")), "n", _branch_body(unpermuted))
+
+
+@pytest.mark.parametrize("target", ["numba", "cuda", "opencl", "opencl-simd"])
+def test_a_branch_carries_a_permuted_read_only_in_its_frame(target):
+    """E.var(v, P) holds reads of permute P from either branch; an unpermuted value is refused."""
+    covariant.generate(_branch_kernel(False), target, 4, "float64")
+    with pytest.raises(DescriptionError, match="unpermuted value"):
+        covariant.generate(_branch_kernel(True), target, 4, "float64")
+
+
+@pytest.mark.parametrize("name", ["openmp", "cuda-emulated", "opencl-simd-emulated"])
+def test_a_branch_of_permuted_reads_runs(name):
+    """The branch kernel above on every form: sites below 2 read x, the others y, each with the
+    lane permute of its row, and the result equals numpy's."""
+    if name != "openmp" and shutil.which("g++") is None:
+        pytest.skip("no host C++ compiler")
+    ns, n = 4, 6
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((n, 1, 2, ns)), rng.standard_normal((n, 1, 2, ns))
+    lanes = np.array([[0, 1, 2, 3], [1, 0, 3, 2], [2, 3, 0, 1]], np.int32)
+    perm = np.array([0, 1, 2, 1, 0, 2], np.int32)
+    out = np.zeros_like(x)
+    with backend(name):
+        pg.get_backend().launch(_branch_kernel(False), dict(out=out, x=x, y=y, perm=perm, lanes=lanes,
+                                                            pxor=np.array([0, 1, 2], np.int64), n=n), ns,
+                                np.float64)
+    src = np.where(np.arange(n)[:, None] < 2, x[:, 0, 0], y[:, 0, 0])
+    want = np.take_along_axis(src, lanes[perm], axis=1)
+    np.testing.assert_array_equal(out[:, 0, 0], want)
+    np.testing.assert_array_equal(out[:, 0, 1], 0)
 
 
 def test_generated_sources_of_one_description():

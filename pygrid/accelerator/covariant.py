@@ -88,6 +88,14 @@ class IExpr:
     def __rmul__(self, o):
         return self._bin("*", o, True)
 
+    def less(self, o):
+        """``self < o``: a condition for :meth:`_Emitter.when` (1 or 0)."""
+        return self._bin("<", o)
+
+    def equals(self, o):
+        """``self == o``: a condition for :meth:`_Emitter.when` (1 or 0)."""
+        return self._bin("==", o)
+
 
 @dataclass(frozen=True, eq=False)
 class _IConst(IExpr):
@@ -365,18 +373,23 @@ class _Emitter:
     def _ternary(self, kind, a, b, c):
         return self._value(self._spell_fma(kind, a.name, b.name, c.name), self._join(a, b, c))
 
-    def var(self, v: CV) -> CV:
-        if v.perm not in (None, UNIFORM):
+    def var(self, v: CV, perm: Permutation | None = None) -> CV:
+        """A mutable value starting as ``v``.  With ``perm``, it holds values read with that lane
+        permute (and not yet permuted), which every :meth:`set` must give it: the branches of an
+        :meth:`when` that read one neighbour from different arrays."""
+        if v.perm not in (None, UNIFORM, perm):
             raise DescriptionError("a loop-carried value must not carry a lane permute")
         name = self.fresh("v")
         self._var(name, v)
-        return CV(self, name, None, True)
+        return CV(self, name, perm, True)
 
     def set(self, var: CV, v: CV):
         if not var.mutable:
             raise DescriptionError("E.set needs a value made by E.var")
-        if v.perm not in (None, UNIFORM):
-            raise DescriptionError("a loop-carried value must not carry a lane permute")
+        if v.perm not in (None, UNIFORM) and v.perm is not var.perm:
+            raise DescriptionError("E.set of a value read with another lane permute than its variable's")
+        if v.perm is None and var.perm is not None:
+            raise DescriptionError("E.set of an unpermuted value into a variable of permuted values")
         self.emit(self._assign(var.name, v.name))
 
     def source(self) -> str:

@@ -33,6 +33,7 @@ from ..config import current
 from ..errors import BackendError, ConformabilityError
 from ..stencil.halo import exchange_rows
 from . import kernels_generic as kg, unrolled_launch as ul
+from .generic_halo import generic_halo
 
 #: backends that run the hand-unrolled numba kernel
 UNROLL_BACKENDS = ("openmp", "numpy")
@@ -191,9 +192,8 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     compressed = links_c is not None and Ls == 1
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:
-        # the generic kernel reads whole spinors from the halo, exchanged before it starts
-        halo = exchange_rows(stencil.plan, psi, lambda a, rows: host_rows(backend, a, rows, Ls))
-        halo = halo.reshape(-1, 12, 2, nsimd)
+        # the generic kernel reads the halo's rows projected to half spinors, exchanged before it starts
+        halo = generic_halo(stencil.plan, Ls, nsimd, dtype).exchange(backend, psi, dag)
         if not compressed:  # compressed, the halo's links follow the local ones in links_c.ub
             ubh = link_halo if link_halo is not None else exchange_rows(
                 stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))

@@ -137,6 +137,43 @@ def _wilson_prologue(E):
     return {k: E.uniform("coef", i) for i, k in enumerate(("scale", "alpha", "gf", "gb"))}
 
 
+def _project(E, read, mu, g):
+    """The half spinor of ``(1 + g gamma_mu) psi`` (g = -+1), its spins 0 and 1 as [spin][colour] =
+    (re, im), from ``read(plane)`` of psi's 24 real planes."""
+    pa = gamma_structure()[mu][0]
+    h = []
+    for a in range(2):
+        j, imag, sign = pa[a]
+        spin = []
+        for c in range(3):
+            x = (read(_plane(a, c, 0)), read(_plane(a, c, 1)))
+            y = (read(_plane(2 + j, c, 0)), read(_plane(2 + j, c, 1)))
+            spin.append(_axpy_phase(E, x, g, imag, sign, y))
+        h.append(spin)
+    return h
+
+
+def _half_spinor(E, site, n, n4, limit, mu, g, P):
+    """The projected neighbour of a lattice split over ranks: from psi (local ``n``) or, past the
+    local sites, a row of the halo another rank sent, already projected (:data:`WILSON_PACK`)."""
+    zero = E.const(0.0)
+    hv = [[(E.var(zero, P), E.var(zero, P)) for _ in range(3)] for _ in range(2)]
+
+    def into(h):
+        for a in range(2):
+            for c in range(3):
+                for v, x in zip(hv[a][c], h[a][c]):
+                    E.set(v, x)
+
+    with E.when(n.less(n4)):
+        into(_project(E, lambda plane: E.read("psi", site, plane, P), mu, g))
+    with E.otherwise():
+        row = site - limit
+        into([[tuple(E.read("halo", row, _plane(a, c, im), P) for im in range(2)) for c in range(3)]
+              for a in range(2)])
+    return hv
+
+
 def _wilson_body(E, o, s):
     gam = gamma_structure()
     n4, Ls = E.int_param("n4"), E.int_param("Ls")
@@ -144,12 +181,6 @@ def _wilson_body(E, o, s):
     local = "local" in E.k.statics
     compressed = "compressed" in E.k.statics  # 4D: the links as two rows and a phase
     limit = None if local else E.let(n4 * Ls, "lim")
-
-    def rd(site, plane, P):
-        if local:
-            return E.read("psi", site, plane, P)
-        # a neighbour past the local sites is a row of the halo another rank sent (the whole spinor)
-        return E.read_either("psi", "halo", site, limit, plane, P)
 
     acc = None  # acc[spin][colour] = (re, im)
     for p in range(8):
@@ -162,16 +193,11 @@ def _wilson_body(E, o, s):
         if "prefetch" in E.k.statics:
             # the neighbour's slices ahead: prefetching them past the end of psi is harmless (never faults)
             E.prefetch("psi", site + SLICE_PREFETCH)
-        pa, pb = gam[mu]
-        h = []
-        for a in range(2):
-            j, imag, sign = pa[a]
-            spin = []
-            for c in range(3):
-                x = (rd(site, _plane(a, c, 0), P), rd(site, _plane(a, c, 1), P))
-                y = (rd(site, _plane(2 + j, c, 0), P), rd(site, _plane(2 + j, c, 1), P))
-                spin.append(_axpy_phase(E, x, g, imag, sign, y))
-            h.append(spin)
+        pb = gam[mu][1]
+        if local:
+            h = _project(E, lambda plane: E.read("psi", site, plane, P), mu, g)
+        else:
+            h = _half_spinor(E, site, n, n4, limit, mu, g, P)
         if fwd:
             h = _unflatten(E.permute(_flatten(h), P))
             if compressed:
@@ -217,8 +243,8 @@ def _wilson_hop(prefetch, local=False, compressed=False):
                  Param("zib", "itable"), Param("ztab", "field", 1), Param("nuf", "int"), Param("nub", "int"))
     else:
         links = (Param("uf", "field", 36), Param("ub", "field", 36))
-    halo = () if local else (Param("halo", "field", 12),) if compressed else (
-        Param("halo", "field", 12), Param("ubh", "field", 36))
+    halo = () if local else (Param("halo", "field", 6),) if compressed else (
+        Param("halo", "field", 6), Param("ubh", "field", 36))
     return Kernel(
         name=("wilson_hop_5d" if prefetch else "wilson_hop") + ("_local" if local else "")
         + ("_c" if compressed else ""),
@@ -261,6 +287,44 @@ WILSON_HOP_5D_LOCAL = _wilson_hop(True, True)
 #: CompressedLinks`), without a halo and with one (whose links follow the local ones in ``ubc``)
 WILSON_HOP_LOCAL_C = _wilson_hop(False, True, True)
 WILSON_HOP_C = _wilson_hop(False, False, True)
+
+
+def _pack_body(E, o, s):
+    """Face row ``o`` (slice s): the half spinor of its direction ``mus[o]`` and sign ``signs[o]``."""
+    Ls = E.int_param("Ls")
+    site = E.let(E.itable("rows")[o] * Ls + s, "src")
+    g = E.uniform("signs", o)
+    mu = E.let(E.itable("mus")[o], "mu")
+    for m in range(4):
+        with E.when(mu.equals(m)):
+            h = _project(E, lambda plane: E.read("psi", site, plane), m, g)
+            for a in range(2):
+                for c in range(3):
+                    for im in range(2):
+                        E.store("packed", o * Ls + s, _plane(a, c, im), h[a][c][im])
+
+
+#: the halo a rank sends, packed where its fields live (on the device for a GPU): for face row o,
+#: its source site ``rows[o]`` projected to the half spinor of direction ``mus[o]`` with the sign
+#: ``signs[o]`` of the hop's projector there, all Ls slices, into row o of ``packed``
+#: ``(nrows * Ls, 6, 2, nsimd)``.  The hopping kernels of a split lattice read these rows as their
+#: ``halo``: half the bytes of whole spinors to copy off the device and send.
+WILSON_PACK = Kernel(
+    name="wilson_pack",
+    params=(
+        Param("packed", "field", 6, out=True),
+        Param("psi", "field", 12),
+        Param("rows", "itable"),
+        Param("mus", "itable"),
+        Param("signs", "rtable"),
+        Param("nrows", "int"),
+        Param("Ls", "int"),
+    ),
+    n="nrows",
+    inner="Ls",
+    body=_pack_body,
+    doc="Face rows projected to half spinors for the halo (pygrid.qcd.kernels_generic).",
+)
 
 
 # ---- the fifth dimension: cyclic bidiagonal matrices in s, per chirality ----------------------
