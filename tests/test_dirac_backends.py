@@ -457,9 +457,9 @@ def _branch_body(unpermuted):
 
 
 def _branch_kernel(unpermuted):
-    return Kernel("branch", (Param("out", "field", 1, out=True), Param("x", "field", 1), Param("y", "field", 1),
-                             Param("perm", "itable"), Param("lanes", "itable"), Param("pxor", "itable"),
-                             Param("n", "int")), "n", _branch_body(unpermuted))
+    params = (Param("out", "field", 1, out=True), Param("x", "field", 1), Param("y", "field", 1),
+              Param("perm", "itable"), Param("lanes", "itable"), Param("pxor", "itable"), Param("n", "int"))
+    return Kernel("branch", params, "n", _branch_body(unpermuted))
 
 
 @pytest.mark.parametrize("target", ["numba", "cuda", "opencl", "opencl-simd"])

@@ -137,6 +137,11 @@ def _wilson_prologue(E):
     return {k: E.uniform("coef", i) for i, k in enumerate(("scale", "alpha", "gf", "gb"))}
 
 
+def _reads(E, field, site, P=None):
+    """``read(plane)`` of ``field`` at ``site`` (with the lane permute P)."""
+    return lambda plane: E.read(field, site, plane, P)
+
+
 def _project(E, read, mu, g):
     """The half spinor of ``(1 + g gamma_mu) psi`` (g = -+1), its spins 0 and 1 as [spin][colour] =
     (re, im), from ``read(plane)`` of psi's 24 real planes."""
@@ -166,7 +171,7 @@ def _half_spinor(E, site, n, n4, limit, mu, g, P):
                     E.set(v, x)
 
     with E.when(n.less(n4)):
-        into(_project(E, lambda plane: E.read("psi", site, plane, P), mu, g))
+        into(_project(E, _reads(E, "psi", site, P), mu, g))
     with E.otherwise():
         row = site - limit
         into([[tuple(E.read("halo", row, _plane(a, c, im), P) for im in range(2)) for c in range(3)]
@@ -195,7 +200,7 @@ def _wilson_body(E, o, s):
             E.prefetch("psi", site + SLICE_PREFETCH)
         pb = gam[mu][1]
         if local:
-            h = _project(E, lambda plane: E.read("psi", site, plane, P), mu, g)
+            h = _project(E, _reads(E, "psi", site, P), mu, g)
         else:
             h = _half_spinor(E, site, n, n4, limit, mu, g, P)
         if fwd:
@@ -297,7 +302,7 @@ def _pack_body(E, o, s):
     mu = E.let(E.itable("mus")[o], "mu")
     for m in range(4):
         with E.when(mu.equals(m)):
-            h = _project(E, lambda plane: E.read("psi", site, plane), m, g)
+            h = _project(E, _reads(E, "psi", site), m, g)
             for a in range(2):
                 for c in range(3):
                     for im in range(2):
