@@ -51,6 +51,33 @@ def test_instances_meet_the_protocol(name):
     assert b.threads() >= 1
 
 
+@pytest.mark.parametrize("name", ["numpy", "openmp", "cuda-emulated", "sycl"])
+def test_device_copies_go_both_ways_in_place(name):
+    """device_copy, then copy_from_host into it and copy_to_host out of it: the same values, in the
+    same device array (a kernel that holds it sees the update)."""
+    import numpy as np
+
+    if "emulated" in name and not (shutil.which("g++") or os.environ.get("CXX")):
+        pytest.skip("no C++ compiler for the emulation")
+    if name == "sycl":
+        pytest.importorskip("dpctl")
+    b = pg.get_backend(name)
+    a = np.arange(48.0).reshape(2, 6, 2, 2)
+    d = b.device_copy(a)
+    back = np.zeros_like(a)
+    b.copy_to_host(d, back)
+    np.testing.assert_array_equal(back, a)
+    new = -a - 1
+    b.copy_from_host(d, new)
+    b.copy_to_host(d, back)
+    np.testing.assert_array_equal(back, new)
+    if name == "sycl":
+        from pygrid.errors import ConformabilityError
+
+        with pytest.raises(ConformabilityError, match="copy_to_host"):
+            b.copy_to_host(d, np.zeros(3))
+
+
 def test_host_kernels_run_or_are_refused_by_name():
     """accelerator_for and bind_kernel run a host kernel on the CPU backends; sycl refuses both
     with a BackendError naming the backend."""

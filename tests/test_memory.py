@@ -460,7 +460,7 @@ def _current(m, k):
 @pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
 @pytest.mark.parametrize("mode", [AccWrite, AccDiscard])
 @pytest.mark.parametrize("before", ["host", "consistent", "device-stale"])
-def test_accelerator_write_view_that_raises_keeps_the_host_copy(mode, before, exc):
+def test_accelerator_write_view_that_raises_keeps_the_copy_to_host(mode, before, exc):
     m = emulated(10_000)
     keep, k, host = field(m)
     want = host.copy()

@@ -97,6 +97,16 @@ class Backend(Protocol):
         the MemoryManager and its ``--device-mem`` watermark, and lives as long as the caller
         holds it."""
 
+    def copy_to_host(self, buf: Buffer, out: np.ndarray) -> None:
+        """Copy ``buf``, a buffer of :meth:`device_copy`'s kind, into the host array ``out`` of its
+        shape: the reverse of :meth:`device_copy`, for a kernel's output that travels on from the
+        host (the halo a rank packs for MPI); nothing to copy where ``buf`` is ``out``."""
+
+    def copy_from_host(self, buf: Buffer, host: np.ndarray) -> None:
+        """Copy the host array ``host`` into ``buf``, a buffer of :meth:`device_copy`'s kind and of
+        its shape, in place: the halo a rank received, into the array its kernels read; nothing to
+        copy where ``buf`` is ``host``."""
+
     def bind_kernel(self, kernel: Callable, *args: Any, balance: bool = False) -> Callable[..., None]:
         """``launch(osites, *args)``: :meth:`accelerator_for` of ``kernel`` for arguments of the
         types of ``args``, with what can be looked up once looked up here (openmp: the parallel
@@ -180,5 +190,5 @@ FUSED = ("axpy", "axpy_norm2", "axpy_xpay", "kept_update")
 
 #: the members a backend must define, checked by the tests for every backend class
 MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for",
-           "device_copy", "bind_kernel", "norm2", "inner_product", "site_sum", "slice_sum", "set_threads",
+           "device_copy", "copy_to_host", "copy_from_host", "bind_kernel", "norm2", "inner_product", "site_sum", "slice_sum", "set_threads",
            "threads", "bench_copy", "synchronize")

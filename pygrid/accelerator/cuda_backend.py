@@ -236,6 +236,14 @@ class CudaBackend:
         """A CuPy array holding a copy of the host array ``host``."""
         return self.cupy.asarray(host)
 
+    def copy_to_host(self, buf, out):
+        """The CuPy array ``buf`` into the host array ``out`` (waits for the copy)."""
+        buf.get(out=out)
+
+    def copy_from_host(self, buf, host):
+        """The host array ``host`` into the CuPy array ``buf``."""
+        buf.set(host)
+
     def bench_copy(self, n, dtype):
         """A device-to-device copy of ``n`` reals (CuPy): the device's bandwidth ceiling; runs one and
         waits."""

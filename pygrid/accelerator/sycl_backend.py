@@ -31,7 +31,7 @@ import tempfile
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, ConformabilityError
 from ..memory.devices import Device
 from . import codegen_c, host, reduction_kernels as rk
 from .codegen_c import threads_per_block
@@ -544,6 +544,25 @@ class SyclBackend:
     def device_copy(self, host):
         """A UsmArray holding a copy of the host array ``host``."""
         return self.to_device(host)
+
+    def copy_to_host(self, buf, out):
+        """The UsmArray ``buf`` into the host array ``out``."""
+        if isinstance(buf, UsmArray):
+            if out.size != buf.size or out.dtype != buf.dtype or not out.flags.c_contiguous:
+                raise ConformabilityError(f"copy_to_host: a device array {buf.shape} {buf.dtype} into a host "
+                                          f"array {out.shape} {out.dtype} (contiguous, of its size and dtype)")
+            if buf.nbytes:
+                buf.usm_data.copy_to_host(out.reshape(-1).view(np.uint8))
+            buf._count("host_read")
+        elif buf is not out:
+            out[...] = buf
+
+    def copy_from_host(self, buf, host):
+        """The host array ``host`` into the UsmArray ``buf``."""
+        if isinstance(buf, UsmArray):
+            buf.set(host)
+        elif buf is not host:
+            buf[...] = host
 
     def bench_copy(self, n, dtype):
         """A hand-written OpenCL copy of ``n`` reals between two USM buffers: the device's bandwidth ceiling.

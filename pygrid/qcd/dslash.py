@@ -193,9 +193,10 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
     if stencil.nhalo:
         # the generic kernel reads the halo's rows projected to half spinors, exchanged before it starts
-        halo = generic_halo(stencil.plan, Ls, nsimd, dtype).exchange(backend, psi, dag)
+        gh = generic_halo(stencil.plan, Ls, nsimd, dtype)
+        halo = gh.exchange(backend, psi, dag)
         if not compressed:  # compressed, the halo's links follow the local ones in links_c.ub
-            ubh = link_halo if link_halo is not None else exchange_rows(
+            ubh = gh.links(backend, link_halo) if link_halo is not None else exchange_rows(
                 stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
     args = dict(out=out, psi=psi, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
                 pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls))

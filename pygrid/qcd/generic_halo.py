@@ -8,7 +8,10 @@ hopping kernels read the halo's rows as projected half spinors: a face row
 crosses the device's bus and the network as 6 complex numbers a slice, not 12.
 
 The packed and halo arrays are the host's, kept from call to call with the
-plan's tables (a fresh array of their size would page-fault on every call).
+plan's tables (a fresh array of their size would page-fault on every call); on a
+device backend the pack writes into a device array kept likewise, copied to the
+host after it (:meth:`pygrid.accelerator.contract.Backend.copy_to_host`), and the
+links' halo an operator keeps is copied to the device once.
 """
 from __future__ import annotations
 
@@ -42,17 +45,40 @@ class GenericHalo:
             at += pt.nface
         self.halo = np.empty((plan.nhalo,) + row, self.dtype)
         self.halo_sites = self.halo.reshape(-1, 6, 2, self.nsimd)
+        self._links = {}  # (backend, link halo) ids -> (backend, link halo, its device copy)
+        self._device = {}  # backend id -> (backend, packed rows and halo where its kernels use them)
 
     def exchange(self, backend, psi, dag):
         """The halo of ``psi`` (the buffer the hop reads, on ``backend``) for Dhop or, ``dag``, its
-        adjoint, completed: ``(nhalo * Ls, 6, 2, nsimd)`` host rows, as the kernels read them."""
+        adjoint, completed: ``(nhalo * Ls, 6, 2, nsimd)`` rows where ``backend``'s kernels read
+        them (on its device), valid until the next exchange."""
         t = time.perf_counter()
-        backend.launch(kg.WILSON_PACK, dict(packed=self.packed_sites, psi=psi, rows=self.rows, mus=self.mus,
+        hit = self._device.get(id(backend))
+        if hit is None or hit[0] is not backend:
+            hit = self._device[id(backend)] = (backend, backend.device_copy(self.packed_sites),
+                                               backend.device_copy(self.halo_sites))
+        _, packed, halo = hit
+        backend.launch(kg.WILSON_PACK, dict(packed=packed, psi=psi, rows=self.rows, mus=self.mus,
                                             signs=self.signs[bool(dag)], nrows=len(self.rows), Ls=self.Ls),
                        self.nsimd, self.dtype)
+        backend.copy_to_host(packed, self.packed_sites)
         self.plan.comm.stats.pack_s += time.perf_counter() - t
         self.plan.start(self.packed, self.halo).wait()
-        return self.halo_sites
+        backend.copy_from_host(halo, self.halo_sites)
+        return halo
+
+    def links(self, backend, link_halo):
+        """``link_halo``, the host rows of the halo's links (an operator's, kept unchanged until its
+        gauge field is written, when it makes a new array), as ``backend``'s kernels read it: copied
+        to its device once (:meth:`pygrid.accelerator.contract.Backend.device_copy`), not at every
+        launch.  The last few are kept, held with their host arrays."""
+        key = (id(backend), id(link_halo))
+        hit = self._links.get(key)
+        if hit is None or hit[0] is not backend or hit[1] is not link_halo:
+            if len(self._links) >= 4:
+                self._links.clear()
+            hit = self._links[key] = (backend, link_halo, backend.device_copy(link_halo))
+        return hit[2]
 
 
 _halos = {}
