@@ -549,8 +549,9 @@ class SyclBackend:
         """The UsmArray ``buf`` into the host array ``out``."""
         if isinstance(buf, UsmArray):
             if out.size != buf.size or out.dtype != buf.dtype or not out.flags.c_contiguous:
-                raise ConformabilityError(f"copy_to_host: a device array {buf.shape} {buf.dtype} into a host "
-                                          f"array {out.shape} {out.dtype} (contiguous, of its size and dtype)")
+                raise ConformabilityError(
+                    f"copy_to_host: a device array {buf.shape} {buf.dtype} into a host array {out.shape} "
+                    f"{out.dtype} (contiguous, of its size and dtype)")
             if buf.nbytes:
                 buf.usm_data.copy_to_host(out.reshape(-1).view(np.uint8))
             buf._count("host_read")
