@@ -167,6 +167,12 @@ def _projected_rows(p, rows, mu, g, Ls):
     return np.stack([h.real, h.imag], axis=-2).reshape(-1, 6, 2, ns).astype(p.dtype)
 
 
+def _split(nbr, n4):
+    """(interior, boundary): the sites that read no halo row, the others, as a split lattice's."""
+    reads = np.any(nbr >= n4, axis=0)
+    return np.nonzero(~reads)[0].astype(np.int32), np.nonzero(reads)[0].astype(np.int32)
+
+
 def _halo_of(p, faces, Ls, signs=(-1.0, 1.0)):
     """The projected halo of ``_into_a_halo``'s faces for the hop with (forward, backward) signs."""
     return np.concatenate([_projected_rows(p, rows, q % 4, signs[q >= 4], Ls)
@@ -199,6 +205,9 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
     mus = np.concatenate([np.full(len(r), q % 4, np.int32) for q, (_, r, _) in enumerate(faces)])
     fwd = np.concatenate([np.full(len(r), q < 4) for q, (_, r, _) in enumerate(faces)])
     kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP
+    interior_kernel = kg.WILSON_HOP_5D_INTERIOR if Ls > 1 else kg.WILSON_HOP_INTERIOR
+    inner, bound = _split(nbr, n4)
+    assert len(inner) and len(bound)
     with backend(name):
         for sf in (-1.0, 1.0):  # Dhop, its adjoint
             coef = np.array([-0.5, 0.0, sf, -sf], dt)
@@ -211,10 +220,16 @@ def test_generic_kernel_reads_neighbours_from_a_halo(name, Ls):
             outs = []
             for psi_, ub_, nbr_, ubh_ in ((p, u, st.neighbours, u), (p_far, u_far, nbr, ubh)):
                 out = np.zeros_like(p)
-                pg.get_backend().launch(kernel, dict(
-                    out=out, psi=psi_, uf=u, ub=ub_, nbr=nbr_, perm=st.perm, lanes=st.lanes,
-                    pxor=st.lane_xor, coef=coef, diag=out, use_diag=0, n4=n4, Ls=Ls, halo=packed, ubh=ubh_),
-                    ns, dt)
+                args = dict(out=out, psi=psi_, uf=u, ub=ub_, nbr=nbr_, perm=st.perm, lanes=st.lanes,
+                            pxor=st.lane_xor, coef=coef, diag=out, use_diag=0, n4=n4, Ls=Ls, halo=packed,
+                            ubh=ubh_)
+                if nbr_ is nbr:  # the interior by the kernel without a halo, then the boundary
+                    pg.get_backend().launch(interior_kernel, dict(args, sites=inner, nsites=len(inner)),
+                                            ns, dt)
+                    sites = bound
+                else:  # every site through the halo's kernel
+                    sites = np.arange(n4, dtype=np.int32)
+                pg.get_backend().launch(kernel, dict(args, sites=sites, nsites=len(sites)), ns, dt)
                 outs.append(out)
             # the kernel of a lattice without a halo, on the local fields: the same hopping term
             out = np.zeros_like(p)
@@ -295,11 +310,13 @@ def test_generic_compressed_kernel_reads_a_halo(name):
     coef = np.array([-0.5, 0.0, -1.0, 1.0], dt)
     tables = dict(perm=st.perm, lanes=st.lanes, pxor=st.lane_xor, coef=coef, use_diag=0, n4=n4, Ls=1)
     want, got = np.zeros_like(p), np.zeros_like(p)
+    inner, bound = _split(nbr, n4)
     with backend(name):
         pg.get_backend().launch(kg.WILSON_HOP_LOCAL, dict(out=want, psi=p, uf=u, ub=u, diag=want,
                                                           nbr=st.neighbours, **tables), ns, dt)
-        pg.get_backend().launch(kg.WILSON_HOP_C, dict(out=got, psi=p_far, diag=got, halo=halo, nbr=nbr,
-                                                      **lc.on(pg.get_backend()), **tables), ns, dt)
+        args = dict(out=got, psi=p_far, diag=got, halo=halo, nbr=nbr, **lc.on(pg.get_backend()), **tables)
+        pg.get_backend().launch(kg.WILSON_HOP_INTERIOR_C, dict(args, sites=inner, nsites=len(inner)), ns, dt)
+        pg.get_backend().launch(kg.WILSON_HOP_C, dict(args, sites=bound, nsites=len(bound)), ns, dt)
     assert relerr(got, want) < 10 * TOL["double"], name
 
 
@@ -495,17 +512,18 @@ def test_a_branch_of_permuted_reads_runs(name):
 def test_generated_sources_of_one_description():
     """Every target's source names the same kernel and parameters; SIMT reads the permuted lane directly."""
     targets = ("numba", "cuda", "opencl", "opencl-simd")
-    srcs = {t: covariant.generate(kg.WILSON_HOP, t, 4, "float64") for t in targets}
-    assert "def wilson_hop(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, coef, diag" in srcs["numba"]
-    assert 'extern "C" __global__ void wilson_hop(' in srcs["cuda"]
-    assert "__kernel void wilson_hop(" in srcs["opencl"]
-    assert "__kernel __attribute__((vec_type_hint(double4))) void wilson_hop(" in srcs["opencl-simd"]
+    srcs = {t: covariant.generate(kg.WILSON_HOP_LOCAL, t, 4, "float64") for t in targets}
+    assert "def wilson_hop_local(lo, hi, out, psi, uf, ub, nbr, perm, lanes, pxor, coef, diag" in (
+        srcs["numba"])
+    assert 'extern "C" __global__ void wilson_hop_local(' in srcs["cuda"]
+    assert "__kernel void wilson_hop_local(" in srcs["opencl"]
+    assert "__kernel __attribute__((vec_type_hint(double4))) void wilson_hop_local(" in srcs["opencl-simd"]
     assert "vpermute(" in srcs["numba"] and "vpermute(" not in srcs["cuda"]
     # the vector form: a site's lanes one double4, permuted by a shuffle after the read
     assert "vload4(" in srcs["opencl-simd"] and "shuffle(" in srcs["opencl-simd"]
     assert "shuffle(" not in srcs["opencl"]
     with pytest.raises(DescriptionError, match="Nsimd in"):
-        covariant.generate(kg.WILSON_HOP, "opencl-simd", 32, "float64")
+        covariant.generate(kg.WILSON_HOP_LOCAL, "opencl-simd", 32, "float64")
     # a straight-line site body
     assert "lanes[" in srcs["cuda"] and "for (" not in srcs["cuda"].split("{", 1)[1]
 

@@ -190,30 +190,36 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
     if links_c is not None and links_c.rows != 2:  # links by direction are for the unrolled kernel alone
         links_c = None
     compressed = links_c is not None and Ls == 1
-    halo, ubh = psi, ub  # never read on one rank: every neighbour index is below the local sites
-    if stencil.nhalo:
-        # the generic kernel reads the halo's rows projected to half spinors, exchanged before it starts
-        gh = generic_halo(stencil.plan, Ls, nsimd, dtype)
-        halo = gh.exchange(backend, psi, dag)
-        if not compressed:  # compressed, the halo's links follow the local ones in links_c.ub
-            ubh = gh.links(backend, link_halo) if link_halo is not None else exchange_rows(
-                stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
     args = dict(out=out, psi=psi, nbr=stencil.neighbours, perm=stencil.perm, lanes=stencil.lanes,
                 pxor=stencil.lane_xor, coef=coef, diag=diag, use_diag=int(use_diag), n4=n4, Ls=int(Ls))
     if compressed:
         if links_c.ub.shape[1] != n4 + stencil.nhalo:
             raise ConformabilityError(f"dhop: compressed links of {links_c.ub.shape[1]} sites for the "
                                       f"generic kernel; expected {n4} local and {stencil.nhalo} of the halo")
-        if stencil.nhalo:
-            backend.launch(kg.WILSON_HOP_C, dict(args, halo=halo, **links_c.on(backend)), nsimd, dtype)
-        else:
-            backend.launch(kg.WILSON_HOP_LOCAL_C, dict(args, **links_c.on(backend)), nsimd, dtype)
-        return out
-    if stencil.nhalo:
-        kernel = kg.WILSON_HOP_5D if Ls > 1 else kg.WILSON_HOP
+        args.update(links_c.on(backend))
+        local, interior, boundary = kg.WILSON_HOP_LOCAL_C, kg.WILSON_HOP_INTERIOR_C, kg.WILSON_HOP_C
     else:
-        kernel = kg.WILSON_HOP_5D_LOCAL if Ls > 1 else kg.WILSON_HOP_LOCAL
-    backend.launch(kernel, dict(args, uf=uf, ub=ub, halo=halo, ubh=ubh), nsimd, dtype)
+        args.update(uf=uf, ub=ub)
+        local, interior, boundary = ((kg.WILSON_HOP_5D_LOCAL, kg.WILSON_HOP_5D_INTERIOR, kg.WILSON_HOP_5D)
+                                     if Ls > 1 else
+                                     (kg.WILSON_HOP_LOCAL, kg.WILSON_HOP_INTERIOR, kg.WILSON_HOP))
+    if not stencil.nhalo:
+        backend.launch(local, args, nsimd, dtype)
+        return out
+    # a split lattice: the halo's half spinors travel while the interior is computed, then the boundary
+    gh = generic_halo(stencil.plan, Ls, nsimd, dtype)
+    if not compressed:  # compressed, the halo's links follow the local ones in links_c.ub
+        args["ubh"] = gh.links(backend, link_halo) if link_halo is not None else exchange_rows(
+            stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
+    gh.start(backend, psi, dag)
+    try:
+        if len(stencil.interior):
+            backend.launch(interior, dict(args, sites=stencil.interior, nsites=len(stencil.interior)),
+                           nsimd, dtype)
+    finally:
+        halo = gh.finish()  # every rank completes its messages, whatever happened here
+    backend.launch(boundary, dict(args, halo=halo, sites=stencil.boundary, nsites=len(stencil.boundary)),
+                   nsimd, dtype)
     return out
 
 

@@ -47,25 +47,38 @@ class GenericHalo:
         self.halo_sites = self.halo.reshape(-1, 6, 2, self.nsimd)
         self._links = {}  # (backend, link halo) ids -> (backend, link halo, its device copy)
         self._device = {}  # backend id -> (backend, packed rows and halo where its kernels use them)
+        self._exchange = None  # (backend, the messages in flight) between start and finish
 
-    def exchange(self, backend, psi, dag):
-        """The halo of ``psi`` (the buffer the hop reads, on ``backend``) for Dhop or, ``dag``, its
-        adjoint, completed: ``(nhalo * Ls, 6, 2, nsimd)`` rows where ``backend``'s kernels read
-        them (on its device), valid until the next exchange."""
+    def start(self, backend, psi, dag):
+        """Pack the halo of ``psi`` (the buffer the hop reads, on ``backend``) for Dhop or, ``dag``,
+        its adjoint, and post its messages; :meth:`finish` completes them."""
         t = time.perf_counter()
         hit = self._device.get(id(backend))
         if hit is None or hit[0] is not backend:
             hit = self._device[id(backend)] = (backend, backend.device_copy(self.packed_sites),
                                                backend.device_copy(self.halo_sites))
-        _, packed, halo = hit
+        packed = hit[1]
         backend.launch(kg.WILSON_PACK, dict(packed=packed, psi=psi, rows=self.rows, mus=self.mus,
                                             signs=self.signs[bool(dag)], nrows=len(self.rows), Ls=self.Ls),
                        self.nsimd, self.dtype)
         backend.copy_to_host(packed, self.packed_sites)
         self.plan.comm.stats.pack_s += time.perf_counter() - t
-        self.plan.start(self.packed, self.halo).wait()
+        self._exchange = (backend, self.plan.start(self.packed, self.halo))
+
+    def finish(self):
+        """The halo :meth:`start` posted, completed: ``(nhalo * Ls, 6, 2, nsimd)`` rows where the
+        backend's kernels read them (on its device), valid until the next :meth:`start`."""
+        backend, exchange = self._exchange
+        self._exchange = None
+        exchange.wait()
+        halo = self._device[id(backend)][2]
         backend.copy_from_host(halo, self.halo_sites)
         return halo
+
+    def exchange(self, backend, psi, dag):
+        """:meth:`start`, then :meth:`finish`."""
+        self.start(backend, psi, dag)
+        return self.finish()
 
     def links(self, backend, link_halo):
         """``link_halo``, the host rows of the halo's links (an operator's, kept unchanged until its

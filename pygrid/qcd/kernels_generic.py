@@ -180,6 +180,8 @@ def _half_spinor(E, site, n, n4, limit, mu, g, P):
 
 
 def _wilson_body(E, o, s):
+    if "listed" in E.k.statics:  # the sites of a list (the interior or the boundary of a split lattice)
+        o = E.let(E.itable("sites")[o], "site")
     gam = gamma_structure()
     n4, Ls = E.int_param("n4"), E.int_param("Ls")
     nbr, perm = E.itable("nbr"), E.itable("perm")
@@ -242,7 +244,7 @@ def _wilson_body(E, o, s):
             E.store("out", out_site, q, sc * v)
 
 
-def _wilson_hop(prefetch, local=False, compressed=False):
+def _wilson_hop(prefetch, local=False, compressed=False, listed=False):
     if compressed:  # the links compressed (the third row rebuilt), 4D
         links = (Param("ufc", "field", 6), Param("ubc", "field", 6), Param("zif", "itable"),
                  Param("zib", "itable"), Param("ztab", "field", 1), Param("nuf", "int"), Param("nub", "int"))
@@ -250,9 +252,10 @@ def _wilson_hop(prefetch, local=False, compressed=False):
         links = (Param("uf", "field", 36), Param("ub", "field", 36))
     halo = () if local else (Param("halo", "field", 6),) if compressed else (
         Param("halo", "field", 6), Param("ubh", "field", 36))
+    sites = (Param("sites", "itable"), Param("nsites", "int")) if listed else ()
     return Kernel(
         name=("wilson_hop_5d" if prefetch else "wilson_hop") + ("_local" if local else "")
-        + ("_c" if compressed else ""),
+        + ("_c" if compressed else "") + ("_sites" if listed else ""),
         params=(
             Param("out", "field", 12, out=True),
             Param("psi", "field", 12),
@@ -267,31 +270,40 @@ def _wilson_hop(prefetch, local=False, compressed=False):
             Param("n4", "int"),
             Param("Ls", "int"),
             *halo,
+            *sites,
         ),
-        n="n4",
+        n="nsites" if listed else "n4",
         inner="Ls",
         body=_wilson_body,
         prologue=_wilson_prologue,
         statics=(("prefetch",) if prefetch else ()) + (("local",) if local else ())
-        + (("compressed",) if compressed else ()),
-        doc="The Wilson hopping term on outer 4D sites [lo, hi), all Ls slices (pygrid.qcd.kernels_generic).",
+        + (("compressed",) if compressed else ()) + (("listed",) if listed else ()),
+        doc="The Wilson hopping term on outer 4D sites " + ("sites[lo:hi]" if listed else "[lo, hi)")
+        + ", all Ls slices (pygrid.qcd.kernels_generic).",
     )
 
 
-#: the hopping kernel for 4D fields, and for 5D fields (which also prefetches the neighbour's slices ahead)
-WILSON_HOP = _wilson_hop(False)
-WILSON_HOP_5D = _wilson_hop(True)
+#: the hopping kernel for 4D fields, and for 5D fields (which also prefetches the neighbour's slices
+#: ahead), on a lattice split over ranks: the outer sites ``sites[:nsites]`` (the boundary), whose
+#: neighbours past the local sites are the halo's half spinors
+WILSON_HOP = _wilson_hop(False, listed=True)
+WILSON_HOP_5D = _wilson_hop(True, listed=True)
 #: the same on a lattice with no halo (one rank): every read from the local fields, none choosing between
 #: them and the halo, which in 5D kept the loop over s from being compiled well (openmp 1.2-1.8x,
 #: sycl 1.07x; docs/performance.md, "Backends compared")
 WILSON_HOP_LOCAL = _wilson_hop(False, True)
 WILSON_HOP_5D_LOCAL = _wilson_hop(True, True)
+#: the kernels of a lattice without a halo on the sites of a list: the interior of a split lattice,
+#: computed while the halo travels
+WILSON_HOP_INTERIOR = _wilson_hop(False, True, listed=True)
+WILSON_HOP_5D_INTERIOR = _wilson_hop(True, True, listed=True)
 #: the 4D kernels reading the links compressed (``ufc``, ``ubc``: the first two rows of each link,
 #: direction by direction, ``nuf`` and ``nub`` links a direction, shaped (4 * nuf, 6, 2, nsimd);
 #: ``zif``, ``zib``: each link's row of ``ztab``, its phase; :class:`pygrid.qcd.kernels_wilson.
 #: CompressedLinks`), without a halo and with one (whose links follow the local ones in ``ubc``)
 WILSON_HOP_LOCAL_C = _wilson_hop(False, True, True)
-WILSON_HOP_C = _wilson_hop(False, False, True)
+WILSON_HOP_C = _wilson_hop(False, False, True, listed=True)
+WILSON_HOP_INTERIOR_C = _wilson_hop(False, True, True, listed=True)
 
 
 def _pack_body(E, o, s):
