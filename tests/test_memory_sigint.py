@@ -193,3 +193,28 @@ def test_real_sigint_during_an_eviction_is_raised_when_the_open_is_undone(deferr
         np.testing.assert_array_equal(a, 5.0)
     with View(mgr, k2, CpuRead) as a:
         np.testing.assert_array_equal(a, 2.0)
+
+
+def test_a_real_sigint_in_an_uninterrupted_block_is_raised_at_its_end(deferral):
+    """``interrupts.uninterrupted()`` (a Dirac call exchanging its halo across ranks): Ctrl-C that
+    arrives inside, in code of any file, lets the block finish, then comes out of it; nested blocks
+    raise at the outermost end."""
+    done = []
+
+    def deep():  # a frame of another file's kind: the deferral does not depend on where it runs
+        os.kill(os.getpid(), signal.SIGINT)
+        done.append("after the signal")
+
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.uninterrupted():
+            with interrupts.uninterrupted():
+                deep()
+                done.append("inner end")
+            done.append("outer end")
+    assert done == ["after the signal", "inner end", "outer end"]
+    assert not interrupts.deferred.pending and interrupts.deferred.depth == 0
+    with pytest.raises(KeyboardInterrupt):  # outside a block, Ctrl-C is raised at once
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+        pytest.fail("Ctrl-C outside a block was deferred")

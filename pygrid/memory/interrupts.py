@@ -19,7 +19,7 @@ from __future__ import annotations
 import signal
 import threading
 
-__all__ = ["install", "deferred", "defer_in", "fire"]
+__all__ = ["install", "deferred", "defer_in", "fire", "uninterrupted"]
 
 
 class _Deferral:
@@ -64,3 +64,20 @@ def fire():
     """Raise the KeyboardInterrupt that arrived during the operation now ending."""
     deferred.pending = False
     raise KeyboardInterrupt
+
+
+class uninterrupted:  # noqa: N801 - used as a context manager, like a function
+    """``with uninterrupted():`` Ctrl-C deferred while the block runs, whatever it calls, and raised
+    at its end: for an exchange between ranks, where one rank stopping halfway would leave its
+    neighbours waiting for its messages and its own receives pending."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        deferred.depth += 1
+
+    def __exit__(self, *exc):
+        deferred.depth -= 1
+        if deferred.pending and not deferred.depth:
+            fire()
+        return False

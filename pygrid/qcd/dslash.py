@@ -31,6 +31,7 @@ from ..accelerator.host import keep
 from ..accelerator.rows import host_rows
 from ..config import current
 from ..errors import BackendError, ConformabilityError
+from ..memory import interrupts
 from ..stencil.halo import exchange_rows
 from . import kernels_generic as kg, unrolled_launch as ul
 from .generic_halo import generic_halo
@@ -208,18 +209,19 @@ def dhop(out, psi, uf, ub, stencil, Ls=1, scale=-0.5, alpha=0.0, diag=None, dag=
         return out
     # a split lattice: the halo's half spinors travel while the interior is computed, then the boundary
     gh = generic_halo(stencil.plan, Ls, nsimd, dtype)
-    if not compressed:  # compressed, the halo's links follow the local ones in links_c.ub
-        args["ubh"] = gh.links(backend, link_halo) if link_halo is not None else exchange_rows(
-            stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
-    gh.start(backend, psi, dag)
-    try:
-        if len(stencil.interior):
-            backend.launch(interior, dict(args, sites=stencil.interior, nsites=len(stencil.interior)),
-                           nsimd, dtype)
-    finally:
-        halo = gh.finish()  # every rank completes its messages, whatever happened here
-    backend.launch(boundary, dict(args, halo=halo, sites=stencil.boundary, nsites=len(stencil.boundary)),
-                   nsimd, dtype)
+    with interrupts.uninterrupted():
+        if not compressed:  # compressed, the halo's links follow the local ones in links_c.ub
+            args["ubh"] = gh.links(backend, link_halo) if link_halo is not None else exchange_rows(
+                stencil.plan, ub, lambda a, rows: host_rows(backend, a, rows, 1))
+        gh.start(backend, psi, dag)
+        try:
+            if len(stencil.interior):
+                backend.launch(interior, dict(args, sites=stencil.interior, nsites=len(stencil.interior)),
+                               nsimd, dtype)
+        finally:
+            halo = gh.finish()  # every rank completes its messages, whatever happened here
+        backend.launch(boundary, dict(args, halo=halo, sites=stencil.boundary,
+                                      nsites=len(stencil.boundary)), nsimd, dtype)
     return out
 
 

@@ -75,11 +75,6 @@ class GenericHalo:
         backend.copy_from_host(halo, self.halo_sites)
         return halo
 
-    def exchange(self, backend, psi, dag):
-        """:meth:`start`, then :meth:`finish`."""
-        self.start(backend, psi, dag)
-        return self.finish()
-
     def links(self, backend, link_halo):
         """``link_halo``, the host rows of the halo's links (an operator's, kept unchanged until its
         gauge field is written, when it makes a new array), as ``backend``'s kernels read it: copied
