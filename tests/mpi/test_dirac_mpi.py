@@ -23,7 +23,8 @@ VARIANTS = ["unroll", "generic"] if pg.get_backend().name in ("openmp", "numpy")
 
 @pytest.fixture(params=VARIANTS)
 def variant(request):
-    """The Dirac kernels run as the hand-unrolled (compressed halos, overlap) or the generic kernel."""
+    """The Dirac kernels run as the hand-unrolled or the generic kernel (both with compressed halos
+    and overlap)."""
     import dataclasses
 
     from pygrid import config
@@ -205,7 +206,8 @@ def test_reliable_update_schur_solve_on_the_single_layout(layout):
 @pytest.mark.parametrize("name", ["cuda-emulated", "opencl-emulated"])
 def test_generated_c_across_ranks(name):
     """The CUDA and OpenCL sources, run under the SIMT emulation, on a split lattice: the Wilson
-    operator (generic kernel, halo exchanged first) and a shifted expression."""
+    operator (generic kernel: the pack, the interior and the boundary on the halo's half spinors)
+    and a shifted expression."""
     res = []
     previous = pg.get_backend().name
     pg.set_backend(name)
