@@ -2,7 +2,7 @@
 # The checks docs/backends.md ("What has run on GPU hardware") reports, in one script for a machine
 # with a GPU and CuPy, run from the repository root:
 #
-#     bash benchmarks/gpu_check.sh [checks|tests|all]      (default: checks)
+#     bash benchmarks/gpu_check.sh [checks|tests|mpi|all]      (default: checks)
 #
 # checks: every operator on the device against numpy (pygrid selftest), then the Wilson (links
 #         whole and compressed) and domain-wall benchmarks and the linear algebra (axpy, norm2, inner product) on the
@@ -10,10 +10,13 @@
 # tests:  the expression, shift, reduction, Dirac and solver suites with the backend under test
 #         set to the GPU and the fields in device memory under a small watermark (evictions),
 #         then the time of a Schur CG iteration and its share outside the hopping term
+# mpi:    two ranks sharing the GPU (MPICH and mpi4py, `pip install mpich mpi4py`): the field and
+#         Dirac suites of tests/mpi against one rank, then the Wilson and domain-wall benchmarks on
+#         a lattice split in t (the generic kernel's half-spinor halo through the host)
 #
 # Needs numpy, numba and CuPy (and pytest, hypothesis for "tests"); pygrid is taken from this
 # checkout.  ACCEL=hip for an AMD GPU; PYTHON names the interpreter; OUT the folder for the logs
-# and the benchmarks' JSON.
+# and the benchmarks' JSON; MPIEXEC the MPI launcher (default: the one beside PYTHON, else on PATH).
 set -u
 what=${1:-checks}
 ACCEL=${ACCEL:-cuda}
@@ -62,5 +65,15 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
         run 120 $PY benchmarks/bench_solvers.py --accelerator "$ACCEL" --device-mem none --grid 16.16.16.16 \
             --Ls 16 --precision $prec --iterations 200 --operators dwf
     done
+fi
+if [ "$what" = mpi ] || [ "$what" = all ]; then
+    MPIEXEC=${MPIEXEC:-$(dirname "$(command -v "$PY")")/mpiexec}
+    [ -x "$MPIEXEC" ] || MPIEXEC=mpiexec
+    PYGRID_TEST_BACKEND=$ACCEL PYGRID_TEST_DEVICE_MEM=2 run 600 "$MPIEXEC" -n 2 $PY -m pytest -q -x \
+        -p no:cacheprovider tests/mpi/test_fields_mpi.py tests/mpi/test_dirac_mpi.py
+    run 300 "$MPIEXEC" -n 2 $PY -m pygrid benchmark wilson --accelerator "$ACCEL" --device-mem none --quiet \
+        --grid 32.32.32.64 --mpi 1.1.1.2 --precision both --json "$OUT/wilson-mpi.json"
+    run 300 "$MPIEXEC" -n 2 $PY -m pygrid benchmark dwf --accelerator "$ACCEL" --device-mem none --quiet \
+        --grid 16.16.16.32 --mpi 1.1.1.2 --Ls 16 --precision both --json "$OUT/dwf-mpi.json"
 fi
 exit $status
