@@ -16,6 +16,7 @@ links' halo an operator keeps is copied to the device once.
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 
@@ -28,7 +29,8 @@ class GenericHalo:
     slices (1 in 4D), their directions and projector signs, and the host arrays they travel in."""
 
     def __init__(self, plan, Ls, nsimd, dtype):
-        self.plan, self.Ls, self.nsimd, self.dtype = plan, int(Ls), int(nsimd), np.dtype(dtype)
+        # the plan held weakly: this object lives in a table keyed by it, until it dies
+        self.plan, self.Ls, self.nsimd, self.dtype = weakref.ref(plan), int(Ls), int(nsimd), np.dtype(dtype)
         faces = [(p, pt) for p, pt in enumerate(plan.points) if pt.nface]
         self.rows = read_only(np.concatenate([pt.rows for _, pt in faces]).astype(np.int32))
         self.mus = read_only(np.concatenate([np.full(pt.nface, p % 4, np.int32) for p, pt in faces]))
@@ -45,7 +47,7 @@ class GenericHalo:
             at += pt.nface
         self.halo = np.empty((plan.nhalo,) + row, self.dtype)
         self.halo_sites = self.halo.reshape(-1, 6, 2, self.nsimd)
-        self._links = {}  # (backend, link halo) ids -> (backend, link halo, its device copy)
+        self._links = {}  # (backend, link halo) ids -> (backend, the link halo's weak ref, its device copy)
         self._device = {}  # backend id -> (backend, packed rows and halo where its kernels use them)
         self._exchange = None  # (backend, the messages in flight) between start and finish
 
@@ -62,8 +64,9 @@ class GenericHalo:
                                             signs=self.signs[bool(dag)], nrows=len(self.rows), Ls=self.Ls),
                        self.nsimd, self.dtype)
         backend.copy_to_host(packed, self.packed_sites)
-        self.plan.comm.stats.pack_s += time.perf_counter() - t
-        self._exchange = (backend, self.plan.start(self.packed, self.halo))
+        plan = self.plan()
+        plan.comm.stats.pack_s += time.perf_counter() - t
+        self._exchange = (backend, plan.start(self.packed, self.halo))
 
     def finish(self):
         """The halo :meth:`start` posted, completed: ``(nhalo * Ls, 6, 2, nsimd)`` rows where the
@@ -79,13 +82,15 @@ class GenericHalo:
         """``link_halo``, the host rows of the halo's links (an operator's, kept unchanged until its
         gauge field is written, when it makes a new array), as ``backend``'s kernels read it: copied
         to its device once (:meth:`pygrid.accelerator.contract.Backend.device_copy`), not at every
-        launch.  The last few are kept, held with their host arrays."""
+        launch.  A copy lives as long as its host array (the operator's, until its links change)."""
         key = (id(backend), id(link_halo))
         hit = self._links.get(key)
-        if hit is None or hit[0] is not backend or hit[1] is not link_halo:
-            if len(self._links) >= 4:
-                self._links.clear()
-            hit = self._links[key] = (backend, link_halo, backend.device_copy(link_halo))
+        if hit is None or hit[0] is not backend or hit[1]() is not link_halo:
+            dev = backend.device_copy(link_halo)
+            if dev is link_halo:  # the backend's kernels read host arrays: nothing to keep
+                return dev
+            hit = self._links[key] = (backend, weakref.ref(link_halo), dev)
+            weakref.finalize(link_halo, self._links.pop, key, None)
         return hit[2]
 
 
@@ -93,11 +98,10 @@ _halos = {}
 
 
 def generic_halo(plan, Ls, nsimd, dtype):
-    """The :class:`GenericHalo` of ``plan``, kept per (plan, Ls, nsimd, dtype)."""
+    """The :class:`GenericHalo` of ``plan``, kept per (plan, Ls, nsimd, dtype) while the plan lives."""
     key = (id(plan), int(Ls), int(nsimd), np.dtype(dtype).char)
     hit = _halos.get(key)
-    if hit is None or hit.plan is not plan:
-        if len(_halos) > 64:
-            _halos.clear()
+    if hit is None or hit.plan() is not plan:
         hit = _halos[key] = GenericHalo(plan, Ls, nsimd, dtype)
+        weakref.finalize(plan, _halos.pop, key, None)
     return hit

@@ -220,3 +220,37 @@ def test_generated_c_across_ranks(name):
         pg.set_backend(previous)
     for x, y in zip(*res):
         np.testing.assert_array_equal(same_everywhere(x), y)
+
+
+def test_generic_halo_device_copies_live_as_long_as_the_operator(monkeypatch):
+    """The generic kernel's links' halo copied to the device (Backend.device_copy) once per gauge
+    field, and released with the operator: nothing is kept on the device for a dead one, and
+    nothing at all where the kernels read host arrays."""
+    import gc
+
+    from pygrid import config
+    from pygrid.qcd import generic_halo as gh
+
+    monkeypatch.setattr(config, "_current", config.make_config(config.current(), dslash="generic"))
+    g = grids(DIMS, layouts()[0])[0]
+    U, psi = setup(g)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    backend = pg.get_backend()
+    probe = np.zeros(3)
+    on_host = backend.device_copy(probe) is probe
+    copies = []
+    real = type(backend).device_copy
+    monkeypatch.setattr(type(backend), "device_copy", lambda self, a: copies.append(a.shape) or real(self, a))
+    D.M(psi)
+    D.M(psi)
+    halos = [h for h in gh._halos.values() if h.plan() is D.stencil.plan and h.Ls == 1
+             and h.dtype == np.float64]
+    assert len(halos) == 1
+    if on_host:
+        assert not halos[0]._links
+        return
+    assert len(halos[0]._links) == 1
+    assert len([s for s in copies if s[1] == 36]) == 1  # the links' halo, once for both calls
+    del D
+    gc.collect()
+    assert not halos[0]._links
