@@ -22,6 +22,7 @@ import numpy as np
 
 from ..accelerator.host import read_only
 from . import kernels_generic as kg
+from .halo_faces import face_tables, packed_arrays
 
 
 class GenericHalo:
@@ -31,21 +32,11 @@ class GenericHalo:
     def __init__(self, plan, Ls, nsimd, dtype):
         # the plan held weakly: this object lives in a table keyed by it, until it dies
         self.plan, self.Ls, self.nsimd, self.dtype = weakref.ref(plan), int(Ls), int(nsimd), np.dtype(dtype)
-        faces = [(p, pt) for p, pt in enumerate(plan.points) if pt.nface]
-        self.rows = read_only(np.concatenate([pt.rows for _, pt in faces]).astype(np.int32))
-        self.mus = read_only(np.concatenate([np.full(pt.nface, p % 4, np.int32) for p, pt in faces]))
-        fwd = np.concatenate([np.full(pt.nface, p < 4) for p, pt in faces])
-        # the hop's projector signs: (forward, backward) = (-1, +1) for Dhop, (+1, -1) for its adjoint
-        self.signs = {dag: read_only(np.where(fwd, s, -s).astype(self.dtype))
-                      for dag, s in ((False, -1.0), (True, 1.0))}
-        row = (self.Ls, 6, 2, self.nsimd)
-        packed = np.empty((len(self.rows),) + row, self.dtype)
+        rows, mus, signs = face_tables(plan, self.dtype)
+        self.rows, self.mus = read_only(rows), read_only(mus)
+        self.signs = {dag: read_only(s) for dag, s in signs.items()}
+        packed, self.packed, self.halo = packed_arrays(plan, (self.Ls, 6, 2, self.nsimd), self.dtype)
         self.packed_sites = packed.reshape(-1, 6, 2, self.nsimd)  # the kernel's view: a row per slice
-        self.packed, at = [packed[:0]] * len(plan.points), 0
-        for p, pt in faces:
-            self.packed[p] = packed[at:at + pt.nface]
-            at += pt.nface
-        self.halo = np.empty((plan.nhalo,) + row, self.dtype)
         self.halo_sites = self.halo.reshape(-1, 6, 2, self.nsimd)
         self._links = {}  # (backend, link halo) ids -> (backend, the link halo's weak ref, its device copy)
         self._device = {}  # backend id -> (backend, packed rows and halo where its kernels use them)

@@ -16,9 +16,11 @@ sycl.  The kernels, on raw field buffers ``[osites][12][2][nsimd]``:
   for Dhop, +1, -1 for its adjoint).  Per point: the neighbour read with its
   lane permute, spin projection to a half spinor, SU(3) multiply (by U(x), or
   by U(x - mu)^dag read at the neighbour), reconstruction into the accumulator;
-  1320 flops per site.  A neighbour past the local sites is read from the halo
-  other ranks sent; :data:`WILSON_HOP_LOCAL` and :data:`WILSON_HOP_5D_LOCAL` are
-  the kernels for a lattice without one.
+  1320 flops per site.  On a lattice split over ranks they run the listed
+  boundary sites, and a neighbour past the local sites is a row of the halo
+  other ranks sent, already projected (:data:`WILSON_PACK` packs it);
+  :data:`WILSON_HOP_LOCAL` and :data:`WILSON_HOP_5D_LOCAL` are the kernels for a
+  lattice without one, and the ``_INTERIOR`` kernels the same on listed sites.
 * :func:`bidiag_multiply_kernel`: ``out = A x`` (or ``out = A x + B y``) for a
   cyclic bidiagonal matrix A in s per chirality (Mooee, M5D, b + c S and their
   daggers), row by row in the sweep's order so that out may be x or y;

@@ -17,6 +17,7 @@ from ..errors import ConformabilityError
 from ..stencil.halo import exchange_rows
 from ..stencil.shared_halo import shared_halo
 from . import kernels_wilson
+from .halo_faces import face_tables, packed_arrays
 from .kernels_wilson import field_bytes
 from .split_hop import split_hop
 
@@ -359,13 +360,7 @@ class _LaunchState:
         if plan is None or not plan.nhalo:
             return
         self.pack = kernels.pack_kernel_for(nsimd, dtype, Ls)
-        faces = [(p, pt) for p, pt in enumerate(plan.points) if pt.nface]
-        self.rows = np.ascontiguousarray(np.concatenate([pt.rows for _, pt in faces]), np.int32)
-        self.mus = np.concatenate([np.full(pt.nface, p % 4, np.int32) for p, pt in faces])
-        fwd = np.concatenate([np.full(pt.nface, p < 4) for p, pt in faces])
-        # the projector signs of the hopping kernel, (forward, backward) = (-1, +1), or (+1, -1) for dag
-        self.signs = {False: np.where(fwd, -1.0, 1.0).astype(dtype),
-                      True: np.where(fwd, 1.0, -1.0).astype(dtype)}
+        self.rows, self.mus, self.signs = face_tables(plan, dtype)
         shape = (int(Ls), 6, 2, nsimd)
         self.interior = read_only(stencil.interior)
         self.shared = shared_halo(plan, shape, dtype) if shared else None
@@ -376,13 +371,8 @@ class _LaunchState:
                               for a, b, _ in self.shared.targets[0]]
             self.shared_halos = [read_only(h.reshape(-1)) for h in self.shared.halo]
             return
-        packed = np.empty((len(self.rows),) + shape, dtype)
+        packed, self.packed, self.halo = packed_arrays(plan, shape, dtype)
         self.packed_flat = packed.reshape(-1)
-        self.packed, at = [packed[:0]] * len(plan.points), 0
-        for p, pt in faces:
-            self.packed[p] = packed[at:at + pt.nface]
-            at += pt.nface
-        self.halo = np.empty((plan.nhalo,) + shape, dtype)
         self.halo_flat = self.halo.reshape(-1)
         inner = stencil.interior
         pieces = max(2, min(INTERIOR_CHUNKS, len(inner) // MIN_PIECE_SITES))
