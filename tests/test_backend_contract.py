@@ -53,8 +53,9 @@ def test_instances_meet_the_protocol(name):
 
 @pytest.mark.parametrize("name", ["numpy", "openmp", "cuda-emulated", "sycl"])
 def test_device_copies_go_both_ways_in_place(name):
-    """device_copy, then copy_from_host into it and copy_to_host out of it: the same values, in the
-    same device array (a kernel that holds it sees the update)."""
+    """device_copy, then copy_from_host into it and copy_to_host out of it (into the backend's
+    host_array): the same values, in the same device array (a kernel that holds it sees the
+    update)."""
     import numpy as np
 
     if "emulated" in name and not (shutil.which("g++") or os.environ.get("CXX")):
@@ -64,7 +65,8 @@ def test_device_copies_go_both_ways_in_place(name):
     b = pg.get_backend(name)
     a = np.arange(48.0).reshape(2, 6, 2, 2)
     d = b.device_copy(a)
-    back = np.zeros_like(a)
+    back = b.host_array(a.shape, a.dtype)
+    assert back.shape == a.shape and back.dtype == a.dtype and back.flags.c_contiguous
     b.copy_to_host(d, back)
     np.testing.assert_array_equal(back, a)
     new = -a - 1
@@ -76,6 +78,26 @@ def test_device_copies_go_both_ways_in_place(name):
 
         with pytest.raises(ConformabilityError, match="copy_to_host"):
             b.copy_to_host(d, np.zeros(3))
+
+
+def test_cuda_host_arrays_are_page_locked(monkeypatch):
+    """CudaBackend.host_array: a numpy array over memory from CuPy's pinned pool (the stand-in's
+    alloc_pinned_memory, which hands out plain memory here), of the shape and dtype asked."""
+    import numpy as np
+    from test_codegen_c import fake_cupy
+
+    from pygrid.accelerator import cuda_backend
+
+    cp, pinned = fake_cupy(), []
+    cp.cuda.alloc_pinned_memory = lambda n: pinned.append(bytearray(n)) or pinned[-1]
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    b = cuda_backend.CudaBackend("cuda")
+    a = b.host_array((5, 6, 2, 8), np.float32)
+    assert a.shape == (5, 6, 2, 8) and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+    assert len(pinned) == 1 and len(pinned[0]) == a.nbytes
+    a[...] = 1.5  # the array is that memory
+    assert np.frombuffer(pinned[0], np.float32).tolist() == [1.5] * a.size
+    assert b.host_array((0, 6), np.float64).shape == (0, 6)
 
 
 def test_host_kernels_run_or_are_refused_by_name():

@@ -244,6 +244,14 @@ class CudaBackend:
         """The host array ``host`` into the CuPy array ``buf``."""
         buf.set(host)
 
+    def host_array(self, shape, dtype):
+        """A numpy array over page-locked memory from CuPy's pinned memory pool (returned to the
+        pool when the array dies)."""
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64))
+        mem = self.cupy.cuda.alloc_pinned_memory(max(n * dtype.itemsize, 1))
+        return np.frombuffer(mem, dtype, n).reshape(shape)
+
     def bench_copy(self, n, dtype):
         """A device-to-device copy of ``n`` reals (CuPy): the device's bandwidth ceiling; runs one and
         waits."""

@@ -403,5 +403,8 @@ class OpenMPBackend:
     def copy_from_host(self, buf, hbuf):
         host.copy_from_host(buf, hbuf)
 
+    def host_array(self, shape, dtype):
+        return host.host_array(shape, dtype)
+
     def bench_copy(self, n, dtype) -> None:
         return None

@@ -565,6 +565,9 @@ class SyclBackend:
         elif buf is not host:
             buf[...] = host
 
+    def host_array(self, shape, dtype):
+        return host.host_array(shape, dtype)
+
     def bench_copy(self, n, dtype):
         """A hand-written OpenCL copy of ``n`` reals between two USM buffers: the device's bandwidth ceiling.
 

@@ -7,11 +7,13 @@ its neighbours by MPI (:meth:`pygrid.stencil.halo.HaloPlan.start`).  The
 hopping kernels read the halo's rows as projected half spinors: a face row
 crosses the device's bus and the network as 6 complex numbers a slice, not 12.
 
-The packed and halo arrays are the host's, kept from call to call with the
-plan's tables (a fresh array of their size would page-fault on every call); on a
+The packed and halo arrays are kept from call to call with the plan's tables,
+per backend (a fresh array of their size would page-fault on every call).  On a
 device backend the pack writes into a device array kept likewise, copied to the
-host after it (:meth:`pygrid.accelerator.contract.Backend.copy_to_host`), and the
-links' halo an operator keeps is copied to the device once.
+host after it (:meth:`pygrid.accelerator.contract.Backend.copy_to_host`), the
+host arrays are the backend's
+(:meth:`~pygrid.accelerator.contract.Backend.host_array`: page-locked on a GPU),
+and the links' halo an operator keeps is copied to the device once.
 """
 from __future__ import annotations
 
@@ -35,39 +37,38 @@ class GenericHalo:
         rows, mus, signs = face_tables(plan, self.dtype)
         self.rows, self.mus = read_only(rows), read_only(mus)
         self.signs = {dag: read_only(s) for dag, s in signs.items()}
-        packed, self.packed, self.halo = packed_arrays(plan, (self.Ls, 6, 2, self.nsimd), self.dtype)
-        self.packed_sites = packed.reshape(-1, 6, 2, self.nsimd)  # the kernel's view: a row per slice
-        self.halo_sites = self.halo.reshape(-1, 6, 2, self.nsimd)
         self._links = {}  # (backend, link halo) ids -> (backend, the link halo's weak ref, its device copy)
-        self._device = {}  # backend id -> (backend, packed rows and halo where its kernels use them)
-        self._exchange = None  # (backend, the messages in flight) between start and finish
+        self._arrays = {}  # backend id -> its _Arrays
+        self._exchange = None  # (the backend's _Arrays, the messages in flight) between start and finish
+
+    def arrays(self, backend):
+        """The packed rows and the halo of ``backend``, on the host and where its kernels use them."""
+        hit = self._arrays.get(id(backend))
+        if hit is None or hit.backend is not backend:
+            hit = self._arrays[id(backend)] = _Arrays(backend, self.plan(), self.Ls, self.nsimd, self.dtype)
+        return hit
 
     def start(self, backend, psi, dag):
         """Pack the halo of ``psi`` (the buffer the hop reads, on ``backend``) for Dhop or, ``dag``,
         its adjoint, and post its messages; :meth:`finish` completes them."""
         t = time.perf_counter()
-        hit = self._device.get(id(backend))
-        if hit is None or hit[0] is not backend:
-            hit = self._device[id(backend)] = (backend, backend.device_copy(self.packed_sites),
-                                               backend.device_copy(self.halo_sites))
-        packed = hit[1]
-        backend.launch(kg.WILSON_PACK, dict(packed=packed, psi=psi, rows=self.rows, mus=self.mus,
+        a = self.arrays(backend)
+        backend.launch(kg.WILSON_PACK, dict(packed=a.device_packed, psi=psi, rows=self.rows, mus=self.mus,
                                             signs=self.signs[bool(dag)], nrows=len(self.rows), Ls=self.Ls),
                        self.nsimd, self.dtype)
-        backend.copy_to_host(packed, self.packed_sites)
+        backend.copy_to_host(a.device_packed, a.packed_rows)
         plan = self.plan()
         plan.comm.stats.pack_s += time.perf_counter() - t
-        self._exchange = (backend, plan.start(self.packed, self.halo))
+        self._exchange = (a, plan.start(a.packed, a.halo))
 
     def finish(self):
         """The halo :meth:`start` posted, completed: ``(nhalo * Ls, 6, 2, nsimd)`` rows where the
         backend's kernels read them (on its device), valid until the next :meth:`start`."""
-        backend, exchange = self._exchange
+        a, exchange = self._exchange
         self._exchange = None
         exchange.wait()
-        halo = self._device[id(backend)][2]
-        backend.copy_from_host(halo, self.halo_sites)
-        return halo
+        a.backend.copy_from_host(a.device_halo, a.halo_rows)
+        return a.device_halo
 
     def links(self, backend, link_halo):
         """``link_halo``, the host rows of the halo's links (an operator's, kept unchanged until its
@@ -83,6 +84,21 @@ class GenericHalo:
             hit = self._links[key] = (backend, weakref.ref(link_halo), dev)
             weakref.finalize(link_halo, self._links.pop, key, None)
         return hit[2]
+
+
+class _Arrays:
+    """One backend's arrays of a :class:`GenericHalo`: the packed face rows and the halo on the
+    host (the backend's :meth:`~pygrid.accelerator.contract.Backend.host_array`; ``packed`` and
+    ``halo`` as :meth:`pygrid.stencil.halo.HaloPlan.start` takes them, ``packed_rows`` and
+    ``halo_rows`` a row a slice as the kernels read them), and where its kernels use them."""
+
+    def __init__(self, backend, plan, Ls, nsimd, dtype):
+        self.backend = backend
+        packed, self.packed, self.halo = packed_arrays(plan, (Ls, 6, 2, nsimd), dtype, backend.host_array)
+        self.packed_rows = packed.reshape(-1, 6, 2, nsimd)
+        self.halo_rows = self.halo.reshape(-1, 6, 2, nsimd)
+        self.device_packed = backend.device_copy(self.packed_rows)
+        self.device_halo = backend.device_copy(self.halo_rows)
 
 
 _halos = {}

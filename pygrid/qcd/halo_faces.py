@@ -24,15 +24,16 @@ def face_tables(plan, dtype):
     return rows, mus, signs
 
 
-def packed_arrays(plan, row_shape, dtype):
+def packed_arrays(plan, row_shape, dtype, empty=np.empty):
     """(packed, per point, halo): the host arrays of the face rows, each row ``row_shape``: every
     face row in the order of :func:`face_tables`, its view for each point (empty for a point
-    without a face), and the ``(nhalo,) + row_shape`` halo."""
+    without a face), and the ``(nhalo,) + row_shape`` halo; both allocated by ``empty(shape,
+    dtype)`` (a backend's ``host_array`` where they cross to its device)."""
     nrows = sum(pt.nface for pt in plan.points)
-    packed = np.empty((nrows,) + tuple(row_shape), dtype)
+    packed = empty((nrows,) + tuple(row_shape), dtype)
     views, at = [packed[:0]] * len(plan.points), 0
     for p, pt in enumerate(plan.points):
         if pt.nface:
             views[p] = packed[at:at + pt.nface]
             at += pt.nface
-    return packed, views, np.empty((plan.nhalo,) + tuple(row_shape), dtype)
+    return packed, views, empty((plan.nhalo,) + tuple(row_shape), dtype)

@@ -225,7 +225,8 @@ def test_generated_c_across_ranks(name):
 def test_generic_halo_device_copies_live_as_long_as_the_operator(monkeypatch):
     """The generic kernel's links' halo copied to the device (Backend.device_copy) once per gauge
     field, and released with the operator: nothing is kept on the device for a dead one, and
-    nothing at all where the kernels read host arrays."""
+    nothing at all where the kernels read host arrays.  The spinor halo's host arrays are the
+    backend's (Backend.host_array), made once for both calls."""
     import gc
 
     from pygrid import config
@@ -238,14 +239,20 @@ def test_generic_halo_device_copies_live_as_long_as_the_operator(monkeypatch):
     backend = pg.get_backend()
     probe = np.zeros(3)
     on_host = backend.device_copy(probe) is probe
-    copies = []
-    real = type(backend).device_copy
+    copies, hosts = [], []
+    real, real_host = type(backend).device_copy, type(backend).host_array
     monkeypatch.setattr(type(backend), "device_copy", lambda self, a: copies.append(a.shape) or real(self, a))
+    monkeypatch.setattr(type(backend), "host_array",
+                        lambda self, shape, dtype: hosts.append(shape) or real_host(self, shape, dtype))
+    for h in gh._halos.values():  # the plan is shared with earlier tests' operators: arrays made afresh
+        if h.plan() is D.stencil.plan:
+            h._arrays.clear()
     D.M(psi)
     D.M(psi)
     halos = [h for h in gh._halos.values() if h.plan() is D.stencil.plan and h.Ls == 1
              and h.dtype == np.float64]
     assert len(halos) == 1
+    assert len(hosts) == 2 and hosts[0][1:] == hosts[1][1:] == (1, 6, 2, g.nsimd)  # packed rows, halo
     if on_host:
         assert not halos[0]._links
         return
