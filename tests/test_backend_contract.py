@@ -89,6 +89,7 @@ def test_cuda_host_arrays_are_page_locked(monkeypatch):
     from pygrid.accelerator import cuda_backend
 
     cp, pinned = fake_cupy(), []
+    cp.cuda.runtime.CUDARuntimeError = type("CUDARuntimeError", (RuntimeError,), {})
     cp.cuda.alloc_pinned_memory = lambda n: pinned.append(bytearray(n)) or pinned[-1]
     monkeypatch.setitem(sys.modules, "cupy", cp)
     b = cuda_backend.CudaBackend("cuda")
@@ -98,6 +99,13 @@ def test_cuda_host_arrays_are_page_locked(monkeypatch):
     a[...] = 1.5  # the array is that memory
     assert np.frombuffer(pinned[0], np.float32).tolist() == [1.5] * a.size
     assert b.host_array((0, 6), np.float64).shape == (0, 6)
+
+    def refuse(n):
+        raise cp.cuda.runtime.CUDARuntimeError("cudaErrorMemoryAllocation")
+
+    cp.cuda.alloc_pinned_memory = refuse  # nothing more to lock: pageable memory, the same array
+    a = b.host_array((3, 4), np.float64)
+    assert a.shape == (3, 4) and a.dtype == np.float64 and a.flags.writeable
 
 
 def test_host_kernels_run_or_are_refused_by_name():

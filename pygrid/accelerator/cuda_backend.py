@@ -246,10 +246,14 @@ class CudaBackend:
 
     def host_array(self, shape, dtype):
         """A numpy array over page-locked memory from CuPy's pinned memory pool (returned to the
-        pool when the array dies)."""
+        pool when the array dies); pageable memory where the driver refuses to lock more, since
+        only the copies' speed depends on it."""
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64))
-        mem = self.cupy.cuda.alloc_pinned_memory(max(n * dtype.itemsize, 1))
+        try:
+            mem = self.cupy.cuda.alloc_pinned_memory(max(n * dtype.itemsize, 1))
+        except (MemoryError, self.cupy.cuda.runtime.CUDARuntimeError):
+            return np.empty(shape, dtype)
         return np.frombuffer(mem, dtype, n).reshape(shape)
 
     def bench_copy(self, n, dtype):
