@@ -250,3 +250,46 @@ def test_numba_takes_openmp_threads_where_a_tbb_library_is_on_the_loader_path():
     if users != "tbb":
         pytest.skip(f"no TBB layer here (numba took {users or 'none'} when asked for TBB first)")
     assert run(env) == "omp"
+
+
+LAUNCHER_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                      "PALS_LOCAL_RANKID", "SLURM_LOCALID", "PYGRID_CUDA_DEVICE")
+
+
+@pytest.mark.parametrize("env,want", [
+    ({}, 0),                                            # no launcher: the first device
+    ({"MPI_LOCALRANKID": "1"}, 1),                      # MPICH's Hydra: a GPU a rank
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "6"}, 2),           # Open MPI, more ranks than GPUs: in turn
+    ({"MPI_LOCALRANKID": "3", "SLURM_LOCALID": "0"}, 3),  # mpiexec inside a Slurm allocation
+    ({"SLURM_LOCALID": "2"}, 2),
+    ({"MPI_LOCALRANKID": "3", "PYGRID_CUDA_DEVICE": "0"}, 0),  # the user's choice first
+])
+def test_cuda_backend_takes_a_gpu_by_the_rank_on_the_node(monkeypatch, env, want):
+    """Ranks sharing a node with 4 GPUs take one each (stand-in CuPy): the device made current,
+    and the one describe() names."""
+    from test_codegen_c import fake_cupy
+
+    from pygrid.accelerator import cuda_backend
+
+    for var in LAUNCHER_RANK_VARS:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    cp = fake_cupy(devices=4)
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    b = cuda_backend.CudaBackend("cuda")
+    assert cp.cuda.used == [want] and b.device_id == want
+    assert f"device {want} of 4" in b.describe()
+
+
+@pytest.mark.parametrize("value", ["4", "-1", "gpu1"])
+def test_a_cuda_device_that_does_not_exist_is_refused_by_name(monkeypatch, value):
+    from test_codegen_c import fake_cupy
+
+    from pygrid.accelerator import cuda_backend
+    from pygrid.errors import BackendError
+
+    monkeypatch.setenv("PYGRID_CUDA_DEVICE", value)
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(devices=4))
+    with pytest.raises(BackendError, match=r"PYGRID_CUDA_DEVICE=.*sees 4 \(0 to 3\)"):
+        cuda_backend.CudaBackend("cuda")

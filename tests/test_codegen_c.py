@@ -386,8 +386,20 @@ def fake_cupy(devices=1):
     cp.dot = np.dot
     cp.empty = np.empty
     runtime = types.SimpleNamespace(getDeviceCount=lambda: devices, is_hip=False)
+    used = []  # the devices made current, in order
+
+    class Device:
+        def __init__(self, i=None):
+            self.id = used[-1] if i is None else i
+
+        def use(self):
+            used.append(self.id)
+
+        def synchronize(self):
+            pass
+
     cp.cuda = types.SimpleNamespace(
-        runtime=runtime, memory=types.SimpleNamespace(OutOfMemoryError=MemoryError)
+        runtime=runtime, memory=types.SimpleNamespace(OutOfMemoryError=MemoryError), Device=Device, used=used
     )
     launches = []
 

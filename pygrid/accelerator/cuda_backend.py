@@ -14,8 +14,11 @@ source runs here under the SIMT emulation (``emulated_backend.py``).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from ..communicator import rank_on_this_node
 from ..errors import BackendError
 from ..memory.devices import Device
 from . import codegen_c, host, reduction_kernels as rk
@@ -50,6 +53,20 @@ def import_cupy(name="cuda"):
         raise BackendError(f"the installed CuPy is built for {'ROCm' if name == 'cuda' else 'CUDA'}, "
                            f"not for {kind}: {_INSTALL[name]}")
     return cupy
+
+
+def choose_device(count):
+    """The GPU this process uses among the ``count`` it sees: ``PYGRID_CUDA_DEVICE`` where set,
+    else its rank on the node modulo ``count``, as Grid chooses: ranks sharing a node take a GPU
+    each, and share them in turn where they outnumber them.  A launcher that shows each rank one
+    GPU (``srun --gpus-per-task=1``) leaves one to choose."""
+    raw = os.environ.get("PYGRID_CUDA_DEVICE", "").strip()
+    if not raw:
+        return rank_on_this_node() % count
+    if not raw.isdigit() or int(raw) >= count:
+        raise BackendError(f"PYGRID_CUDA_DEVICE={raw!r} names no device: this process sees {count} "
+                           f"(0 to {count - 1}); unset it to choose by the rank on the node")
+    return int(raw)
 
 
 class CupyDevice(Device):
@@ -87,6 +104,10 @@ class CudaBackend:
         self.name = name
         self.device = name
         self.cupy = import_cupy(name)
+        # the current device of this thread: where CuPy allocates and launches from here on
+        self.device_count = int(self.cupy.cuda.runtime.getDeviceCount())
+        self.device_id = choose_device(self.device_count)
+        self.cupy.cuda.Device(self.device_id).use()
         from ..memory.devices import register_device
 
         register_device(name, lambda: CupyDevice(name))
@@ -94,12 +115,13 @@ class CudaBackend:
         self.tables = DeviceTables(self.cupy.asarray)
 
     def describe(self) -> str:
-        dev = self.cupy.cuda.Device()
         try:
-            label = self.cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
+            label = self.cupy.cuda.runtime.getDeviceProperties(self.device_id)["name"]
             label = label.decode() if isinstance(label, bytes) else str(label)
-        except Exception:  # a stand-in or an old CuPy without properties: the device number
-            label = f"device {dev.id}"
+        except Exception:  # a stand-in or an old CuPy without properties: the device number alone
+            label = "GPU"
+        if self.device_count > 1:
+            label += f", device {self.device_id} of {self.device_count}"
         return f"{self.name} ({label})"
 
     def set_threads(self, n):

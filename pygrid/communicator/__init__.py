@@ -20,7 +20,7 @@ from .base import CommStats, Communicator, layout_str
 from .layout import default_mpi_layout, processor_coor, rank_of
 
 __all__ = ["Communicator", "CommStats", "SingleRank", "world", "default_mpi_layout", "processor_coor",
-           "rank_of", "launched_by_mpi", "layout_str", "ranks_on_this_node"]
+           "rank_of", "launched_by_mpi", "layout_str", "ranks_on_this_node", "rank_on_this_node"]
 
 #: the job size that MPI launchers (MPICH/Hydra, Open MPI, MVAPICH, Slurm) put in every process they start
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
@@ -88,6 +88,23 @@ def ranks_on_this_node():
         if n.isdigit() and int(n) > 0:
             return int(n)
     return 1
+
+
+#: the rank among those on its node that MPI launchers (MPICH's and Intel MPI's Hydra, Open MPI,
+#: MVAPICH, Cray PALS) and Slurm's srun put in every process they start, the launchers' first
+_LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                    "PALS_LOCAL_RANKID", "SLURM_LOCALID")
+
+
+def rank_on_this_node():
+    """This process's place among the ranks started on its node (0 outside MPI), read from the
+    launcher's environment, so that it is known before MPI starts: a GPU backend gives each rank on
+    a node its own device."""
+    for var in _LOCAL_RANK_VARS:
+        n = os.environ.get(var, "").strip()
+        if n.isdigit():
+            return int(n)
+    return 0
 
 
 _world = None

@@ -166,3 +166,14 @@ def test_scalar_sums_keep_their_type():
         got = WORLD.sum(value)
         assert got == want and type(got) is kind, (value, got)
     assert WORLD.max(2.5 * r) == 2.5 * n and WORLD.max(-r) == -1
+
+
+def test_the_launchers_rank_on_the_node_is_mpis():
+    """rank_on_this_node, read from the launcher's environment before MPI starts (a GPU backend
+    takes its device by it), is this rank's place among the ranks sharing its node as MPI counts
+    them, and ranks_on_this_node their number."""
+    from pygrid.communicator import rank_on_this_node, ranks_on_this_node
+
+    node = WORLD.node_ranks()
+    assert rank_on_this_node() == node[WORLD.rank]
+    assert ranks_on_this_node() == len(node)
