@@ -285,3 +285,54 @@ def test_checkerboards_convert_poke_and_slice_sums_stay_on_the_device(monkeypatc
         from pygrid.qcd.gauge import project_su3_array
 
         assert np.max(np.abs(P.to_numpy() - project_su3_array(want))) < 1e-13
+
+
+def test_each_rank_on_a_node_takes_its_own_gpu(monkeypatch):
+    """Without a selector, a queue on the default device; where that is one of several GPUs, on
+    the one of the rank's place on the node (a stand-in dpctl of three GPUs: no SYCL GPU here)."""
+    import types
+
+    class Dev:
+        def __init__(self, i, gpu=True):
+            self.i, self.is_gpu, self.backend, self.device_type = i, gpu, "level_zero", "gpu"
+
+        def __eq__(self, other):
+            return isinstance(other, Dev) and other.i == self.i
+
+    gpus = [Dev(0), Dev(1), Dev(2)]
+    asked = []
+
+    class Queue:
+        def __init__(self, what=None):
+            asked.append(what)
+            self.sycl_device = gpus[0] if what is None else what
+
+    def get_devices(backend, device_type):
+        assert (backend, device_type) == ("level_zero", "gpu")  # the default device's kind
+        return gpus
+
+    fake = types.SimpleNamespace(SyclQueue=Queue, get_devices=get_devices)
+    for var in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                "PALS_LOCAL_RANKID", "SLURM_LOCALID", "PYGRID_SYCL_DEVICE"):
+        monkeypatch.delenv(var, raising=False)
+    assert sycl_backend.make_queue(fake).sycl_device == gpus[0] and asked == [None]
+    monkeypatch.setenv("MPI_LOCALRANKID", "4")
+    assert sycl_backend.make_queue(fake).sycl_device == gpus[1]
+    monkeypatch.setenv("PYGRID_SYCL_DEVICE", "level_zero:gpu:2")  # a selector wins
+    del asked[:]
+    sycl_backend.make_queue(fake)
+    assert asked == ["level_zero:gpu:2"]
+
+
+@pytest.mark.skipif(not HAVE_DPCTL, reason=NO_DPCTL)
+def test_the_default_device_of_its_kind_alone_is_kept():
+    """On the real runtime: the devices of the default device's backend and kind, as make_queue
+    asks dpctl for them, hold it; alone of its kind, it is the one kept."""
+    import dpctl
+
+    sycl_backend.setup_opencl_icd()
+    dev = dpctl.SyclQueue().sycl_device
+    same = dpctl.get_devices(backend=dev.backend, device_type=dev.device_type)
+    assert dev in same
+    if len(same) == 1:
+        assert sycl_backend.node_device(dev, same) == dev

@@ -31,6 +31,7 @@ import tempfile
 
 import numpy as np
 
+from ..communicator import rank_on_this_node
 from ..errors import BackendError, ConformabilityError
 from ..memory.devices import Device
 from . import codegen_c, host, reduction_kernels as rk
@@ -112,10 +113,27 @@ def import_dpctl():
     return dpctl
 
 
+def node_device(default, devices):
+    """The device of this rank among ``devices`` (those of the default device's backend and kind):
+    its rank on the node modulo their number, as the cuda backend chooses among GPUs; ``default``
+    where there is one."""
+    devices = list(devices)
+    return devices[rank_on_this_node() % len(devices)] if len(devices) > 1 else default
+
+
 def make_queue(dpctl, selector=None):
+    """A queue on the device ``selector`` (or ``PYGRID_SYCL_DEVICE``) names, else on the default
+    device; where that is one of several GPUs of one kind, on this rank's own (:func:`node_device`)."""
     selector = selector or os.environ.get("PYGRID_SYCL_DEVICE") or ""
     try:
-        return dpctl.SyclQueue(selector) if selector else dpctl.SyclQueue()
+        if selector:
+            return dpctl.SyclQueue(selector)
+        q = dpctl.SyclQueue()
+        dev = q.sycl_device
+        if not dev.is_gpu:
+            return q
+        mine = node_device(dev, dpctl.get_devices(backend=dev.backend, device_type=dev.device_type))
+        return q if mine == dev else dpctl.SyclQueue(mine)
     except Exception as e:
         try:
             devs = [str(d) for d in dpctl.get_devices()]
