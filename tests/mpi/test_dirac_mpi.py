@@ -261,3 +261,27 @@ def test_generic_halo_device_copies_live_as_long_as_the_operator(monkeypatch):
     del D
     gc.collect()
     assert not halos[0]._links
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["host", "gpu"])
+def test_the_comms_line_says_what_the_wait_means(monkeypatch, early):
+    """The benchmark's comms line of a split Dhop: the share of the messages' time computation hid,
+    where launches wait for their kernel; where they return early (the GPUs'), the host's wait
+    alone, which says nothing of what the device did meanwhile, and no hidden fraction."""
+    from types import SimpleNamespace
+
+    from pygrid.bench import timing
+
+    g = grids(DIMS, layouts()[0])[0]
+    U, psi = setup(g)
+    D = pg.qcd.WilsonFermion(U, 0.1)
+    ctx = SimpleNamespace(timer=lambda fn, label: [fn() for _ in range(3)] and (1e-3, 1e-3, 3))
+    monkeypatch.setattr(timing, "_launches_return_early", lambda: early)
+    *_, extra = timing.time_operator(ctx, lambda: D.Dhop(psi), "Dhop", g)
+    assert "in flight per call" in extra["comms"] and "packing" in extra["comms"]
+    if early:
+        assert "the host waited, while the device ran the interior" in extra["comms"]
+        assert extra["_mpi"]["hidden_fraction"] is None
+    else:
+        assert "hidden by computation" in extra["comms"]
+        assert 0 <= extra["_mpi"]["hidden_fraction"] <= 1
