@@ -84,7 +84,7 @@ def test_cuda_host_arrays_are_page_locked(monkeypatch):
     """CudaBackend.host_array: a numpy array over memory from CuPy's pinned pool (the stand-in's
     alloc_pinned_memory, which hands out plain memory here), of the shape and dtype asked."""
     import numpy as np
-    from test_codegen_c import fake_cupy
+    from cupy_standin import fake_cupy
 
     from pygrid.accelerator import cuda_backend
 
@@ -267,7 +267,7 @@ LAUNCHER_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM
 def test_cuda_backend_takes_a_gpu_by_the_rank_on_the_node(monkeypatch, env, want):
     """Ranks sharing a node with 4 GPUs take one each (stand-in CuPy): the device made current,
     and the one describe() names."""
-    from test_codegen_c import fake_cupy
+    from cupy_standin import fake_cupy
 
     from pygrid.accelerator import cuda_backend
 
@@ -284,7 +284,7 @@ def test_cuda_backend_takes_a_gpu_by_the_rank_on_the_node(monkeypatch, env, want
 
 @pytest.mark.parametrize("value", ["4", "-1", "gpu1"])
 def test_a_cuda_device_that_does_not_exist_is_refused_by_name(monkeypatch, value):
-    from test_codegen_c import fake_cupy
+    from cupy_standin import fake_cupy
 
     from pygrid.accelerator import cuda_backend
     from pygrid.errors import BackendError

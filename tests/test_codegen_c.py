@@ -15,20 +15,18 @@ import importlib
 import re
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 from conftest import GAMMA, assert_close, backend, grid, grid5, pool_field, random_field
+from cupy_standin import fake_cupy
 
 import pygrid as pg
 from pygrid.accelerator import (
     backends as _bk,
     codegen_c,
-    covariant,
     cuda_backend,
     emulated_backend,
-    reduction_kernels,
 )
 from pygrid.accelerator.device_tables import DeviceTables
 from pygrid.errors import BackendError
@@ -369,73 +367,6 @@ def test_emulated_device_memory_with_evictions():
 
 
 # ---- the CuPy launch code, against a stand-in cupy whose RawKernel is the emulation ---
-
-def fake_cupy(devices=1):
-    """A stand-in for CuPy: "device" arrays are a numpy subclass, so host arrays are copied
-    in and out as with CuPy, and RawKernel compiles the source under the SIMT emulation."""
-
-    class DeviceArray(np.ndarray):
-        pass
-
-    cp = types.ModuleType("cupy")
-    cp.ndarray = DeviceArray
-    cp.float64 = np.float64
-    cp.asarray = lambda a: a if isinstance(a, DeviceArray) else np.array(a, order="C").view(DeviceArray)
-    cp.asnumpy = lambda a: np.array(a).view(np.ndarray)
-    cp.sum = np.sum
-    cp.dot = np.dot
-    cp.empty = np.empty
-    runtime = types.SimpleNamespace(getDeviceCount=lambda: devices, is_hip=False)
-    used = []  # the devices made current, in order
-
-    class Device:
-        def __init__(self, i=None):
-            self.id = used[-1] if i is None else i
-
-        def use(self):
-            used.append(self.id)
-
-        def synchronize(self):
-            pass
-
-    cp.cuda = types.SimpleNamespace(
-        runtime=runtime, memory=types.SimpleNamespace(OutOfMemoryError=MemoryError), Device=Device, used=used
-    )
-    launches = []
-
-    class RawKernel:
-        def __init__(self, src, name, options=()):
-            self.name = name
-            if name in reduction_kernels.KERNELS:  # real and accumulation types read off the signature
-                real, acc = re.search(r"pg_norm2\(const (\w+)\* __restrict__ a, (\w+)\*", src).groups()
-                dt = {"double": "float64", "float": "float32"}
-                lib = emulated_backend.compile_emulated(
-                    src + reduction_kernels.emulation_wrappers(dt[real], dt[acc]), argtypes=False)
-                self.fn = getattr(lib, "pygrid_launch_" + name)
-                self.fn.argtypes = covariant.C_LAUNCH_ARGTYPES
-                return
-            assert name == codegen_c.KERNEL_NAME
-            self.lib = emulated_backend.compile_emulated(src + emulated_backend.launch_wrapper(src))
-
-        def __call__(self, grid_, block, args):
-            import ctypes
-
-            if self.name in reduction_kernels.KERNELS:
-                launches.append((grid_, block, self.name))
-                ptrs = [a.ctypes.data for a in args if isinstance(a, np.ndarray)]
-                ints = [int(a) for a in args if not isinstance(a, np.ndarray)]
-                self.fn((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * len(ints))(*ints),
-                        grid_[0], block[0])
-                return
-            arrs, osites = args[:-1], int(args[-1])
-            launches.append((grid_, block, osites))
-            ptrs = (ctypes.c_void_p * len(arrs))(*[a.ctypes.data for a in arrs])
-            self.lib.pygrid_launch(ptrs, osites, grid_[0], block[0])
-
-    cp.RawKernel = RawKernel
-    cp.launches = launches
-    return cp
-
 
 def test_cupy_launch_code_through_emulation(monkeypatch):
     cp = fake_cupy()

@@ -351,58 +351,12 @@ def test_dirac_operators_through_generated_c(name, prec):
 @pytest.mark.skipif(COMPILED in ("cuda", "hip"),
                     reason="the stand-in CuPy would replace the real one under test")
 def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
-    from test_codegen_c import fake_cupy
+    from cupy_standin import dirac_cupy
 
     from pygrid.accelerator import backends as _bk
 
-    cp = fake_cupy()
-    expression_kernel = cp.RawKernel
-    from pygrid.accelerator import layout_kernels as lk
-
-    kernels = {k.name: k for k in (kg.WILSON_HOP, kg.WILSON_HOP_5D, kg.WILSON_HOP_LOCAL,
-                                   kg.WILSON_HOP_5D_LOCAL, kg.WILSON_HOP_LOCAL_C, kg.BIDIAG_MULT,
-                                   kg.BIDIAG_MULT_ACC,
-                                   kg.BIDIAG_MULT_ACC_DIAG, kg.BIDIAG_STREAM, kg.BIDIAG_STREAM_ACC_DIAG,
-                                   kg.BIDIAG_SOLVE)}
-    LAYOUT = lk.KERNELS
-    launched = []
-
-    class RawKernel:
-        """The stand-in's RawKernel for the Dirac kernels: their CUDA C under the SIMT emulation."""
-
-        def __new__(cls, src, name, options=()):
-            if name not in kernels and name not in LAYOUT:
-                return expression_kernel(src, name, options)
-            return super().__new__(cls)
-
-        def __init__(self, src, name, options=()):
-            self.name = name
-            if name in LAYOUT:  # the layout kernels: real types read off the signature
-                import re
-
-                to, ti = re.search(r"pg_gather\((\w+)\* __restrict__ out, const (\w+)\*", src).groups()
-                dt = {"double": "float64", "float": "float32"}
-                lib = emulated_backend.compile_emulated(
-                    src + lk.emulation_wrappers(dt[to], dt[ti]), argtypes=False
-                )
-                self.fn = getattr(lib, "pygrid_launch_" + name)
-                self.fn.argtypes = covariant.C_LAUNCH_ARGTYPES
-            else:
-                lib = emulated_backend.compile_emulated(src + covariant.c_launch_wrapper(kernels[name], src),
-                                                    covariant.C_LAUNCH_ARGTYPES)
-                self.fn = lib.pygrid_launch
-
-        def __call__(self, grid_, block, args):
-            import ctypes
-
-            assert all(isinstance(a, (cp.ndarray, np.int64)) for a in args), "a host array reached the kernel"
-            launched.append(self.name)
-            ptrs = [a.ctypes.data for a in args if isinstance(a, np.ndarray)]
-            ints = [int(a) for a in args if not isinstance(a, np.ndarray)]
-            self.fn((ctypes.c_void_p * len(ptrs))(*ptrs), (ctypes.c_long * len(ints))(*ints),
-                    grid_[0], block[0])
-
-    cp.RawKernel = RawKernel
+    cp = dirac_cupy()
+    launched = cp.launched
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(_bk, "_backends", dict(_bk._backends))
     grid, U, psi = setup(dims=(4, 4, 4, 4))
@@ -428,9 +382,6 @@ def test_cupy_launch_path_runs_the_dirac_operators(monkeypatch):
     # and with the fields in the stand-in's device memory, allocated by CupyDevice under the manager
     from pygrid import memory as mem
 
-    cp.empty = lambda shape, dtype=np.float64: np.empty(shape, dtype).view(cp.ndarray)
-    cp.ndarray.set = lambda self, a: np.copyto(self.view(np.ndarray), np.asarray(a).reshape(self.shape))
-    cp.ndarray.get = lambda self, out: np.copyto(out, self.view(np.ndarray))
     monkeypatch.setattr(mem, "_default", mem.get_manager())
     with backend("cuda"):
         m = mem.configure(device="cuda", device_mem_mb=64)

@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import grids, layouts, same_everywhere
+from conftest import WORLD, grids, layouts, same_everywhere
 
 import pygrid as pg
 from pygrid.algorithms import ConjugateGradient, MdagMOperator, ReliableUpdateConjugateGradient, operand_grid
@@ -220,6 +220,48 @@ def test_generated_c_across_ranks(name):
         pg.set_backend(previous)
     for x, y in zip(*res):
         np.testing.assert_array_equal(same_everywhere(x), y)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler for the SIMT emulation")
+@pytest.mark.skipif(pg.get_backend().name not in ("openmp", "numpy"),
+                    reason="fields live in another backend's device memory in this pass")
+def test_cuda_launch_code_across_ranks(monkeypatch):
+    """The cuda backend's own code on a split lattice, CuPy a stand-in (tests/cupy_standin.py) whose
+    kernels are the CUDA source under the SIMT emulation: the pack into a device array, its copy
+    into the page-locked host arrays, the messages, the halo's copy back to the device, the interior
+    and the boundary; Wilson and domain wall, Dhop and its adjoint, against one rank."""
+    import sys
+
+    from cupy_standin import dirac_cupy
+
+    from pygrid.accelerator import backends as _bk
+
+    cp = dirac_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(_bk, "_backends", dict(_bk._backends))
+    res = []
+    previous = pg.get_backend().name
+    pg.set_backend("cuda")
+    try:
+        for g in grids(DIMS, layouts()[0]):
+            U, psi = setup(g)
+            dwf = pg.qcd.DomainWallFermion(U, 4, 0.05, 1.8)
+            psi5 = dwf.new_fermion()
+            pg.ParallelRNG(psi5.grid, [4]).gaussian(psi5)
+            D = pg.qcd.WilsonFermion(U, 0.1)
+            res.append([D.M(psi).to_numpy(), D.Mdag(psi).to_numpy(), dwf.M(psi5).to_numpy(),
+                        dwf.Mdag(psi5).to_numpy()])
+    finally:
+        pg.set_backend(previous)
+    for x, y in zip(*res):
+        np.testing.assert_array_equal(same_everywhere(x), y)
+    from pygrid.qcd import kernels_generic as kg
+
+    split = {kg.WILSON_PACK, kg.WILSON_HOP, kg.WILSON_HOP_5D}
+    if WORLD.size == 2:  # four ranks of this lattice leave no site interior
+        split |= {kg.WILSON_HOP_INTERIOR, kg.WILSON_HOP_5D_INTERIOR}
+    assert {k.name for k in split} <= set(cp.launched)
+    assert len(cp.pinned) == 4  # the packed rows and the halo, in 4D and in 5D
 
 
 def test_generic_halo_device_copies_live_as_long_as_the_operator(monkeypatch):
