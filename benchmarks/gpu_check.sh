@@ -6,7 +6,7 @@
 #
 # checks: every operator on the device against numpy (pygrid selftest), then the Wilson (links
 #         whole and compressed) and domain-wall benchmarks and the linear algebra (axpy, norm2, inner product) on the
-#         device, with the numpy baselines and the device copy
+#         device, with the numpy baselines and the device copy, and the reductions for several row counts
 # tests:  the expression, shift, reduction, Dirac and solver suites with the backend under test
 #         set to the GPU and the fields in device memory under a small watermark (evictions),
 #         then the time of a Schur CG iteration and its share outside the hopping term
@@ -58,6 +58,9 @@ if [ "$what" = checks ] || [ "$what" = all ]; then
         --grid 16.16.16.16 --Ls 16 --precision both --json "$OUT/dwf.json"
     run 200 $PY -m pygrid benchmark axpy --accelerator "$ACCEL" --device-mem none --quiet \
         --grid 32.32.32.32 --precision both --json "$OUT/axpy.json"
+    # the reductions' rows (REDUCE_ROWS, 2^17 by default): fewer loads in flight against more partial sums
+    run 200 $PY benchmarks/bench_device_reductions.py --accelerator "$ACCEL" --device-mem none \
+        --grid 32.32.32.32 --rounds 3
 fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
     PYGRID_TEST_BACKEND=$ACCEL PYGRID_TEST_DEVICE_MEM=2 run 300 $PY -m pytest -q -rf -p no:cacheprovider \
