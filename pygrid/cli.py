@@ -239,9 +239,11 @@ def _config_block(kind, cfg, args, grids, precisions, numba_threads):
             g = make_grid(dims, prec, args.simd)
             lines.append(f"  simd layout     {prec}: {dotted(g.simd_layout)} (Nsimd {g.nsimd}, "
                          f"{g.osites} outer sites)")
-    threads = backend.threads()
-    lines.append(f"  backend         {backend.name}, {threads} threads "
-                 f"(numba parallel loops: {numba_threads})")
+    if backend.device == "unified":  # the CPU's threads run the kernels
+        lines.append(f"  backend         {backend.name}, {backend.threads()} threads "
+                     f"(numba parallel loops: {numba_threads})")
+    else:  # a device runs them: which one (rank 0's, under MPI)
+        lines.append(f"  backend         {backend.describe()}; host numba parallel loops: {numba_threads}")
     lines.append(f"  precision       {', '.join(precisions)}")
     if backend.name in ("openmp", "numpy"):  # the CPU kernels' thresholds for fields past the caches
         from .accelerator.caches import describe

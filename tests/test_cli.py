@@ -291,6 +291,10 @@ def test_selftest_on_sycl_checks_every_operator_then_benchmarks():
     assert "13 passed, 0 failed" in r.stdout
     assert "FAIL" not in r.stdout
     assert r.stdout.count("Dhop") >= 2  # the wilson and dwf benchmark lines
+    import dpctl
+
+    device = dpctl.SyclQueue().sycl_device.name  # the benchmark header names the device, not threads
+    assert f"  backend         sycl ({device}" in r.stdout
 
 
 def test_selftest_reports_a_wrong_operator(monkeypatch, capsys):
