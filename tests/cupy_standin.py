@@ -21,6 +21,17 @@ from pygrid.accelerator.covariant import Kernel
 from pygrid.qcd import kernels_generic
 
 
+def _entry(src, types_pattern, wrappers, name):
+    """``pygrid_launch_<name>`` of ``src`` (a source of several kernels) under the emulation, its two
+    real types read off the source by ``types_pattern``."""
+    dt = {"double": "float64", "float": "float32"}
+    a, b = re.search(types_pattern, src).groups()
+    lib = emulated_backend.compile_emulated(src + wrappers(dt[a], dt[b]), argtypes=False)
+    fn = getattr(lib, "pygrid_launch_" + name)
+    fn.argtypes = covariant.C_LAUNCH_ARGTYPES
+    return fn
+
+
 def fake_cupy(devices=1):
     """A stand-in for CuPy: "device" arrays are a numpy subclass, so host arrays are copied
     in and out as with CuPy, and RawKernel compiles the source under the SIMT emulation."""
@@ -58,12 +69,8 @@ def fake_cupy(devices=1):
         def __init__(self, src, name, options=()):
             self.name = name
             if name in reduction_kernels.KERNELS:  # real and accumulation types read off the signature
-                real, acc = re.search(r"pg_norm2\(const (\w+)\* __restrict__ a, (\w+)\*", src).groups()
-                dt = {"double": "float64", "float": "float32"}
-                lib = emulated_backend.compile_emulated(
-                    src + reduction_kernels.emulation_wrappers(dt[real], dt[acc]), argtypes=False)
-                self.fn = getattr(lib, "pygrid_launch_" + name)
-                self.fn.argtypes = covariant.C_LAUNCH_ARGTYPES
+                self.fn = _entry(src, r"pg_norm2\(const (\w+)\* __restrict__ a, (\w+)\*",
+                                 reduction_kernels.emulation_wrappers, name)
                 return
             assert name == codegen_c.KERNEL_NAME
             self.lib = emulated_backend.compile_emulated(src + emulated_backend.launch_wrapper(src))
@@ -105,12 +112,8 @@ def dirac_cupy(devices=1):
         def __init__(self, src, name, options=()):
             self.name = name
             if name in layout_kernels.KERNELS:  # the layout kernels: real types read off the signature
-                to, ti = re.search(r"pg_gather\((\w+)\* __restrict__ out, const (\w+)\*", src).groups()
-                dt = {"double": "float64", "float": "float32"}
-                lib = emulated_backend.compile_emulated(
-                    src + layout_kernels.emulation_wrappers(dt[to], dt[ti]), argtypes=False)
-                self.fn = getattr(lib, "pygrid_launch_" + name)
-                self.fn.argtypes = covariant.C_LAUNCH_ARGTYPES
+                self.fn = _entry(src, r"pg_gather\((\w+)\* __restrict__ out, const (\w+)\*",
+                                 layout_kernels.emulation_wrappers, name)
             else:
                 lib = emulated_backend.compile_emulated(src + covariant.c_launch_wrapper(kernels[name], src),
                                                         covariant.C_LAUNCH_ARGTYPES)
