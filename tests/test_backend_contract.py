@@ -47,6 +47,7 @@ def test_instances_meet_the_protocol(name):
     b = pg.get_backend(name)
     assert isinstance(b, Backend)
     assert b.name == name and b.device in ("unified", "sycl", "cuda", "hip")
+    assert b.asynchronous is False  # each of these waits for its kernels
     assert isinstance(b.describe(), str) and name.split("-")[0] in b.describe()
     assert b.threads() >= 1
 
@@ -280,6 +281,7 @@ def test_cuda_backend_takes_a_gpu_by_the_rank_on_the_node(monkeypatch, env, want
     b = cuda_backend.CudaBackend("cuda")
     assert cp.cuda.used == [want] and b.device_id == want
     assert f"device {want} of 4" in b.describe()
+    assert b.asynchronous  # its launches only queue: the timers and the comms line rely on it
 
 
 @pytest.mark.parametrize("value", ["4", "-1", "gpu1"])

@@ -47,6 +47,9 @@ class Backend(Protocol):
     name: str
     #: the MemoryManager device holding this backend's fields: 'unified', 'sycl', 'cuda' or 'hip'
     device: str
+    #: whether a kernel launch returns before its kernel has run (the GPUs'): ``synchronize()``
+    #: waits for them, and a host-side timer of one launch measures only its submission
+    asynchronous: bool
 
     def describe(self) -> str:
         """One line naming the backend and the device it runs on, for banners and reports."""
@@ -196,6 +199,6 @@ class KeptRuns(Protocol):
 FUSED = ("axpy", "axpy_norm2", "axpy_xpay", "kept_update")
 
 #: the members a backend must define, checked by the tests for every backend class
-MEMBERS = ("name", "device", "describe", "run", "prepare", "launch", "relayout", "accelerator_for",
+MEMBERS = ("name", "device", "asynchronous", "describe", "run", "prepare", "launch", "relayout", "accelerator_for",
            "device_copy", "copy_to_host", "copy_from_host", "host_array", "bind_kernel", "norm2",
            "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy", "synchronize")

@@ -100,6 +100,8 @@ class CupyDevice(Device):
 class CudaBackend:
     """Generated CUDA C through CuPy RawKernel on an NVIDIA ('cuda') or AMD ('hip') GPU."""
 
+    asynchronous = True  # launches queue on the current stream
+
     def __init__(self, name="cuda"):
         self.name = name
         self.device = name

@@ -132,6 +132,7 @@ class EmulatedSIMTBackend:
     """
 
     device = "unified"
+    asynchronous = False
 
     def __init__(self, dialect="cuda", form=None):
         self.dialect = dialect

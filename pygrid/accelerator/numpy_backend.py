@@ -21,6 +21,7 @@ class NumpyBackend:
 
     name = "numpy"
     device = "unified"
+    asynchronous = False
 
     def describe(self) -> str:
         return "numpy (host, one thread)"

@@ -157,6 +157,7 @@ class OpenMPBackend:
 
     name = "openmp"
     device = "unified"
+    asynchronous = False
     #: a launch whose first argument (the array it writes, or reduces) holds fewer bytes than
     #: this runs on the calling thread: starting the other threads (2-3 us) costs more than it
     #: saves.  Bytes, not outer sites: an outer site of a fermion holds twelve times a complex

@@ -323,6 +323,7 @@ class SyclBackend:
 
     name = "sycl"
     device = "sycl"
+    asynchronous = False  # every submission is waited for
     #: partial sums a reduction leaves for the host to add, at most (on a GPU device: its rows
     #: times their width)
     REDUCE_PARTIALS = 8192

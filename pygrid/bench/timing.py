@@ -135,7 +135,9 @@ def time_operator(ctx, fn, label, grid):
             how.append(f"{mean[6]:.0f} transfer{'' if round(mean[6]) == 1 else 's'} through the node's "
                        "shared memory")
         extra["halo"] = f"{mean[0] / 1e6:.3f} MB sent per call and rank, in " + " and ".join(how)
-        early = _launches_return_early()
+        from ..accelerator.backends import get_backend
+
+        early = get_backend().asynchronous
         if early:  # the host's wait says nothing of what the device did meanwhile
             exposed = (f"{format_seconds(mean[3]).strip()} of it the host waited, while the device ran the "
                        "interior")
@@ -157,13 +159,6 @@ def time_operator(ctx, fn, label, grid):
             "hidden_fraction": None if early else hidden,
         }
     return t, tmin, it, extra
-
-
-def _launches_return_early():
-    """Whether the current backend's kernel launches return before their kernel has run (the GPUs')."""
-    from ..accelerator import get_backend
-
-    return get_backend().device in ("cuda", "hip")
 
 
 def mpi_summary(kernel, grid):
