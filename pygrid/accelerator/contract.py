@@ -200,5 +200,6 @@ FUSED = ("axpy", "axpy_norm2", "axpy_xpay", "kept_update")
 
 #: the members a backend must define, checked by the tests for every backend class
 MEMBERS = ("name", "device", "asynchronous", "describe", "run", "prepare", "launch", "relayout",
-           "accelerator_for", "device_copy", "copy_to_host", "copy_from_host", "host_array", "bind_kernel", "norm2",
-           "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy", "synchronize")
+           "accelerator_for", "device_copy", "copy_to_host", "copy_from_host", "host_array", "bind_kernel",
+           "norm2", "inner_product", "site_sum", "slice_sum", "set_threads", "threads", "bench_copy",
+           "synchronize")
