@@ -58,7 +58,8 @@ if [ "$what" = checks ] || [ "$what" = all ]; then
         --grid 16.16.16.16 --Ls 16 --precision both --json "$OUT/dwf.json"
     run 200 $PY -m pygrid benchmark axpy --accelerator "$ACCEL" --device-mem none --quiet \
         --grid 32.32.32.32 --precision both --json "$OUT/axpy.json"
-    # the reductions' rows (REDUCE_ROWS, 2^17 by default): fewer loads in flight against more partial sums
+    # the reductions' rows (REDUCE_ROWS, 2^17 by default) and loads a thread (REDUCE_LOADS, 1): fewer
+    # loads in flight against more partial sums
     run 200 $PY benchmarks/bench_device_reductions.py --accelerator "$ACCEL" --device-mem none \
         --grid 32.32.32.32 --rounds 3
 fi

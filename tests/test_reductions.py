@@ -78,16 +78,19 @@ def test_norm2_single_accumulates_in_double():
 @settings(max_examples=60, deadline=None)
 @given(osites=st.integers(1, 40), ncomp=st.integers(1, 12), ns=st.sampled_from([1, 2, 4, 8, 16]),
        rows=st.sampled_from([1, 3, 64, 4096]), stride=st.sampled_from([1, 2, 3, 64]),
-       dialect=st.sampled_from(["cuda", "opencl"]), single=st.booleans(), seed=st.integers(0, 2**16))
-def test_device_reduction_kernels_match_numpy(osites, ncomp, ns, rows, stride, dialect, single, seed):
+       loads=st.sampled_from([1, 2, 4]), dialect=st.sampled_from(["cuda", "opencl"]),
+       single=st.booleans(), seed=st.integers(0, 2**16))
+def test_device_reduction_kernels_match_numpy(osites, ncomp, ns, rows, stride, loads, dialect, single,
+                                              seed):
     """The reduction kernels of every device backend (reduction_kernels.py) under the SIMT
-    emulation: any shape, any cap on their rows of partial sums, both dialects, and in the
-    OpenCL dialect's vector kernels any count of rows a chunk."""
+    emulation: any shape, any cap on their rows of partial sums, both dialects, in the CUDA
+    dialect any count of loads a thread, and in the OpenCL dialect's vector kernels any count of
+    rows a chunk."""
     from pygrid.accelerator import host, reduction_kernels
     from pygrid.accelerator.emulated_backend import EmulatedSIMTBackend
 
     be = EmulatedSIMTBackend(dialect)
-    be.REDUCE_ROWS, be.REDUCE_STRIDE = rows, stride
+    be.REDUCE_ROWS, be.REDUCE_STRIDE, be.REDUCE_LOADS = rows, stride, loads
     rng = np.random.default_rng(seed)
     dt = np.float32 if single else np.float64
     a, b = (rng.normal(size=(osites, ncomp, 2, ns)).astype(dt) for _ in range(2))

@@ -169,15 +169,19 @@ class CudaBackend:
     #: most threads of a reduction: enough to keep a large GPU's memory busy; their partial sums
     #: (8 bytes each) are added on the device
     REDUCE_ROWS = 1 << 17
+    #: numbers each thread of norm2 and the inner product loads at a time (reduction_kernels):
+    #: one, as measured on the H200 (benchmarks/bench_device_reductions.py sweeps it)
+    REDUCE_LOADS = 1
 
     def _reduce(self, plan, dtype, pointers, ncomp=None):
         """Run one reduction (pygrid.accelerator.reduction_kernels); its value on the host."""
         cp = self.cupy
         nsimd = int(pointers[0].shape[3])
-        key = ("reduce", np.dtype(dtype).name, nsimd)
+        loads = int(self.REDUCE_LOADS)
+        key = ("reduce", np.dtype(dtype).name, nsimd, loads)
         mod = self._kernels.get(key)
         if mod is None:
-            src = rk.source(self.name, dtype, np.float64, nsimd)
+            src = rk.source(self.name, dtype, np.float64, nsimd, loads)
             mod = self._kernels[key] = {n: cp.RawKernel(src, n, options=NVRTC_OPTIONS) for n in rk.KERNELS}
         part = cp.empty(plan.rows * plan.width, dtype=np.float64)
         blocks, tpb = codegen_c.launch_dims(plan.rows, 1, threads_per_block())

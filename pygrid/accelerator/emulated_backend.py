@@ -154,6 +154,8 @@ class EmulatedSIMTBackend:
 
     # ---- reductions: the device kernels of pygrid.accelerator.reduction_kernels ----
     REDUCE_ROWS = 4096
+    #: numbers a thread of the CUDA dialect's norm2 and inner product loads at a time
+    REDUCE_LOADS = 1
     #: rows of a group in the OpenCL dialect's chunks (reduction_kernels.plan_norm2)
     REDUCE_STRIDE = 1
 
@@ -163,10 +165,11 @@ class EmulatedSIMTBackend:
             raise BackendError(f"reductions take float64 or float32 buffers, not {dtype}")
         from .covariant import C_LAUNCH_ARGTYPES
 
-        key = (plan.name, dtype.char, arrays[0].shape[3])
+        loads = int(self.REDUCE_LOADS)
+        key = (plan.name, dtype.char, arrays[0].shape[3], loads)
         fn = self._reduce_fns.get(key)  # a CG calls these every iteration: no source hashed per call
         if fn is None:
-            lib = compile_emulated(rk.source(self.dialect, dtype, np.float64, arrays[0].shape[3])
+            lib = compile_emulated(rk.source(self.dialect, dtype, np.float64, arrays[0].shape[3], loads)
                                    + rk.emulation_wrappers(dtype, np.float64, self.dialect), argtypes=False)
             fn = self._reduce_fns[key] = getattr(lib, "pygrid_launch_" + plan.name)
             fn.argtypes = C_LAUNCH_ARGTYPES

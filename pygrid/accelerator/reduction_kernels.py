@@ -123,38 +123,64 @@ def _opencl_vector_kernels(D, real, acc, nsimd, W):
 """
 
 
-def _strided_kernels(K, a, p, G, R, real, acc, idx):
-    """``pg_norm2`` and ``pg_inner`` of the CUDA dialect: one real or complex number a thread at a
-    time, neighbouring threads on neighbouring numbers (coalesced)."""
+def _strided_kernels(K, a, p, G, R, real, acc, idx, loads):
+    """``pg_norm2`` and ``pg_inner`` of the CUDA dialect: neighbouring threads on neighbouring
+    numbers (coalesced), each thread ``loads`` real or complex numbers R apart at a time into as
+    many accumulators.  A GPU thread issues its next loads only after the adds of the last ones:
+    the loads in flight are the resident threads times ``loads``, and a GPU needs megabytes in
+    flight to reach its bandwidth."""
+    U = int(loads)
+    ks = range(U)
+    acc_n = ", ".join(f"s{k} = 0" for k in ks)
+    acc_i = ", ".join(f"sr{k} = 0, si{k} = 0" for k in ks)
+    sum_n = codegen_c.tree_sum([f"s{k}" for k in ks])
+    sum_r, sum_i = (codegen_c.tree_sum([f"{v}{k}" for k in ks]) for v in ("sr", "si"))
+    n_body = "\n".join(f"        {{ const {acc} x = a[i + {k} * R]; s{k} += x * x; }}" for k in ks)
+
+    def complex_at(k, j):
+        return f"""        {{
+            const long c = {j}, oc = c / NS;
+            const long r = oc * 2 * NS + (c - oc * NS), q = r + NS;
+            const {acc} ar = a[r], ai = a[q], br = b[r], bi = b[q];
+            sr{k} += ar * br + ai * bi;
+            si{k} += ar * bi - ai * br;
+        }}"""
+
+    i_body = "\n".join(complex_at(k, f"i + {k} * R") for k in ks)
     return f"""{K} pg_norm2({a}, {p}, const long n, const long R)
 {{
     const long g = {idx};
     if (g >= R) return;
-    {acc} s = 0;
-    for (long i = g; i < n; i += R) {{ const {acc} x = a[i]; s += x * x; }}
-    part[g] = s;
+    {acc} {acc_n};
+    long i = g;
+    for (; i + {U - 1} * R < n; i += {U} * R) {{
+{n_body}
+    }}
+    for (; i < n; i += R) {{ const {acc} x = a[i]; s0 += x * x; }}
+    part[g] = {sum_n};
 }}
 {K} pg_inner({a}, {G}const {real}* {R} b, {p}, const long m, const long R)
 {{
     const long g = {idx};
     if (g >= R) return;
-    {acc} sr = 0, si = 0;
-    for (long i = g; i < m; i += R) {{
-        const long oc = i / NS;
-        const long r = oc * 2 * NS + (i - oc * NS), q = r + NS;
-        const {acc} ar = a[r], ai = a[q], br = b[r], bi = b[q];
-        sr += ar * br + ai * bi;
-        si += ar * bi - ai * br;
+    {acc} {acc_i};
+    long i = g;
+    for (; i + {U - 1} * R < m; i += {U} * R) {{
+{i_body}
     }}
-    part[2 * g] = sr;
-    part[2 * g + 1] = si;
+    for (; i < m; i += R) {{
+{complex_at(0, "i")}
+    }}
+    part[2 * g] = {sum_r};
+    part[2 * g + 1] = {sum_i};
 }}
 """
 
 
-def source(dialect, real_dtype, acc_dtype, nsimd):
+def source(dialect, real_dtype, acc_dtype, nsimd, loads=1):
     """The four reduction kernels reading ``real_dtype`` buffers of ``nsimd`` lanes, summing in
-    ``acc_dtype``."""
+    ``acc_dtype``; in the CUDA dialect each thread of ``pg_norm2`` and ``pg_inner`` loads ``loads``
+    numbers at a time (:func:`_strided_kernels`)."""
     D = codegen_c.DIALECTS[dialect]
     G, R = D["global"], D["restrict"]
     real, acc = _CTYPE[str(np.dtype(real_dtype))], _CTYPE[str(np.dtype(acc_dtype))]
@@ -164,7 +190,7 @@ def source(dialect, real_dtype, acc_dtype, nsimd):
     if dialect == "opencl":
         first = _opencl_vector_kernels(D, real, acc, nsimd, vector_width(nsimd, real_dtype))
     else:
-        first = _strided_kernels(K, a, p, G, R, real, acc, idx)
+        first = _strided_kernels(K, a, p, G, R, real, acc, idx, loads)
     return f"""{pre}
 #define NS {int(nsimd)}L
 {first}{K} pg_site_sum({a}, {p}, const long osites, const long ncomp, const long P)
