@@ -114,13 +114,16 @@ def check_5d_hop(grid, U, D, Ls=3):
     return psi5
 
 
-def force_structure(monkeypatch, wide, far=False):
+def force_structure(monkeypatch, wide, far=False, pairs=None):
     """The unrolled kernel with the wide (AVX-512) or narrow (AVX2) structure whatever the host,
-    and with every field counted as larger than the caches when ``far``: fresh modules, launch
-    states and bound launches (skips where the unrolled kernel does not run)."""
+    with every field counted as larger than the caches when ``far``, and the 5D tiled order's
+    loops in pairs of points or not (``pairs``; default: as the host takes them): fresh modules,
+    launch states and bound launches (skips where the unrolled kernel does not run)."""
     if dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
     monkeypatch.setattr(kw, "wide_default", lambda: wide)
+    if pairs is not None:
+        monkeypatch.setattr(kw, "tile_pairs", lambda w: pairs)
     monkeypatch.setattr(kw, "_modules", {})
     monkeypatch.setattr(ul, "_states", {})
     monkeypatch.setattr(dslash, "_BOUND", {})
@@ -141,18 +144,21 @@ def test_both_register_structures_against_numpy(monkeypatch, wide):
     check_5d_hop(grid, U, D)
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_the_adjoint_has_kernels_of_its_own_with_the_signs_compiled_in(monkeypatch, wide):
+@pytest.mark.parametrize("wide,pairs", [(False, True), (True, False), (True, True)],
+                         ids=["narrow", "wide", "wide-pairs"])
+def test_the_adjoint_has_kernels_of_its_own_with_the_signs_compiled_in(monkeypatch, wide, pairs):
     """The projectors' signs are constants of each compiled kernel (an add or a subtract in place of
     a multiply-add by a sign read at run time), so the adjoint runs kernels of its own: 4D and 5D,
-    every structure, against numpy both ways; no kernel reads the signs from ``coef``."""
+    every structure, the 5D tiled order's loops a point or a direction's two points at a time
+    (kw.tile_pairs: the wide structure takes either by the CPU), against numpy both ways; no kernel
+    reads the signs from ``coef``."""
     for five_d in (False, True):
         for dag, sign in ((False, "-1.0"), (True, "1.0")):
-            src = kw._source(4, "float64", five_d, wide, dag=dag)
+            src = kw._source(4, "float64", five_d, wide, dag=dag, pairs=pairs)
             assert "coef[2]" not in src and "coef[3]" not in src
             signs = {line.strip() for line in src.splitlines() if line.strip().startswith("gf = ")}
             assert signs == {f"gf = vsplat(Z({sign}), W)"}
-    force_structure(monkeypatch, wide)
+    force_structure(monkeypatch, wide, pairs=pairs)
     grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
     D = pg.qcd.WilsonFermion(U, MASS)
     Un = U.to_numpy()
@@ -529,17 +535,18 @@ def test_kernel_on_5d_field_with_4d_links():
     assert relerr(got[:, par], want[:, par]) < 1e-12
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_5d_kernel_variants_share_the_tile_loops_but_the_last(wide):
+@pytest.mark.parametrize("wide,pairs", [(False, None), (True, None), (True, True)])
+def test_5d_kernel_variants_share_the_tile_loops_but_the_last(wide, pairs):
     """The 5D kernel's variants of its last step (kw.LAST) call one compiled function for the
     tile's loops but the last (not inlined by numba, so it compiles once for all of them): each
     variant holds its own last loop alone.  The loops add a point each in the wide structure, a
-    direction's two points in the narrow one (kw._tile_loops).  4D kernels keep every loop inline."""
+    direction's two points in the narrow one and with ``pairs`` (kw._tile_loops).  4D kernels keep
+    every loop inline."""
     import ast
 
-    tree = ast.parse(kw._source(4, "float64", True, wide))
+    tree = ast.parse(kw._source(4, "float64", True, wide, pairs=pairs))
     fns = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
-    loops = 8 if wide else 4
+    loops = 4 if (not wide if pairs is None else pairs) else 8
 
     def tile_loops(f):  # the loops over a tile's sites
         return sum(isinstance(n, ast.For) and ast.unparse(n.iter) == "range(i0, i1)" for n in ast.walk(f))
@@ -1056,3 +1063,19 @@ def test_balanced_kept_hops_give_what_whole_blocks_give(monkeypatch, Ls):
     np.testing.assert_array_equal(results[0], results[1])
     if Ls == 1:
         assert relerr(results[0], dhop_ref(Un, pn)) < 1e-12
+
+
+def test_the_5d_tiled_order_pairs_its_points_but_on_amd_cores_with_the_wide_structure(monkeypatch):
+    """kw.tile_pairs: the narrow structure always pairs a direction's two points; the wide one
+    pairs them but on AMD's cores (Zen 4, where a point at a time ran faster); a module of 5D
+    kernels is generated that way, the 4D kernels' loops follow the structure alone."""
+    for vendor, wide_pairs in (("AuthenticAMD", False), ("GenuineIntel", True), ("", True)):
+        monkeypatch.setattr(kw, "host_cpu_vendor", lambda v=vendor: v)
+        assert kw.tile_pairs(False) is True and kw.tile_pairs(True) is wide_pairs
+        monkeypatch.setattr(kw, "_modules", {})
+        seen = []
+        monkeypatch.setattr(kw, "load_module", lambda src, *a, **k: seen.append(src) or object())
+        kw._module(4, "float64", 3, wide=True)
+        kw._module(4, "float64", 1, wide=True)
+        assert seen[0].endswith(kw._source(4, "float64", True, True, pairs=wide_pairs))
+        assert seen[1].endswith(kw._source(4, "float64", False, True))

@@ -60,7 +60,8 @@ order of that work follows the registers the kernels are compiled for (:func:`wi
 * wide, larger 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per direction, its
-  forward and backward points added into the accumulator together on AVX2 (:func:`_tile_loops`), so
+  forward and backward points added into the accumulator together (:func:`_tile_loops`; a point
+  at a time in the wide structure on AMD's cores, :func:`tile_pairs`), so
   the Ls slices of a neighbour are read as one stream, with software
   prefetches (into L2; on fields larger than
   the caches) of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
@@ -103,7 +104,7 @@ import numpy as np
 
 from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
-from ..cartesian.simd import host_simd_bits
+from ..cartesian.simd import host_cpu_vendor, host_simd_bits
 from ..config import current
 from ..errors import SiteTypeError
 from ..tensors.constant import Gamma
@@ -201,13 +202,15 @@ def gamma_structure():
     return tuple(out)
 
 
-def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
+def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False, pairs=None):
     """numba source of the hopping kernel written with explicit SIMD vectors (pygrid.accelerator.simd_numba).
 
     ``five_d``: the variant for 5D fields, which also prefetches the neighbour's slice
     ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
     ``wide``: the structure for 32 vector registers (both spins of the half spinor through
     the link together; for 4D fields the result spinor held in registers over the points).
+    ``pairs``: the tiled order's loops add a direction's two points each (:func:`_tile_loops`;
+    default: in the narrow structure).
     ``compressed`` (4D fields): links stored as their first two rows
     (``compressed_links.compress_links``), the kernels ``dhop_local`` and ``dhop_kernel`` alone,
     taking the phase tables ``zif, zib, ztab`` after their other arguments (the links of a halo,
@@ -267,7 +270,9 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
         """The 6 planes (3 colours, re/im) of spin k at base."""
         return f"{base} + Q{6 * k}"
 
-    npts = len(_tile_loops(wide)[0])
+    if pairs is None:
+        pairs = not wide
+    npts = len(_tile_loops(pairs)[0])
     for mu in range(4):
         if wide and not five_d:  # the register structure accumulates in its own variables
             break
@@ -343,7 +348,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
     d, adj = _dag(dag), " For the adjoint (the projectors' signs flipped)." if dag else ""
     if five_d:
         for halo in (True, False):
-            fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, wide, halo, dag),
+            fn(f"{_POINTS[halo]}{d}({_POINTS_ARGS})", _tile_points(nls, nlg, pairs, halo, dag),
                "The points of a tile (sites i0:i1) but its last loop's (_tile_loops) into its accumulator "
                "acc_t; every variant of the last step calls this one compiled function"
                + (", which also reads neighbours on other ranks." if halo else ".") + adj,
@@ -367,7 +372,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False):
                    f"({LAST[last]}).{adj}" if halo else
                    f"dhop_kernel{sfx} on sites whose neighbours are all on this rank (halo and ubh are "
                    "not read).")
-            body = _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last, dag=dag)
+            body = _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last, dag=dag, pairs=pairs)
             fn(f"{name}{sfx}({args})", body, doc, "@_jit")
     if five_d and wide:
         fn(_register_site_call(dag), _register_site(dag), "The register order's hop of one site into "
@@ -656,17 +661,18 @@ _POINTS = {False: "tile_points", True: "tile_points_halo"}
 _POINTS_ARGS = "i0, i1, hi, acc_t, psi, uf, ub, nbr, perm, lanes, pxor, n4, Ls, coef, far, sites, halo, ubh"
 
 
-def _tile_points(nls, nlg, wide, halo, dag=False):
+def _tile_points(nls, nlg, pairs, halo, dag=False):
     """The body of :data:`_POINTS`: a function of its own (not inlined by numba), so that the five
     variants of the 5D kernel's last step share its compile: each further variant compiles its
     last loop and the tile's end alone."""
     body = [*_signs(dag), "N4 = U(n4)", "LS = U(Ls)", "I0 = U(i0)"]
-    for points in _tile_loops(wide)[:-1]:
+    for points in _tile_loops(pairs)[:-1]:
         body += _tile_loop(points, nls, nlg, True, halo, "")
     return body
 
 
-def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compressed=False, dag=False):
+def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compressed=False, dag=False,
+                 pairs=None):
     if wide and not five_d:
         return _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize, compressed, dag)
     body = [
@@ -693,7 +699,7 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compres
         body[body.index("for i0 in range(lo, hi, tile):"):0] = _third_row_constants()
     if five_d:
         body += [f"    {_POINTS[halo]}{_dag(dag)}({_POINTS_ARGS})"]
-    for points in _tile_loops(wide)[-1 if five_d else 0:]:
+    for points in _tile_loops(not wide if pairs is None else pairs)[-1 if five_d else 0:]:
         body += _tile_loop(points, nls, nlg, five_d, halo, "    ", last, compressed)
     if last in _AT_TILE_END:
         body += ["    " + x for x in _tile_end(last)]
@@ -701,14 +707,22 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compres
     return body
 
 
-def _tile_loops(wide):
-    """The tiled order's loops over a tile, each a tuple of the stencil points it adds: on AVX2 (not
-    ``wide``) a direction's forward and backward points together, whose accumulator passes halve
-    the loads and stores that bound it in the caches (AVX2 code: 1.03-1.08x in the caches,
-    1.09-1.24x out of them, docs/performance.md); on AVX-512 a point at a time, for which the
-    pairs ran 0.89-1.00x on fields larger than the L3 (1.10-1.12x on 28-30 MB, level inside the
-    Schur CG there)."""
-    return [(p,) for p in range(8)] if wide else [(mu, mu + 4) for mu in range(4)]
+def _tile_loops(pairs):
+    """The tiled order's loops over a tile, each a tuple of the stencil points it adds: with
+    ``pairs`` a direction's forward and backward points together, whose accumulator passes halve
+    the loads and stores that bound it in the caches, else a point at a time (:func:`tile_pairs`
+    chooses)."""
+    return [(mu, mu + 4) for mu in range(4)] if pairs else [(p,) for p in range(8)]
+
+
+def tile_pairs(wide):
+    """Whether the tiled order of 5D fields adds a direction's two points in one pass: in the
+    narrow structure (AVX2 code: 1.03-1.08x in the caches, 1.09-1.24x out of them), and in the wide
+    one but on AMD's cores.  On Zen 4, whose cores split a 512-bit operation in two, the pairs ran
+    0.89-1.00x on fields larger than the L3 (1.10-1.12x on 28-30 MB, level inside the Schur CG
+    there); on an Intel Xeon with AVX-512 (Sapphire Rapids class) they ran 1.12-1.23x on 5D fields
+    out of the caches (docs/performance.md, "Against Grid C++, same run")."""
+    return not wide or host_cpu_vendor() != "AuthenticAMD"
 
 
 def _tile_loop(points, nls, nlg, five_d, halo, ind0, last="plain", compressed=False):
@@ -909,15 +923,17 @@ def wide_default():
     return host_simd_bits() >= 512
 
 
-def _module(nsimd, dtype, Ls, wide=None, compressed=False, dag=False):
+def _module(nsimd, dtype, Ls, wide=None, compressed=False, dag=False, pairs=None):
     if wide is None:
         wide = wide_default()
+    if pairs is None:  # the tiled order's loops: the 4D kernels' follow the structure alone
+        pairs = tile_pairs(wide) if Ls > 1 else not wide
     # what dhop() passes: a lookup without np.dtype(...).name (7 us)
-    fast = (nsimd, dtype, Ls > 1, wide, compressed, dag)
+    fast = (nsimd, dtype, Ls > 1, wide, compressed, dag, pairs)
     m = _modules.get(fast)
     if m is not None:
         return m
-    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, bool(wide), int(compressed), bool(dag))
+    key = (int(nsimd), np.dtype(dtype).name, int(Ls) > 1, bool(wide), int(compressed), bool(dag), bool(pairs))
     m = _modules.get(key)
     if m is None:
         # numba's on-disk cache does not see changes to the intrinsics the kernel calls; their
@@ -936,17 +952,18 @@ def _module(nsimd, dtype, Ls, wide=None, compressed=False, dag=False):
 
 
 def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain", compressed=False,
-               dag=False):
+               dag=False, pairs=None):
     """The compiled hopping kernel for a lane count, real dtype and 4D (Ls = 1) or 5D fields (cached on
     disk); ``wide`` picks the structure (default: :func:`wide_default`);
     ``halo``: the kernel that also reads neighbours on other ranks (else one that never does);
     ``compressed``: the 4D kernel on links of two rows (``compressed_links.compress_links``), or
     with :data:`BY_DIRECTION` on whole links stored direction by direction;
     ``dag``: the adjoint's kernel (the projectors' signs are constants of each, :func:`_signs`,
-    so the kernel ignores the signs in ``coef``)."""
+    so the kernel ignores the signs in ``coef``); ``pairs``: the tiled order's loops (default:
+    :func:`tile_pairs` for 5D fields)."""
     if compressed and (int(Ls) > 1 or last != "plain"):
         raise ValueError("compressed links: the 4D kernel only")
-    m = _module(nsimd, dtype, Ls, wide, compressed, dag)
+    m = _module(nsimd, dtype, Ls, wide, compressed, dag, pairs)
     sfx = "" if last == "plain" else "_" + last
     return getattr(m, ("dhop_kernel" if halo else "dhop_local") + sfx + _dag(dag))
 
