@@ -134,6 +134,17 @@ def backend(name):
         pg.set_backend(old)
 
 
+@pytest.fixture
+def reference_cache(monkeypatch):
+    """The host's last-level cache as the one the kernels' byte thresholds were measured with
+    (caches.REFERENCE_BYTES, one group of cores), for tests of those rules: elsewhere the thresholds
+    scale with the host's cache (tests/test_caches.py)."""
+    from pygrid.accelerator import caches
+
+    monkeypatch.setattr(caches, "group_bytes", lambda: caches.REFERENCE_BYTES)
+    monkeypatch.setattr(caches, "host_groups", lambda root=None: (caches.REFERENCE_BYTES, 1))
+
+
 @pytest.fixture(autouse=True)
 def _compiled_backend():
     """Every test starts (and ends) on the compiled backend under test."""

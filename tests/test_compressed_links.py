@@ -240,12 +240,8 @@ def test_links_that_do_not_compress_are_read_whole():
 
 
 @pytest.mark.parametrize("nsimd", [8, 4])
-def test_compression_pays_only_out_of_cache(monkeypatch, nsimd):
-    """The rule at the cache it was measured with (caches.REFERENCE_BYTES); on another host the
-    thresholds scale with the cache the threads reach (test_caches.py)."""
-    from pygrid.accelerator import caches
-
-    monkeypatch.setattr(caches, "llc_bytes", lambda threads=None: caches.REFERENCE_BYTES)
+def test_compression_pays_only_out_of_cache(reference_cache, nsimd):
+    """The rule at the cache it was measured with (``reference_cache``)."""
     assert not cl.compression_pays(8 ** 4 // nsimd, nsimd, np.float64)       # 8^4 double: in the caches
     assert cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float64)
     assert not cl.compression_pays(24 ** 4 // nsimd, nsimd, np.float64, Ls=8)  # 5D: the links are reused
@@ -261,9 +257,10 @@ def test_compression_pays_only_out_of_cache(monkeypatch, nsimd):
 
 @pytest.mark.skipif(os.environ.get("PYGRID_TEST_DEVICE", "unified") != "unified",
                     reason="24 MB of links, above the device passes' watermark; the main pass runs it")
-def test_the_operators_compress_by_the_bytes_each_hop_reads():
+def test_the_operators_compress_by_the_bytes_each_hop_reads(reference_cache):
     """On 12^4 double the even-odd hop (eight links a site from memory, 16 MB) reads its links
-    compressed and so does the full grid (20 MB); on 12^4 single neither (10 and 8 MB)."""
+    compressed and so does the full grid (20 MB); on 12^4 single neither (10 and 8 MB), at the
+    cache the rule was measured with."""
     for prec, want in (("double", (True, True)), ("single", (False, False))):
         grid = pg.GridCartesian([12, 12, 12, 12], precision=prec)
         U = pg.qcd.random_gauge(grid, pg.ParallelRNG(grid, [1]), precision=prec)

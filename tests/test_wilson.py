@@ -311,7 +311,7 @@ def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
                         assert relerr(got[s], dhop_ref(Un, p5[s]) + alpha * x[s]) < TOL[prec], (far, alpha, s)
 
 
-def test_the_schur_variants_leave_the_register_order_on_smaller_fields(monkeypatch):
+def test_the_schur_variants_leave_the_register_order_on_smaller_fields(monkeypatch, reference_cache):
     """On fields between the two limits the plain hop runs the register order and the Schur
     operators' variants of the last step the tiled one (inside a solve the register order is the
     slower there); below both every variant runs the register order, above both none."""
@@ -339,8 +339,9 @@ def _to_slices(g5d, prec, buf):
     return f.to_numpy()
 
 
-def test_site_order_blocks_large_slices_and_visits_every_site_once():
-    """(y, z) columns when a time-slice outgrows the cache budget; natural order otherwise."""
+def test_site_order_blocks_large_slices_and_visits_every_site_once(reference_cache):
+    """(y, z) columns when a time-slice outgrows the cache budget; natural order otherwise (at the
+    cache the budget was measured with)."""
     assert (ul.site_order((4, 4, 4, 8), 1, 8, "float64") == np.arange(512)).all()
     order = ul.site_order((16, 8, 8, 8), 8, 8, "float64")          # 12 MB slices: 4 x 4 columns
     assert sorted(order.tolist()) == list(range(8192))
@@ -365,7 +366,7 @@ def test_blocked_site_order_against_numpy(monkeypatch):
     check_5d_hop(grid, U, D)
 
 
-def test_site_order_gives_each_thread_a_slab_of_a_large_4d_field():
+def test_site_order_gives_each_thread_a_slab_of_a_large_4d_field(reference_cache):
     """4D fields beyond the caches on several threads: one z slab per thread, each over all t."""
     order = ul.site_order((16, 8, 8, 8), 1, 8, "float64", threads=2, far=True)
     assert sorted(order.tolist()) == list(range(8192))
