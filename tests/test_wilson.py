@@ -1064,19 +1064,3 @@ def test_balanced_kept_hops_give_what_whole_blocks_give(monkeypatch, Ls):
     np.testing.assert_array_equal(results[0], results[1])
     if Ls == 1:
         assert relerr(results[0], dhop_ref(Un, pn)) < 1e-12
-
-
-def test_the_5d_tiled_order_pairs_its_points_but_on_amd_cores_with_the_wide_structure(monkeypatch):
-    """kw.tile_pairs: the narrow structure always pairs a direction's two points; the wide one
-    pairs them but on AMD's cores (Zen 4, where a point at a time ran faster); a module of 5D
-    kernels is generated that way, the 4D kernels' loops follow the structure alone."""
-    for vendor, wide_pairs in (("AuthenticAMD", False), ("GenuineIntel", True), ("", True)):
-        monkeypatch.setattr(kw, "host_cpu_vendor", lambda v=vendor: v)
-        assert kw.tile_pairs(False) is True and kw.tile_pairs(True) is wide_pairs
-        monkeypatch.setattr(kw, "_modules", {})
-        seen = []
-        monkeypatch.setattr(kw, "load_module", lambda src, *a, **k: seen.append(src) or object())
-        kw._module(4, "float64", 3, wide=True)
-        kw._module(4, "float64", 1, wide=True)
-        assert seen[0].endswith(kw._source(4, "float64", True, True, pairs=wide_pairs))
-        assert seen[1].endswith(kw._source(4, "float64", False, True))

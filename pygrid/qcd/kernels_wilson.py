@@ -60,8 +60,8 @@ order of that work follows the registers the kernels are compiled for (:func:`wi
 * wide, larger 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per direction, its
-  forward and backward points added into the accumulator together (:func:`_tile_loops`; a point
-  at a time in the wide structure on AMD's cores, :func:`tile_pairs`), so
+  forward and backward points added into the accumulator together in the narrow structure
+  (:func:`_tile_loops`, :func:`tile_pairs`), so
   the Ls slices of a neighbour are read as one stream, with software
   prefetches (into L2; on fields larger than
   the caches) of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
@@ -104,7 +104,7 @@ import numpy as np
 
 from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
-from ..cartesian.simd import host_cpu_vendor, host_simd_bits
+from ..cartesian.simd import host_simd_bits
 from ..config import current
 from ..errors import SiteTypeError
 from ..tensors.constant import Gamma
@@ -717,12 +717,13 @@ def _tile_loops(pairs):
 
 def tile_pairs(wide):
     """Whether the tiled order of 5D fields adds a direction's two points in one pass: in the
-    narrow structure (AVX2 code: 1.03-1.08x in the caches, 1.09-1.24x out of them), and in the wide
-    one but on AMD's cores.  On Zen 4, whose cores split a 512-bit operation in two, the pairs ran
-    0.89-1.00x on fields larger than the L3 (1.10-1.12x on 28-30 MB, level inside the Schur CG
-    there); on an Intel Xeon with AVX-512 (Sapphire Rapids class) they ran 1.12-1.23x on 5D fields
-    out of the caches (docs/performance.md, "Against Grid C++, same run")."""
-    return not wide or host_cpu_vendor() != "AuthenticAMD"
+    narrow structure (AVX2 code: 1.03-1.08x in the caches, 1.09-1.24x out of them).  The wide one
+    adds a point at a time, as its register order does, so that a hop split over ranks (boundary
+    sites in the tiled order) gives the bits of one rank.  On Zen 4 the pairs ran 0.89-1.00x on
+    fields larger than the L3; on an Intel Xeon with AVX-512 1.12-1.23x on 5D fields out of the
+    caches (docs/performance.md, "Against Grid C++, same run"): ``pairs`` of :func:`kernel_for`
+    takes them there, not yet by default."""
+    return not wide
 
 
 def _tile_loop(points, nls, nlg, five_d, halo, ind0, last="plain", compressed=False):
