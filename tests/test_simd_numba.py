@@ -13,6 +13,7 @@ from pygrid.accelerator.simd_numba import (
     prefetch_lines,
     store_fence,
     vcaxpy,
+    vcaxpy2,
     vcmatvec,
     vdouble,
     vfma,
@@ -200,6 +201,36 @@ def test_tuple_operations_against_numpy(px):
     np.testing.assert_allclose(res[6], g * X, atol=1e-13)
     src = np.arange(8) ^ px if px in (1, 2, 4) else lanes
     np.testing.assert_allclose(got[7], a.reshape(3, 2, 8)[:, :, src], atol=0)
+
+
+@njit(fastmath=True)
+def _ordered_sums(x, f, b, g, out):
+    # x loaded last: LLVM's reassociation, were it allowed, would add the earlier values first
+    fs, bs = vloadt(f, U(0), 6, 8), vloadt(b, U(0), 6, 8)
+    gv = vload(g, U(0), 8)
+    xs = vloadt(x, U(0), 6, 8)
+    vstoret(out, U(0), vcaxpy2(None, xs, fs, bs, 0, 0))
+    vstoret(out, U(48), vcaxpy2(gv, xs, fs, bs, 1, 3))
+    vstoret(out, U(96), vcaxpy2(gv, xs, fs, bs, 2, 0))
+
+
+def test_vcaxpy2_adds_its_terms_in_the_order_written():
+    """vcaxpy2(g, x, f, b, PF, PB) is (x + g i**PF f) + g i**PB b, rounded in that order even in a
+    fastmath function (the bits of adding f then b a point at a time): for g = +-1 (the Dirac
+    kernels' signs) numpy's sequential sums give the same bits, on random data and on data where
+    x + (f + b) differs (x = 1, f = 1e16, b = -1e16)."""
+    rng = np.random.default_rng(5)
+    z = lambda v: v.reshape(3, 2, 8)[:, 0] + 1j * v.reshape(3, 2, 8)[:, 1]  # noqa: E731
+    for x, f, b in ((rng.normal(size=48), rng.normal(size=48), rng.normal(size=48)),
+                    (np.ones(48), np.full(48, 1e16), np.full(48, -1e16))):
+        g = rng.choice([-1.0, 1.0], size=8)
+        out = np.zeros(3 * 48)
+        _ordered_sums(x, f, b, g, out)
+        X, F, B = z(x), z(f), z(b)
+        res = [z(out[k * 48:(k + 1) * 48]) for k in range(3)]
+        np.testing.assert_array_equal(res[0], (X + F) + B)
+        np.testing.assert_array_equal(res[1], (X + g * 1j * F) + g * -1j * B)
+        np.testing.assert_array_equal(res[2], (X + g * -1 * F) + g * B)
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 prefetch instructions")

@@ -270,6 +270,33 @@ def test_streamed_result_against_numpy(monkeypatch, prec, wide):
         check_5d_hop(grid, U, D)
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["points", "pairs"])
+def test_the_5d_register_and_tiled_orders_give_the_same_bits(monkeypatch, pairs):
+    """The wide structure's 5D register order adds the points in the order of the tiled order's
+    loops, a point or a direction's two points at a time (kw._tile_order), so a hop whose boundary
+    sites run the tiled order (split over ranks) gives the bits of one rank's register order:
+    domain wall's M and M^dag, and the Schur operator's fused hops, both orders, bit for bit."""
+    force_structure(monkeypatch, True, pairs=pairs)
+    grid, rng, U, psi = setup((4, 4, 4, 8), (1, 1, 1, 4), "double")
+    g5d = pg.GridCartesian5D(grid, 4)
+    x = pg.LatticeFermion(g5d)
+    pg.ParallelRNG(g5d, [13]).gaussian(x)
+    odd = pg.pick_checkerboard(1, x)
+    res = {}
+    for reach in (True, False):
+        monkeypatch.setattr(ul, "REGISTER_BYTES", ul.REGISTER_BYTES if reach else 0)
+        monkeypatch.setattr(ul, "SCHUR_REGISTER_BYTES", ul.SCHUR_REGISTER_BYTES if reach else 0)
+        monkeypatch.setattr(ul, "_states", {})
+        monkeypatch.setattr(dslash, "_BOUND", {})
+        D = pg.qcd.DomainWallFermion(U, 4, 0.1, 1.8)
+        S = pg.qcd.SchurDiagMooeeOperator(D, 1)
+        st = ul._launch_state(D._w.stencil, 4, grid.nsimd, np.dtype("float64"))
+        assert ("register" in st.kernel("plain").__name__) is reach
+        res[reach] = [D.M(x).to_numpy(), D.Mdag(x).to_numpy(), S.M(odd).to_numpy()]
+    for a, b in zip(res[True], res[False]):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("prec", ["double", "single"])
 def test_5d_register_order_in_cache_and_tiles_past_it(monkeypatch, prec):
     """The wide structure's 5D kernel: the register order (every last step) on fields in the caches'

@@ -60,8 +60,8 @@ order of that work follows the registers the kernels are compiled for (:func:`wi
 * wide, larger 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per direction, its
-  forward and backward points added into the accumulator together in the narrow structure
-  (:func:`_tile_loops`, :func:`tile_pairs`), so
+  forward and backward points added into the accumulator together (but in the wide structure on
+  AMD's cores, which add a point at a time: :func:`_tile_loops`, :func:`tile_pairs`), so
   the Ls slices of a neighbour are read as one stream, with software
   prefetches (into L2; on fields larger than
   the caches) of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
@@ -104,7 +104,7 @@ import numpy as np
 
 from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
-from ..cartesian.simd import host_simd_bits
+from ..cartesian.simd import host_cpu_vendor, host_simd_bits
 from ..config import current
 from ..errors import SiteTypeError
 from ..tensors.constant import Gamma
@@ -226,7 +226,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False, pairs=No
         "from numba import njit",
         "from pygrid.accelerator.simd_numba import prefetch_l2_lines, vload, vstore, vzero, "
         "vsplat, vfma, vfms, vxor, vpermute, vcmatvec, vloadt, vstoret, vstoret_nt, store_fence, vcaxpy, "
-        "vscalet, vpermt, vproj2, vrecon2, vthirdrow, vcmatvec3, unowned, vpin",
+        "vcaxpy2, vscalet, vpermt, vproj2, vrecon2, vthirdrow, vcmatvec3, unowned, vpin",
         "",
         f"W = {NS}",
         f"Z = np.{dtype}",
@@ -283,8 +283,8 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False, pairs=No
             if npts == 2:  # wf + wb into the upper spins, g i^ph (wf - wb) into the lower
                 ws, what = "wf, wb", (f"the spinors rebuilt from wf and wb, spin {a} of half spinors of "
                                       f"(1 + g gamma_{mu}) and (1 - g gamma_{mu})")
-                body = [f"hu = vcaxpy(None, vcaxpy(None, vloadt(acc, {up}, 6, W), wf, 0), wb, 0)",
-                        f"hl = vcaxpy(g, vcaxpy(g, vloadt(acc, {low}, 6, W), wf, {ph}), wb, {(ph + 2) % 4})"]
+                body = [f"hu = vcaxpy2(None, vloadt(acc, {up}, 6, W), wf, wb, 0, 0)",
+                        f"hl = vcaxpy2(g, vloadt(acc, {low}, 6, W), wf, wb, {ph}, {ph + 2})"]
             else:
                 ws, what = "w", f"the spinor rebuilt from w, spin {a} of a half spinor of (1 + g gamma_{mu})"
                 body = [f"hu = vcaxpy(None, vloadt(acc, {up}, 6, W), w, 0)",
@@ -375,11 +375,11 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False, pairs=No
             body = _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last, dag=dag, pairs=pairs)
             fn(f"{name}{sfx}({args})", body, doc, "@_jit")
     if five_d and wide:
-        fn(_register_site_call(dag), _register_site(dag), "The register order's hop of one site into "
+        fn(_register_site_call(dag), _register_site(dag, pairs), "The register order's hop of one site into "
            "acc_t (_register_site)." + adj, "@_jit")
         for last in LAST:
             sfx = ("" if last == "plain" else "_" + last) + d
-            fn(f"dhop_local_register{sfx}({args})", _register_body_5d(last, dag),
+            fn(f"dhop_local_register{sfx}({args})", _register_body_5d(last, dag, pairs),
                f"dhop_local{sfx} on fields in the caches' reach, in the register order "
                "(_register_body_5d).", "@_jit")
     return "\n".join(out) + "\n"
@@ -535,10 +535,10 @@ def _third_row(ind, p, row, halo):
     return [f"{ind}t{p} = {third}"]
 
 
-def _register_points(ind, src, halo, compressed=False):
-    """Source lines (indented by ``ind``) of the register order's eight points into the result
-    spinor's variables c0..c3: neighbour ``n{p}`` (its spinor at psi[src(n{p}):]) projected,
-    its lanes permuted by ``m{p}``, through the link, rebuilt into the four spins.
+def _register_points(ind, src, halo, compressed=False, order=tuple(range(8))):
+    """Source lines (indented by ``ind``) of the register order's eight points, in ``order``, into
+    the result spinor's variables c0..c3: neighbour ``n{p}`` (its spinor at psi[src(n{p}):])
+    projected, its lanes permuted by ``m{p}``, through the link, rebuilt into the four spins.
 
     The accumulators are pinned after each point (``hold``): without it LLVM's scheduler starts
     the next points' loads early and reassociates the sums, and spills more of the 24 result
@@ -546,7 +546,7 @@ def _register_points(ind, src, halo, compressed=False):
     two threads): Wilson 8^4 double 1.02-1.05x, single 1.03-1.07x; in L1 1.10x and 1.06x; domain
     wall Ls 8 double 8^4 1.07x; out of the caches on compressed links 0.97-1.05x."""
     body = []
-    for p in range(8):
+    for j, p in enumerate(order):
         mu = p % 4
         g = "gf" if p < 4 else "gb"
         n = f"n{p}"
@@ -554,12 +554,12 @@ def _register_points(ind, src, halo, compressed=False):
                                    f"hload2(halo, ({n} - N4) * HS)", halo, compressed)
         for a, half in ((0, "w[:6]"), (1, "w[6:]")):
             low, ph = _reconstruction(mu, a)
-            if p == 0:
+            if j == 0:
                 body += [f"{ind}c{a} = {half}", f"{ind}c{low} = vcaxpy({g}, None, {half}, {ph})"]
             else:
                 body += [f"{ind}c{a} = vcaxpy(None, c{a}, {half}, 0)",
                          f"{ind}c{low} = vcaxpy({g}, c{low}, {half}, {ph})"]
-        if p < 7:
+        if j < 7:
             body += [f"{ind}cc = hold(c0 + c1 + c2 + c3)"]
             body += [f"{ind}c{k} = cc[{6 * k}:{6 * k + 6}]" for k in range(4)]
     return body
@@ -587,7 +587,7 @@ def _register_finish(ind, streamed, five_d=False, banded=False):
     return body + [ind + x for x in lines]
 
 
-def _register_body_5d(last, dag=False):
+def _register_body_5d(last, dag=False, pairs=False):
     """The register order for 5D fields in the caches' reach (``unrolled_launch.REGISTER_BYTES``): site by
     site, the eight neighbours' indices read once, then slice by slice the whole result spinor in vector
     variables over the eight points, each link read once per slice (from L1); written once (the
@@ -614,7 +614,8 @@ def _register_body_5d(last, dag=False):
             body += [f"    n{p} = U(nbr[U({p}) * N4 + uo])", f"    m{p} = perm[U({p}) * N4 + uo]"]
         body += ["    for s in range(Ls):", "        S = U(s)", "        d = (uo * LS + S) * FS"]
         body += _slice_prefetches("        ")
-        body += _register_points("        ", lambda n: f"({n} * LS + S) * FS", False)
+        body += _register_points("        ", lambda n: f"({n} * LS + S) * FS", False,
+                                 order=_tile_order(pairs))
         body += _register_finish("        ", True, True, last == "banded")
     return body + ["if nt:", "    store_fence()"]
 
@@ -642,7 +643,7 @@ def _register_site_call(dag):
     return _REGISTER_SITE.replace("register_site(", f"register_site{_dag(dag)}(")
 
 
-def _register_site(dag=False):
+def _register_site(dag=False, pairs=False):
     """The body of ``register_site``: the register order's hop of the 4D site ``uo``, every slice,
     unscaled, into ``acc_t`` (the site's Ls slices); a function of its own (not inlined by numba)
     so that the last steps that finish a site from its scratch share its compile."""
@@ -651,7 +652,7 @@ def _register_site(dag=False):
         body += [f"n{p} = U(nbr[U({p}) * N4 + uo])", f"m{p} = perm[U({p}) * N4 + uo]"]
     body += ["for s in range(Ls):", "    S = U(s)"]
     body += _slice_prefetches("    ")
-    body += _register_points("    ", lambda n: f"({n} * LS + S) * FS", False)
+    body += _register_points("    ", lambda n: f"({n} * LS + S) * FS", False, order=_tile_order(pairs))
     return body + [f"    vstoret(acc_t, S * FS + Q{6 * k}, c{k})" for k in range(4)]
 
 
@@ -715,15 +716,20 @@ def _tile_loops(pairs):
     return [(mu, mu + 4) for mu in range(4)] if pairs else [(p,) for p in range(8)]
 
 
+def _tile_order(pairs):
+    """The points in the order the tiled order adds them, which the register order of 5D fields
+    follows: a hop split over ranks runs its boundary sites in the tiled order, and the sums in
+    one order give the bits of one rank."""
+    return tuple(p for points in _tile_loops(pairs) for p in points)
+
+
 def tile_pairs(wide):
-    """Whether the tiled order of 5D fields adds a direction's two points in one pass: in the
-    narrow structure (AVX2 code: 1.03-1.08x in the caches, 1.09-1.24x out of them).  The wide one
-    adds a point at a time, as its register order does, so that a hop split over ranks (boundary
-    sites in the tiled order) gives the bits of one rank.  On Zen 4 the pairs ran 0.89-1.00x on
-    fields larger than the L3; on an Intel Xeon with AVX-512 1.12-1.23x on 5D fields out of the
-    caches (docs/performance.md, "Against Grid C++, same run"): ``pairs`` of :func:`kernel_for`
-    takes them there, not yet by default."""
-    return not wide
+    """Whether the tiled order of 5D fields adds a direction's two points in one pass (the register
+    order adds its points in the same order, :func:`_tile_order`): in the narrow structure (AVX2
+    code: 1.03-1.08x in the caches, 1.09-1.24x out of them) and in the wide one on Intel's AVX-512
+    cores (1.15-1.25x on 5D fields out of the caches), not on AMD's (Zen 4: 0.89-1.00x on fields
+    larger than the L3); docs/performance.md, "Against Grid C++, same run"."""
+    return not wide or host_cpu_vendor() != "AuthenticAMD"
 
 
 def _tile_loop(points, nls, nlg, five_d, halo, ind0, last="plain", compressed=False):
