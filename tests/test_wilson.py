@@ -563,18 +563,32 @@ def test_kernel_on_5d_field_with_4d_links():
     assert relerr(got[:, par], want[:, par]) < 1e-12
 
 
-@pytest.mark.parametrize("wide,pairs", [(False, None), (True, None), (True, True)])
+@pytest.mark.parametrize("vendor,wide,want", [
+    ("AuthenticAMD", True, False), ("AuthenticAMD", False, True), ("GenuineIntel", True, True),
+    ("GenuineIntel", False, True), ("", True, True)])
+def test_the_wide_tiled_order_pairs_its_points_but_on_amd(monkeypatch, vendor, wide, want):
+    """Where a direction's two points go through the tiled order in one pass: the narrow structure
+    always, the wide one but on AMD's cores (measured slower there, docs/performance.md); the
+    module key carries the choice."""
+    monkeypatch.setattr(kw, "host_cpu_vendor", lambda: vendor)
+    assert kw.tile_pairs(wide) is want
+    assert kw._resolve_pairs(None, wide, True) is want
+    assert kw._resolve_pairs(not want, wide, True) is (not want)
+    assert kw._resolve_pairs(None, wide, False) is (not wide)
+
+
+@pytest.mark.parametrize("wide,pairs", [(False, None), (True, None), (True, False), (True, True)])
 def test_5d_kernel_variants_share_the_tile_loops_but_the_last(wide, pairs):
     """The 5D kernel's variants of its last step (kw.LAST) call one compiled function for the
     tile's loops but the last (not inlined by numba, so it compiles once for all of them): each
-    variant holds its own last loop alone.  The loops add a point each in the wide structure, a
-    direction's two points in the narrow one and with ``pairs`` (kw._tile_loops).  4D kernels keep
-    every loop inline."""
+    variant holds its own last loop alone.  The loops add a direction's two points each with
+    ``pairs``, else a point each (kw._tile_loops; by default pairs in the narrow structure, and in
+    the wide one as kw.tile_pairs chooses for the host).  4D kernels keep every loop inline."""
     import ast
 
     tree = ast.parse(kw._source(4, "float64", True, wide, pairs=pairs))
     fns = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
-    loops = 4 if (not wide if pairs is None else pairs) else 8
+    loops = 4 if (kw.tile_pairs(wide) if pairs is None else pairs) else 8
 
     def tile_loops(f):  # the loops over a tile's sites
         return sum(isinstance(n, ast.For) and ast.unparse(n.iter) == "range(i0, i1)" for n in ast.walk(f))

@@ -209,8 +209,8 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False, pairs=No
     ``SLICE_PREFETCH`` slices ahead inside the loop over the fifth dimension.
     ``wide``: the structure for 32 vector registers (both spins of the half spinor through
     the link together; for 4D fields the result spinor held in registers over the points).
-    ``pairs``: the tiled order's loops add a direction's two points each (:func:`_tile_loops`;
-    default: in the narrow structure).
+    ``pairs``: the tiled order's loops add a direction's two points each, and the 5D register
+    order its points in their order (:func:`_tile_loops`; default: :func:`_resolve_pairs`).
     ``compressed`` (4D fields): links stored as their first two rows
     (``compressed_links.compress_links``), the kernels ``dhop_local`` and ``dhop_kernel`` alone,
     taking the phase tables ``zif, zib, ztab`` after their other arguments (the links of a halo,
@@ -270,8 +270,7 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False, pairs=No
         """The 6 planes (3 colours, re/im) of spin k at base."""
         return f"{base} + Q{6 * k}"
 
-    if pairs is None:
-        pairs = not wide
+    pairs = _resolve_pairs(pairs, wide, five_d)
     npts = len(_tile_loops(pairs)[0])
     for mu in range(4):
         if wide and not five_d:  # the register structure accumulates in its own variables
@@ -357,7 +356,8 @@ def _source(ns, dtype, five_d, wide=False, compressed=False, dag=False, pairs=No
         if five_d:
             raise ValueError("compressed links: the 4D kernel only")
         for name, halo in (("dhop_kernel", True), ("dhop_local", False)):
-            body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=compressed, dag=dag)
+            body = _kernel_body(nls, nlg, nlu, False, wide, halo, dtype, compressed=compressed, dag=dag,
+                                pairs=pairs)
             what = ("on whole links stored direction by direction (zif, zib, ztab not read)"
                     if compressed == BY_DIRECTION else
                     "on links stored as their first two rows (compress_links), the third rebuilt "
@@ -673,7 +673,7 @@ def _tile_points(nls, nlg, pairs, halo, dag=False):
 
 
 def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compressed=False, dag=False,
-                 pairs=None):
+                 pairs=True):
     if wide and not five_d:
         return _register_body(nls, nlg, nlu, halo, np.dtype(dtype).itemsize, compressed, dag)
     body = [
@@ -700,7 +700,7 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compres
         body[body.index("for i0 in range(lo, hi, tile):"):0] = _third_row_constants()
     if five_d:
         body += [f"    {_POINTS[halo]}{_dag(dag)}({_POINTS_ARGS})"]
-    for points in _tile_loops(not wide if pairs is None else pairs)[-1 if five_d else 0:]:
+    for points in _tile_loops(pairs)[-1 if five_d else 0:]:
         body += _tile_loop(points, nls, nlg, five_d, halo, "    ", last, compressed)
     if last in _AT_TILE_END:
         body += ["    " + x for x in _tile_end(last)]
@@ -721,6 +721,14 @@ def _tile_order(pairs):
     follows: a hop split over ranks runs its boundary sites in the tiled order, and the sums in
     one order give the bits of one rank."""
     return tuple(p for points in _tile_loops(pairs) for p in points)
+
+
+def _resolve_pairs(pairs, wide, five_d):
+    """``pairs`` where given, else the default: :func:`tile_pairs` for 5D fields; for 4D fields the
+    structure alone (the wide one has no tiled order there)."""
+    if pairs is not None:
+        return bool(pairs)
+    return tile_pairs(wide) if five_d else not wide
 
 
 def tile_pairs(wide):
@@ -933,8 +941,7 @@ def wide_default():
 def _module(nsimd, dtype, Ls, wide=None, compressed=False, dag=False, pairs=None):
     if wide is None:
         wide = wide_default()
-    if pairs is None:  # the tiled order's loops: the 4D kernels' follow the structure alone
-        pairs = tile_pairs(wide) if Ls > 1 else not wide
+    pairs = _resolve_pairs(pairs, wide, Ls > 1)
     # what dhop() passes: a lookup without np.dtype(...).name (7 us)
     fast = (nsimd, dtype, Ls > 1, wide, compressed, dag, pairs)
     m = _modules.get(fast)
