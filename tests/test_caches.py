@@ -139,6 +139,37 @@ def test_thresholds_follow_the_cache(monkeypatch):
         assert np.array_equal(ul.site_order(g.rdims, 8, nsimd, np.float64), np.arange(n4))
 
 
+def test_the_register_reach_scales_down_not_up(monkeypatch):
+    """The wide 5D register order's reach follows a smaller cache than the reference's but not a
+    larger one (on the 105 MiB Intel machine the crossing was where it is on 32 MiB), twice the
+    bytes in single for the plain hop; past it the tiled order streams its result, on 8^4 Ls 16
+    double (26 MB) under a 105 MiB cache as under 32 MiB."""
+    from pygrid.qcd import kernels_wilson as kw
+
+    monkeypatch.setattr(kw, "wide_default", lambda: True)
+    f64, f32 = np.dtype("float64"), np.dtype("float32")
+    reg, schur_reg = ul.REGISTER_BYTES, ul.SCHUR_REGISTER_BYTES
+    for mb, plain, schur in ((105, reg, schur_reg), (32, reg, schur_reg), (8, reg // 4, schur_reg // 4)):
+        monkeypatch.setattr(caches, "host_groups", lambda root=None, mb=mb: (mb << 20, 1))
+        with llc(None):
+            assert ul.register_reach("plain", f64, 1) == plain, mb
+            assert ul.register_reach("plain", f32, 1) == 2 * plain, mb
+            assert ul.register_reach("solve", f64, 1) == schur == ul.register_reach("solve", f32, 1), mb
+    g = pg.GridCartesian([8, 8, 8, 8], precision="double")
+    st = Stencil(g, wilson_displacements())
+    assert field_bytes(g.osites, 16, g.nsimd, "float64") > reg > field_bytes(g.osites, 8, g.nsimd, "float64")
+    for mb in (32, 105):
+        monkeypatch.setattr(caches, "host_groups", lambda root=None, mb=mb: (mb << 20, 1))
+        with llc(None):
+            past = ul._LaunchState(st, 16, g.nsimd, f64)
+            assert past.far and not past._register, mb
+            within = ul._LaunchState(st, 8, g.nsimd, f64)
+            assert "plain" in within._register and "solve" not in within._register, mb
+            assert within.far is (mb == 32), mb   # 13 MB: past 12 MiB of far bytes, not past 39
+            # the Wilson (4D) fields keep their far threshold scaled with the cache
+            assert not ul._LaunchState(st, 1, g.nsimd, f64).far
+
+
 def test_dhop_on_a_small_cache_against_numpy(monkeypatch):
     """The paths a 1 MB cache picks on 8^4 (far, links compressed) against numpy: the operator made
     and applied under that cache, its launch states and bound calls fresh."""

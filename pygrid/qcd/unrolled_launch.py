@@ -35,10 +35,20 @@ from .split_hop import split_hop
 #: 5D hops on 28-30 MB 0.93-0.94x
 FAR_BYTES = {"wide": 12 << 20, "narrow": 16 << 20}
 
-#: 5D fields of at most this many bytes take the register order on wide machines, beyond it the
-#: tiled order (see ``kernels_wilson._register_body_5d``): on AVX-512 (32 MB of L3, shared with the machine's
-#: other tenants) the register order ran 1.2-1.5x on 7-15 MB of fields, 1.05-1.09x and 0.7-0.8x in
-#: two runs on 28 MB, and the tiled order 1.2-1.7x on 30-120 MB
+#: 5D fields of at most this many bytes (in double; twice as many in single) take the register
+#: order on wide machines, beyond it the tiled order with its prefetches and streamed result (see
+#: ``kernels_wilson._register_body_5d``): on AVX-512 (32 MB of L3, shared with the machine's other
+#: tenants) the register order ran 1.2-1.5x on 7-15 MB of fields, 1.05-1.09x and 0.7-0.8x in two runs
+#: on 28 MB, and the tiled order 1.2-1.7x on 30-120 MB.  :func:`register_reach` does not scale it up
+#: with a larger cache: on the Intel AVX-512 machine (105 MiB of L3 reported) the crossing was where
+#: it is on 32 MiB (2026-12-01, alternating processes, GFlop/s, register order against the tiled
+#: order streaming its result: 8^4 Ls 12 double, 20 MB, 34.5-34.6 against 26.2-32.1; 8^4 Ls 16
+#: double, 26 MB, 26.5-28.7 against 28.5-30.6; 8.8.8.16 Ls 16 double, 52 MB, 20.1-23.9 against
+#: 24.5-26.4, and 12.8-17.7 with the register order's own far path; the tiled order at 26 MB
+#: 22.3-27.6 without streaming its result).  Single precision, with half
+#: the bytes for the same arithmetic, keeps the register order to twice the bytes: 8.8.8.16 Ls 16
+#: single (26 MB) 60.9-65.4 against 53.1-61.0 (and 1.04x on the AMD machine), 8.8.16.16 (52 MB)
+#: 39.5-45.2 against 42.7-53.7
 REGISTER_BYTES = 24 << 20
 
 #: the same for the other variants of the last step (``kernels_wilson.LAST``), which the Schur
@@ -48,8 +58,20 @@ REGISTER_BYTES = 24 << 20
 #: order: 8^4 Ls 16 double (14 MB) 4.48-4.58 against 4.94-5.16 (its hops on their own 0.73-0.77
 #: against 0.62-0.71 ms), 8.8.8.16 Ls 16 single (14 MB) 4.75-4.82 against 5.55-5.78; 8^4 Ls 12
 #: double (11 MB) level; 8^4 Ls 8 double and Ls 16 single (7 MB) 2.15-2.21 against 2.07-2.13 and
-#: 2.11-2.16 against 2.02-2.06
+#: 2.11-2.16 against 2.02-2.06.  Not scaled up with a larger cache either: on the Intel machine,
+#: 8^4 Ls 16 double, 9.9-10.6 against 10.8-12.2 (2026-12-01)
 SCHUR_REGISTER_BYTES = 12 << 20
+
+
+def register_reach(last, dtype, threads):
+    """Bytes of 5D fields up to which the wide structure's variant ``last`` of the hop takes the
+    register order: :data:`REGISTER_BYTES` (the plain hop, twice that in single) or
+    :data:`SCHUR_REGISTER_BYTES`, scaled down to a smaller cache than the reference's but not up to
+    a larger one (see :data:`REGISTER_BYTES`)."""
+    limit = REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES
+    reach = min(scaled(limit, threads), limit)
+    return reach * 2 if last == "plain" and np.dtype(dtype).itemsize == 4 else reach
+
 
 # A launch's first argument is its result (``out``): on openmp the result's bytes decide whether the
 # hop runs on the threads (``min_parallel_bytes``), as they do for the expression kernels writing
@@ -338,13 +360,14 @@ class _LaunchState:
         nbytes = field_bytes(self.n4, Ls, nsimd, dtype)
         # each threshold scaled from the 32 MiB of L3 it was measured with to what the threads reach
         threads = compute_threads()
-        self.far = bool(nbytes > scaled(FAR_BYTES["wide" if kernels.wide_default() else "narrow"], threads))
-        self.nsimd, self.dtype, self.Ls = nsimd, dtype, int(Ls)
+        wide_5d = int(Ls) > 1 and kernels.wide_default()
         # the 5D variants of the last step that take the register order on these fields
-        self._register = frozenset(
-            last for last in kernels.LAST
-            if int(Ls) > 1 and kernels.wide_default()
-            and nbytes <= scaled(REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES, threads))
+        self._register = frozenset(last for last in kernels.LAST
+                                   if wide_5d and nbytes <= register_reach(last, dtype, threads))
+        # past the plain hop's register reach the tiled order streams (REGISTER_BYTES)
+        self.far = bool(nbytes > scaled(FAR_BYTES["wide" if kernels.wide_default() else "narrow"], threads)
+                        or (wide_5d and "plain" not in self._register))
+        self.nsimd, self.dtype, self.Ls = nsimd, dtype, int(Ls)
         self._kernels = {}
         # the tables read-only, whatever the stencil's flags: one numba specialisation per path
         self.tables = tuple(read_only(t.reshape(-1)) for t in (
