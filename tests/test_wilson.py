@@ -123,7 +123,7 @@ def force_structure(monkeypatch, wide, far=False, pairs=None):
         pytest.skip("the unrolled kernel runs on the CPU backends only")
     monkeypatch.setattr(kw, "wide_default", lambda: wide)
     if pairs is not None:
-        monkeypatch.setattr(kw, "tile_pairs", lambda w: pairs)
+        monkeypatch.setattr(kw, "TILE_PAIRS", pairs)
     monkeypatch.setattr(kw, "_modules", {})
     monkeypatch.setattr(ul, "_states", {})
     monkeypatch.setattr(dslash, "_BOUND", {})
@@ -150,7 +150,7 @@ def test_the_adjoint_has_kernels_of_its_own_with_the_signs_compiled_in(monkeypat
     """The projectors' signs are constants of each compiled kernel (an add or a subtract in place of
     a multiply-add by a sign read at run time), so the adjoint runs kernels of its own: 4D and 5D,
     every structure, the 5D tiled order's loops a point or a direction's two points at a time
-    (kw.tile_pairs: the wide structure takes either by the CPU), against numpy both ways; no kernel
+    (kw.TILE_PAIRS, the default, pairs them), against numpy both ways; no kernel
     reads the signs from ``coef``."""
     for five_d in (False, True):
         for dag, sign in ((False, "-1.0"), (True, "1.0")):
@@ -563,17 +563,13 @@ def test_kernel_on_5d_field_with_4d_links():
     assert relerr(got[:, par], want[:, par]) < 1e-12
 
 
-@pytest.mark.parametrize("vendor,wide,want", [
-    ("AuthenticAMD", True, False), ("AuthenticAMD", False, True), ("GenuineIntel", True, True),
-    ("GenuineIntel", False, True), ("", True, True)])
-def test_the_wide_tiled_order_pairs_its_points_but_on_amd(monkeypatch, vendor, wide, want):
-    """Where a direction's two points go through the tiled order in one pass: the narrow structure
-    always, the wide one but on AMD's cores (measured slower there, docs/performance.md); the
-    module key carries the choice."""
-    monkeypatch.setattr(kw, "host_cpu_vendor", lambda: vendor)
-    assert kw.tile_pairs(wide) is want
-    assert kw._resolve_pairs(None, wide, True) is want
-    assert kw._resolve_pairs(not want, wide, True) is (not want)
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_tiled_order_of_5d_fields_pairs_its_points_by_default(wide):
+    """A direction's two points go through the 5D tiled order in one pass in both structures
+    unless asked otherwise; 4D fields pair them in the narrow structure only (the wide one has no
+    4D tiled order)."""
+    assert kw._resolve_pairs(None, wide, True) is True
+    assert kw._resolve_pairs(False, wide, True) is False
     assert kw._resolve_pairs(None, wide, False) is (not wide)
 
 
@@ -583,12 +579,12 @@ def test_5d_kernel_variants_share_the_tile_loops_but_the_last(wide, pairs):
     tile's loops but the last (not inlined by numba, so it compiles once for all of them): each
     variant holds its own last loop alone.  The loops add a direction's two points each with
     ``pairs``, else a point each (kw._tile_loops; by default pairs in the narrow structure, and in
-    the wide one as kw.tile_pairs chooses for the host).  4D kernels keep every loop inline."""
+    the wide one, kw.TILE_PAIRS).  4D kernels keep every loop inline."""
     import ast
 
     tree = ast.parse(kw._source(4, "float64", True, wide, pairs=pairs))
     fns = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
-    loops = 4 if (kw.tile_pairs(wide) if pairs is None else pairs) else 8
+    loops = 4 if (kw.TILE_PAIRS if pairs is None else pairs) else 8
 
     def tile_loops(f):  # the loops over a tile's sites
         return sum(isinstance(n, ast.For) and ast.unparse(n.iter) == "range(i0, i1)" for n in ast.walk(f))

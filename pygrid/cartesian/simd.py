@@ -45,18 +45,6 @@ def host_simd_bits() -> int:
     return 128
 
 
-@functools.cache
-def host_cpu_vendor() -> str:
-    """The CPU's vendor as /proc/cpuinfo names it (``GenuineIntel``, ``AuthenticAMD``; empty when
-    unknown): kernels whose best structure was measured to differ between vendors' cores choose by it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next((x for x in f if x.startswith("vendor_id")), "")
-    except OSError:
-        return ""
-    return line.partition(":")[2].strip()
-
-
 def default_nsimd(precision: str) -> int:
     """Lanes per outer site for a precision: one register of reals."""
     bits = host_simd_bits()

@@ -60,8 +60,8 @@ order of that work follows the registers the kernels are compiled for (:func:`wi
 * wide, larger 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per direction, its
-  forward and backward points added into the accumulator together (but in the wide structure on
-  AMD's cores, which add a point at a time: :func:`_tile_loops`, :func:`tile_pairs`), so
+  forward and backward points added into the accumulator together (:func:`_tile_loops`,
+  :data:`TILE_PAIRS`), so
   the Ls slices of a neighbour are read as one stream, with software
   prefetches (into L2; on fields larger than
   the caches) of the neighbour and link ``PREFETCH_DISTANCE`` sites ahead and of the neighbour's slice
@@ -104,7 +104,7 @@ import numpy as np
 
 from ..accelerator import simd_numba
 from ..accelerator.compile_cache import load_module
-from ..cartesian.simd import host_cpu_vendor, host_simd_bits
+from ..cartesian.simd import host_simd_bits
 from ..config import current
 from ..errors import SiteTypeError
 from ..tensors.constant import Gamma
@@ -711,8 +711,8 @@ def _kernel_body(nls, nlg, nlu, five_d, wide, halo, dtype, last="plain", compres
 def _tile_loops(pairs):
     """The tiled order's loops over a tile, each a tuple of the stencil points it adds: with
     ``pairs`` a direction's forward and backward points together, whose accumulator passes halve
-    the loads and stores that bound it in the caches, else a point at a time (:func:`tile_pairs`
-    chooses)."""
+    the loads and stores that bound it in the caches, else a point at a time (:data:`TILE_PAIRS`
+    is the default)."""
     return [(mu, mu + 4) for mu in range(4)] if pairs else [(p,) for p in range(8)]
 
 
@@ -724,20 +724,18 @@ def _tile_order(pairs):
 
 
 def _resolve_pairs(pairs, wide, five_d):
-    """``pairs`` where given, else the default: :func:`tile_pairs` for 5D fields; for 4D fields the
+    """``pairs`` where given, else the default: :data:`TILE_PAIRS` for 5D fields; for 4D fields the
     structure alone (the wide one has no tiled order there)."""
     if pairs is not None:
         return bool(pairs)
-    return tile_pairs(wide) if five_d else not wide
+    return TILE_PAIRS if five_d else not wide
 
 
-def tile_pairs(wide):
-    """Whether the tiled order of 5D fields adds a direction's two points in one pass (the register
-    order adds its points in the same order, :func:`_tile_order`): in the narrow structure (AVX2
-    code: 1.03-1.08x in the caches, 1.09-1.24x out of them) and in the wide one on Intel's AVX-512
-    cores (1.15-1.25x on 5D fields out of the caches), not on AMD's (Zen 4: 0.89-1.00x on fields
-    larger than the L3); docs/performance.md, "Against Grid C++, same run"."""
-    return not wide or host_cpu_vendor() != "AuthenticAMD"
+# Whether the tiled order of 5D fields adds a direction's two points in one pass (the register
+# order adds its points in the same order, :func:`_tile_order`), in both structures: AVX2 code
+# 1.03-1.08x in the caches and 1.09-1.24x out of them; AVX-512 on Intel 1.15-1.25x on 5D fields
+# out of the caches, on Zen 4 1.00-1.22x (docs/performance.md, "The hand-unrolled Dhop kernel").
+TILE_PAIRS = True
 
 
 def _tile_loop(points, nls, nlg, five_d, halo, ind0, last="plain", compressed=False):
@@ -974,7 +972,7 @@ def kernel_for(nsimd, dtype="float64", Ls=1, wide=None, halo=False, last="plain"
     with :data:`BY_DIRECTION` on whole links stored direction by direction;
     ``dag``: the adjoint's kernel (the projectors' signs are constants of each, :func:`_signs`,
     so the kernel ignores the signs in ``coef``); ``pairs``: the tiled order's loops (default:
-    :func:`tile_pairs` for 5D fields)."""
+    :data:`TILE_PAIRS` for 5D fields)."""
     if compressed and (int(Ls) > 1 or last != "plain"):
         raise ValueError("compressed links: the 4D kernel only")
     m = _module(nsimd, dtype, Ls, wide, compressed, dag, pairs)
