@@ -170,13 +170,43 @@ def test_the_register_reach_scales_down_not_up(monkeypatch):
             assert not ul._LaunchState(st, 1, g.nsimd, f64).far
 
 
-def test_dhop_on_a_small_cache_against_numpy(monkeypatch):
-    """The paths a 1 MB cache picks on 8^4 (far, links compressed) against numpy: the operator made
-    and applied under that cache, its launch states and bound calls fresh."""
+def test_4d_fields_past_the_register_reach_take_the_tiled_order(monkeypatch):
+    """In the wide structure, 4D fields past the plain hop's register reach (scaled to the cache)
+    run their compressed links in the tiled order, the narrow structure's kernel; within it, and on
+    whole links stored direction by direction, the wide structure's own."""
+    from pygrid.qcd import kernels_wilson as kw
+
+    monkeypatch.setattr(kw, "wide_default", lambda: True)
+    monkeypatch.setattr(caches, "host_groups", lambda root=None: (32 << 20, 1))
+    g = pg.GridCartesian([8, 8, 8, 8], precision="double")
+    st = Stencil(g, wilson_displacements())
+    f64 = np.dtype("float64")
+    assert field_bytes(g.osites, 1, g.nsimd, f64) < ul.REGISTER_BYTES
+    with llc(None):
+        assert not ul._LaunchState(st, 1, g.nsimd, f64).tiled_4d
+    with llc(1):
+        state = ul._LaunchState(st, 1, g.nsimd, f64)
+        assert state.tiled_4d and state.far
+        assert not ul._LaunchState(st, 8, g.nsimd, f64).tiled_4d   # 5D fields: the register reach
+        narrow = kw.kernel_for(g.nsimd, f64, compressed=True, wide=False)
+        assert state.kernel(compressed=True) is narrow
+        assert state.kernel(compressed=kw.BY_DIRECTION) is kw.kernel_for(g.nsimd, f64, compressed=kw.BY_DIRECTION)
+        monkeypatch.setattr(ul, "TILED_4D", False)
+        assert not ul._LaunchState(st, 1, g.nsimd, f64).tiled_4d
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_dhop_on_a_small_cache_against_numpy(monkeypatch, wide):
+    """The paths a 1 MB cache picks on 8^4 (far, links compressed, in the wide structure the tiled
+    order) against numpy, the hop and its adjoint: the operator made and applied under that cache,
+    its launch states and bound calls fresh."""
+    from pygrid.qcd import kernels_wilson as kw
+
     if dslash.variant() != "unroll":
         pytest.skip("the thresholds steer the unrolled kernel, which runs on the CPU backends only")
     monkeypatch.setattr(ul, "_states", {})
     monkeypatch.setattr(dslash, "_BOUND", {})
+    monkeypatch.setattr(kw, "wide_default", lambda: wide)
     grid = pg.GridCartesian([8, 8, 8, 8], precision="double")
     rng = pg.ParallelRNG(grid, [1, 2, 3, 4])
     U = pg.qcd.random_gauge(grid, rng, precision="double")
@@ -185,6 +215,8 @@ def test_dhop_on_a_small_cache_against_numpy(monkeypatch):
     with llc(1):
         D = pg.qcd.WilsonFermion(U, 0.1)
         got = D.Dhop(psi).to_numpy()
-        assert all(st.far for st in ul._states.values()) and ul._states
-    want = dhop_ref(U.to_numpy(), psi.to_numpy())
-    assert np.max(np.abs(got - want)) <= 1e-12 * np.max(np.abs(want))
+        got_dag = D.Dhop(psi, dag=True).to_numpy()
+        assert all(st.far and st.tiled_4d is wide for st in ul._states.values()) and ul._states
+    for dag, value in ((False, got), (True, got_dag)):
+        want = dhop_ref(U.to_numpy(), psi.to_numpy(), dag=dag)
+        assert np.max(np.abs(value - want)) <= 1e-12 * np.max(np.abs(want)), dag

@@ -50,14 +50,16 @@ from memory; and the spins of the result that it rebuilds are updated.  The
 order of that work follows the registers the kernels are compiled for (:func:`wide_default`;
 ``--dslash-structure wide|narrow`` chooses it instead):
 
-* wide (AVX-512, 32 vector registers), 4D fields: site by site, the eight points
+* wide (AVX-512, 32 vector registers), 4D fields in the caches' reach (the same
+  ``unrolled_launch.REGISTER_BYTES``; :data:`unrolled_launch.TILED_4D`): site by site, the eight points
   in turn, the result spinor held in 24 vector variables and written once; both
   spins of the half spinor go through the link together, so each link element is
   read once per point, as Grid keeps the spinor in registers (LLVM keeps most of
   the 24 in registers; at 8^4 this ran 1.4x the tiled order below);
 * wide, 5D fields in the caches' reach (``unrolled_launch.REGISTER_BYTES``): the same register order slice
   by slice (:func:`_register_body_5d`, ``dhop_local_register``);
-* wide, larger 5D fields, and narrow (AVX2, 16 registers), 4D and 5D: the tiled order,
+* wide, larger 5D fields and larger 4D fields on compressed links, and narrow (AVX2, 16
+  registers), 4D and 5D: the tiled order,
   tiles of outer sites (an accumulator of all Ls slices of the tile, about
   24 KiB: ``unrolled_launch.TILE_BYTES``, in L1) and, per tile, one loop per direction, its
   forward and backward points added into the accumulator together (:func:`_tile_loops`,

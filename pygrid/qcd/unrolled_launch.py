@@ -62,6 +62,17 @@ REGISTER_BYTES = 24 << 20
 #: 8^4 Ls 16 double, 9.9-10.6 against 10.8-12.2 (2026-12-01)
 SCHUR_REGISTER_BYTES = 12 << 20
 
+#: whether 4D fields past :func:`register_reach` (the plain hop's) take the tiled order of the narrow
+#: structure on their compressed links in the wide structure too, as 5D fields do past it: with
+#: eight neighbour streams a site the register order falls behind out of the caches.  AMD Zen 5
+#: (AVX-512, 1 MiB of L2 a core, 32 MiB of L3), 2026-12-02, `bench_compressed_links.py --structures
+#: wide,narrow --rounds 7`, median GFlop/s on compressed links, the register order against the tiled
+#: order: `D.Dhop` 16^4 double (63 MB) 31.4 against 39.6, 24^4 double 25.0 against 28.5, 24^4 single
+#: 51.9 against 61.0; `D.Meooe` 36.8 against 41.1, 23.5 against 23.9, 49.1 against 51.5; within the
+#: reach the register order leads (12^4 double, 20 MB: `D.Dhop` 65.2 against 61.3; 16^4 single,
+#: 31 MB: 126.5 against 126.8)
+TILED_4D = True
+
 
 def register_reach(last, dtype, threads):
     """Bytes of 5D fields up to which the wide structure's variant ``last`` of the hop takes the
@@ -360,10 +371,15 @@ class _LaunchState:
         nbytes = field_bytes(self.n4, Ls, nsimd, dtype)
         # each threshold scaled from the 32 MiB of L3 it was measured with to what the threads reach
         threads = compute_threads()
-        wide_5d = int(Ls) > 1 and kernels.wide_default()
+        wide = kernels.wide_default()
+        wide_5d = int(Ls) > 1 and wide
         # the 5D variants of the last step that take the register order on these fields
         self._register = frozenset(last for last in kernels.LAST
                                    if wide_5d and nbytes <= register_reach(last, dtype, threads))
+        #: 4D fields past the plain hop's register reach take the tiled order on their compressed
+        #: links in the wide structure too (:data:`TILED_4D`)
+        self.tiled_4d = bool(TILED_4D and int(Ls) == 1 and wide
+                             and nbytes > register_reach("plain", dtype, threads))
         # past the plain hop's register reach the tiled order streams (REGISTER_BYTES)
         self.far = bool(nbytes > scaled(FAR_BYTES["wide" if kernels.wide_default() else "narrow"], threads)
                         or (wide_5d and "plain" not in self._register))
@@ -413,6 +429,8 @@ class _LaunchState:
             # an older kernel module (bench_dhop_kernels.py's A/B) has no adjoint's kernels
             extra = {"dag": True} if dag else {}
             if compressed:
+                if self.tiled_4d and compressed != kernels_wilson.BY_DIRECTION:  # two rows a link
+                    extra["wide"] = False
                 k = self.kernels.kernel_for(self.nsimd, self.dtype, halo=halo, compressed=compressed, **extra)
             else:
                 name = "register" + ("" if last == "plain" else "_" + last) if (
