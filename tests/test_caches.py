@@ -190,7 +190,8 @@ def test_4d_fields_past_the_register_reach_take_the_tiled_order(monkeypatch):
         assert not ul._LaunchState(st, 8, g.nsimd, f64).tiled_4d   # 5D fields: the register reach
         narrow = kw.kernel_for(g.nsimd, f64, compressed=True, wide=False)
         assert state.kernel(compressed=True) is narrow
-        assert state.kernel(compressed=kw.BY_DIRECTION) is kw.kernel_for(g.nsimd, f64, compressed=kw.BY_DIRECTION)
+        by_direction = kw.kernel_for(g.nsimd, f64, compressed=kw.BY_DIRECTION)
+        assert state.kernel(compressed=kw.BY_DIRECTION) is by_direction
         monkeypatch.setattr(ul, "TILED_4D", False)
         assert not ul._LaunchState(st, 1, g.nsimd, f64).tiled_4d
 
