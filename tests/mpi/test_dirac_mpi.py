@@ -100,6 +100,28 @@ def test_wilson_on_compressed_links(layout, structure):
         config.set_current(before)
 
 
+@pytest.mark.skipif("unroll" not in VARIANTS, reason="the unrolled kernel runs on the CPU backends only")
+@pytest.mark.parametrize("layout", layouts(), ids=lambda m: ".".join(map(str, m)))
+def test_wide_structure_past_the_register_reach(layout, monkeypatch):
+    """The wide structure's 4D fields past the register reach (none, here) run their compressed
+    links in the tiled order, the halo branches included, and give what whole links give on one
+    rank."""
+    import dataclasses
+
+    from pygrid import config
+    from pygrid.qcd import unrolled_launch as ul
+
+    monkeypatch.setattr(ul, "REGISTER_BYTES", 0)
+    monkeypatch.setattr(ul, "_states", {})
+    before = config.set_current(dataclasses.replace(config.current(), dslash="unroll",
+                                                    dslash_structure="wide"))
+    try:
+        _wilson_on_compressed_links(layout)
+    finally:
+        config.set_current(before)
+    assert all(st.tiled_4d for st in ul._states.values() if st.Ls == 1) and ul._states
+
+
 def _wilson_on_compressed_links(layout):
     res = []
     for g in grids(DIMS, layout):
