@@ -79,16 +79,25 @@ def grid_gflops(output: str) -> float:
     return float(m.group(1)) / 1000.0
 
 
-def machine() -> str:
+def machine(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name, with its family and model numbers where the name alone does not tell
+    the generation (a virtual machine's "AMD EPYC"), and the SIMD width pygrid compiles for."""
     model = platform.processor() or "unknown CPU"
+    fields = {}
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip() and fields:
+                    break  # the first CPU's block
     except OSError:
         pass
+    model = fields.get("model name", model)
+    if "cpu family" in fields and "model" in fields:
+        model += f" (family {fields['cpu family']} model {fields['model']})"
     from pygrid.cartesian import host_simd_bits
 
     bits = host_simd_bits()

@@ -34,6 +34,16 @@ def test_machine_names_the_simd_width():
     assert vs_grid.machine().endswith(("AVX-512", "AVX2", "-bit SIMD", "(compiled for)"))
 
 
+def test_machine_names_the_cpu_family_and_model(tmp_path):
+    info = tmp_path / "cpuinfo"
+    block = ("processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+             "model name\t: AMD EPYC\n\n")
+    info.write_text(block.format(n=0) + block.format(n=1).replace("26", "25"))
+    assert vs_grid.machine(str(info)).startswith("AMD EPYC (family 26 model 2), ")
+    info.write_text("model name\t: Some CPU\n")
+    assert vs_grid.machine(str(info)).startswith("Some CPU, ")
+
+
 def test_a_missing_grid_build_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit, match="Benchmark_wilson not found"):
         vs_grid.main(["--grid-build", str(tmp_path), "--cases", "wilson-double", "--quick"])
