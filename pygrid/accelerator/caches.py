@@ -1,7 +1,7 @@
 """The host's last-level cache, and the byte thresholds measured against it scaled to it.
 
 The CPU kernels change what they do where their fields outgrow the caches (prefetches, results
-streamed past the caches, the order of sites, links read compressed, the 5D register order).
+streamed past the caches, the order of sites, links read compressed, the register order's reach).
 Those thresholds were measured on the two development machines, both with 32 MiB of L3 shared by
 the cores a job ran on (:data:`REFERENCE_BYTES`); :func:`scaled` takes one to this host, in
 proportion to the last-level cache the job's threads reach: one group of cores sharing a cache
