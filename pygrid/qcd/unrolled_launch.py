@@ -69,15 +69,15 @@ SCHUR_REGISTER_BYTES = 12 << 20
 #: wide,narrow --rounds 7`, median GFlop/s on compressed links, the register order against the tiled
 #: order: `D.Dhop` 16^4 double (63 MB) 31.4 against 39.6, 24^4 double 25.0 against 28.5, 24^4 single
 #: 51.9 against 61.0; `D.Meooe` 36.8 against 41.1, 23.5 against 23.9, 49.1 against 51.5; within the
-#: reach the register order leads (12^4 double, 20 MB: `D.Dhop` 65.2 against 61.3; 16^4 single,
-#: 31 MB: 126.5 against 126.8)
+#: reach the register order leads or is level (12^4 double, 20 MB: `D.Dhop` 65.2 against 61.3; 16^4
+#: single, 31 MB: 126.5 against 126.8)
 TILED_4D = True
 
 
 def register_reach(last, dtype, threads):
-    """Bytes of 5D fields up to which the wide structure's variant ``last`` of the hop takes the
-    register order: :data:`REGISTER_BYTES` (the plain hop, twice that in single) or
-    :data:`SCHUR_REGISTER_BYTES`, scaled down to a smaller cache than the reference's but not up to
+    """Bytes of fields up to which the wide structure's variant ``last`` of the hop takes the
+    register order (5D fields; 4D fields with the plain hop, :data:`TILED_4D`):
+    :data:`REGISTER_BYTES` (the plain hop, twice that in single) or :data:`SCHUR_REGISTER_BYTES`, scaled down to a smaller cache than the reference's but not up to
     a larger one (see :data:`REGISTER_BYTES`)."""
     limit = REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES
     reach = min(scaled(limit, threads), limit)
@@ -381,7 +381,7 @@ class _LaunchState:
         self.tiled_4d = bool(TILED_4D and int(Ls) == 1 and wide
                              and nbytes > register_reach("plain", dtype, threads))
         # past the plain hop's register reach the tiled order streams (REGISTER_BYTES)
-        self.far = bool(nbytes > scaled(FAR_BYTES["wide" if kernels.wide_default() else "narrow"], threads)
+        self.far = bool(nbytes > scaled(FAR_BYTES["wide" if wide else "narrow"], threads)
                         or (wide_5d and "plain" not in self._register))
         self.nsimd, self.dtype, self.Ls = nsimd, dtype, int(Ls)
         self._kernels = {}
