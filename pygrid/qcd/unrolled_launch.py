@@ -77,8 +77,9 @@ TILED_4D = True
 def register_reach(last, dtype, threads):
     """Bytes of fields up to which the wide structure's variant ``last`` of the hop takes the
     register order (5D fields; 4D fields with the plain hop, :data:`TILED_4D`):
-    :data:`REGISTER_BYTES` (the plain hop, twice that in single) or :data:`SCHUR_REGISTER_BYTES`, scaled down to a smaller cache than the reference's but not up to
-    a larger one (see :data:`REGISTER_BYTES`)."""
+    :data:`REGISTER_BYTES` (the plain hop, twice that in single) or :data:`SCHUR_REGISTER_BYTES`,
+    scaled down to a smaller cache than the reference's but not up to a larger one (see
+    :data:`REGISTER_BYTES`)."""
     limit = REGISTER_BYTES if last == "plain" else SCHUR_REGISTER_BYTES
     reach = min(scaled(limit, threads), limit)
     return reach * 2 if last == "plain" and np.dtype(dtype).itemsize == 4 else reach
