@@ -165,9 +165,23 @@ def test_the_register_reach_scales_down_not_up(monkeypatch):
             assert past.far and not past._register, mb
             within = ul._LaunchState(st, 8, g.nsimd, f64)
             assert "plain" in within._register and "solve" not in within._register, mb
-            assert within.far is (mb == 32), mb   # 13 MB: past 12 MiB of far bytes, not past 39
-            # the Wilson (4D) fields keep their far threshold scaled with the cache
+            assert within.far, mb   # 13 MB: past 12 MiB of far bytes (a group counts up to 32 MiB)
             assert not ul._LaunchState(st, 1, g.nsimd, f64).far
+
+
+def test_a_group_counts_up_to_the_reference(monkeypatch):
+    """A group's cache read from the host counts up to the reference's 32 MiB (on a 480 MiB L3 the
+    thresholds scaled up ran slower); --llc-mb is taken as given; several groups still add up."""
+    monkeypatch.setattr(caches, "host_groups", lambda root=None: (480 << 20, 1))
+    with llc(None):
+        assert caches.group_bytes() == caches.REFERENCE_BYTES == caches.llc_bytes(2)
+        assert caches.scaled(12 << 20, 2) == 12 << 20 and caches.per_group(6 << 20) == 6 << 20
+        assert "480 MiB, counted up to 32" in caches.describe()
+    with llc(480):
+        assert caches.group_bytes() == 480 << 20 and caches.scaled(12 << 20, 1) == 180 << 20
+    monkeypatch.setattr(caches, "host_groups", lambda root=None: (105 << 20, 4))
+    with llc(None):
+        assert caches.llc_bytes(1) == 32 << 20 and caches.llc_bytes(4) == 128 << 20
 
 
 def test_4d_fields_past_the_register_reach_take_the_tiled_order(monkeypatch):

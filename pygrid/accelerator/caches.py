@@ -6,8 +6,9 @@ Those thresholds were measured on the two development machines, both with 32 MiB
 the cores a job ran on (:data:`REFERENCE_BYTES`); :func:`scaled` takes one to this host, in
 proportion to the last-level cache the job's threads reach: one group of cores sharing a cache
 (an L3 slice of a CCX, a socket's L3) per thread, up to the groups among the CPUs this process may
-run on.  ``--llc-mb`` (``PYGRID_LLC_MB``) sets the size of one group's cache where the host's
-``/sys`` does not say it or says it wrong (some virtual machines).
+run on.  A group's cache counts at most the reference's (:data:`LARGEST_COUNTED`).  ``--llc-mb``
+(``PYGRID_LLC_MB``) sets the size of one group's cache where the host's ``/sys`` does not say it or
+says it wrong (some virtual machines).
 """
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ import os
 #: the last-level cache the thresholds were measured with: 32 MiB of L3, shared by the cores of
 #: both development machines (AMD EPYC, Zen 3 and Zen 4)
 REFERENCE_BYTES = 32 << 20
+
+#: the most of one group's cache, read from the host, that the thresholds count: a larger L3 is
+#: shared with more cores (a whole server socket's, and in a virtual machine the host's other
+#: tenants), and a job of a few threads did not keep more of its fields there.  Intel Xeon, 480 MiB
+#: of L3 reported, 2 threads, 2026-12-02, alternating processes, Dhop GFlop/s with the thresholds
+#: scaled to 480 MiB against 32: Wilson 16^4 double 34.4-36.1 against 38.8-40.0, single 81.7-85.4
+#: against 86.9-96.3, 24^4 double 25.2-27.3 against 27.5-27.9; domain wall 16^4 Ls 8 double
+#: 24.6-24.6 against 28.0-28.8, Ls 16 single 49.9-50.6 against 59.0-63.2.  With 105 MiB reported
+#: (2026-12-01) 32 and 105 ran level.  ``--llc-mb`` is taken as given
+LARGEST_COUNTED = REFERENCE_BYTES
 
 _SYS_CPU = "/sys/devices/system/cpu"
 
@@ -85,14 +96,14 @@ def host_groups(root=_SYS_CPU):
 
 def group_bytes():
     """Bytes of the last-level cache one group of cores shares: ``--llc-mb`` where given, else the
-    host's, else :data:`REFERENCE_BYTES`."""
+    host's up to :data:`REFERENCE_BYTES` (:data:`LARGEST_COUNTED`), else :data:`REFERENCE_BYTES`."""
     from ..config import current
 
     mb = current().llc_mb
     if mb is not None:
         return mb << 20
     found = host_groups()
-    return REFERENCE_BYTES if found is None else found[0]
+    return REFERENCE_BYTES if found is None else min(found[0], LARGEST_COUNTED)
 
 
 def compute_threads():
@@ -147,7 +158,9 @@ def describe():
     found = host_groups()
     groups = 1 if found is None else found[1]
     source = ("--llc-mb" if current().llc_mb is not None else
-              "the host's /sys" if found is not None else "not found: the reference")
+              "not found: the reference" if found is None else
+              "the host's /sys" if found[0] <= LARGEST_COUNTED else
+              f"the host's /sys gives {found[0] / (1 << 20):g} MiB, counted up to {LARGEST_COUNTED >> 20}")
     ranks = _sharing_ranks()
     shared = f", shared with {ranks - 1} other rank{'s' if ranks > 2 else ''}" if ranks > 1 else ""
     threads = compute_threads()
