@@ -121,8 +121,9 @@ def test_bad_llc_values_are_refused_by_name(text):
 
 def test_thresholds_follow_the_cache(monkeypatch):
     """The hop's choices scale with the cache: on 8^4 double (about 4 MB of fields) a 1 MB cache
-    makes the fields far (prefetches, the result streamed), walks a 5D field's sites in columns and
-    reads the links compressed; 32 MiB (the development machines') does none of that."""
+    makes the fields far (prefetches, the result streamed), walks a 5D field's sites in columns (on
+    8.4.8.8 outer sites) and reads the links compressed; 32 MiB (the development machines') does
+    none of that."""
     monkeypatch.setattr(caches, "host_groups", lambda root=None: (32 << 20, 1))
     g = pg.GridCartesian([8, 8, 8, 8], precision="double")
     st = Stencil(g, wilson_displacements())
@@ -131,12 +132,14 @@ def test_thresholds_follow_the_cache(monkeypatch):
     with llc(1):
         assert ul._LaunchState(st, 1, nsimd, np.float64).far
         assert compressed_links.compression_pays(n4, nsimd, np.float64)
-        order = ul.site_order(g.rdims, 8, nsimd, np.float64)
-        assert not np.array_equal(order, np.arange(n4)) and np.array_equal(np.sort(order), np.arange(n4))
+        # a plane wider than the narrowest columns (8^4's 4 x 4 is not)
+        rdims, n = (8, 4, 8, 8), 8 * 4 * 8 * 8
+        order = ul.site_order(rdims, 8, nsimd, np.float64)
+        assert not np.array_equal(order, np.arange(n)) and np.array_equal(np.sort(order), np.arange(n))
     with llc(None):
         assert not ul._LaunchState(st, 1, nsimd, np.float64).far
         assert not compressed_links.compression_pays(n4, nsimd, np.float64)
-        assert np.array_equal(ul.site_order(g.rdims, 8, nsimd, np.float64), np.arange(n4))
+        assert np.array_equal(ul.site_order(rdims, 8, nsimd, np.float64), np.arange(n))
 
 
 def test_the_register_reach_scales_down_not_up(monkeypatch):

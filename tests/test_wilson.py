@@ -376,6 +376,11 @@ def test_site_order_blocks_large_slices_and_visits_every_site_once(reference_cac
     first = slice(0, 16 * 4 * 4 * 8)                                 # the first column, all t
     assert set(y[first]) == set(z[first]) == {0, 1, 2, 3} and set(t[first]) == set(range(8))
     assert (x[:16] == np.arange(16)).all()
+    # Ls 16: 29 MB slices, columns 2 sites wide under the budget; MIN_COLUMN_WIDTH makes them 4
+    order = ul.site_order((16, 8, 8, 8), 16, 8, "float64")
+    y, z = order // 16 % 8, order // 128 % 8
+    assert sorted(order.tolist()) == list(range(8192))
+    assert set(y[:16 * 4 * 4 * 8]) == set(z[:16 * 4 * 4 * 8]) == {0, 1, 2, 3}
 
 
 def test_blocked_site_order_against_numpy(monkeypatch):
@@ -383,6 +388,7 @@ def test_blocked_site_order_against_numpy(monkeypatch):
     if dslash.variant() != "unroll":
         pytest.skip("the unrolled kernel runs on the CPU backends only")
     monkeypatch.setattr(ul, "COLUMN_BYTES", 1)                      # columns of 2 x 2 on any lattice
+    monkeypatch.setattr(ul, "MIN_COLUMN_WIDTH", 2)
     monkeypatch.setattr(ul, "_states", {})
     grid, rng, U, psi = setup((4, 4, 8, 8), None, "double")
     D = pg.qcd.WilsonFermion(U, MASS)

@@ -105,6 +105,14 @@ def _tile(Ls, nsimd, dtype):
 #: so that the neighbour read one time-slice later still comes from the core's cache
 COLUMN_BYTES = 6 << 20
 
+#: columns at least this wide where the plane is wider, past :data:`COLUMN_BYTES` if need be: a
+#: column two sites wide reads half its y- and z-neighbours from outside it.  Intel Xeon (2 MiB of
+#: L2 a core), 2026-12-02, alternating processes of `pygrid benchmark dwf --threads 2`, Dhop GFlop/s:
+#: 16^4 Ls 16 double (columns of 16x2x2 outer sites under the budget) 25.3-25.4, in 16x4x4 columns
+#: (7.5 MB a slice) 29.4-29.6; 16^4 Ls 8 double in 16x4x4 columns (the budget's) 28.0-28.8, in
+#: natural order 24.6
+MIN_COLUMN_WIDTH = 4
+
 
 def site_order(rdims, Ls, nsimd, dtype, threads=1, far=False):
     """The order the kernel visits the 4D outer sites in (``rdims`` x fastest, t slowest).
@@ -136,7 +144,7 @@ def site_order(rdims, Ls, nsimd, dtype, threads=1, far=False):
         return np.ascontiguousarray(np.concatenate([idx[:, z0:z0 + b].reshape(-1) for z0 in range(0, Z, b)]))
     if X * Y * Z * site_bytes <= column:
         return natural
-    widest = max(2, int((column / (X * site_bytes)) ** 0.5))
+    widest = max(MIN_COLUMN_WIDTH, int((column / (X * site_bytes)) ** 0.5))
     # columns that tile the plane evenly: a ragged last column ran 6% slower (domain wall Ls 16 single)
     even = [d for d in range(2, widest + 1) if Y % d == 0 and Z % d == 0]
     b = max(even) if even else widest
