@@ -121,9 +121,9 @@ def site_order(rdims, Ls, nsimd, dtype, threads=1, far=False):
     later; at 16^4 and Ls 8 that slice is 12 MB, out of the core's cache.  When the
     slice is larger than :data:`COLUMN_BYTES` (scaled to one group's cache,
     :func:`pygrid.accelerator.caches.per_group`), the (y, z) plane is cut into b x b
-    columns of every x (b the widest that keeps a column's slice under the budget,
-    dividing y and z where possible), each walked over all t, so the reuse distance
-    is one column's slice.
+    columns of every x (b the widest that keeps a column's slice under the budget, at
+    least :data:`MIN_COLUMN_WIDTH`, dividing y and z where possible), each walked over
+    all t, so the reuse distance is one column's slice.
 
     4D fields larger than the caches (``far``) on several ``threads`` are cut in z into one
     slab per thread instead (full x-y planes, each walked over all t; the launch gives each
